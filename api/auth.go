@@ -1,0 +1,69 @@
+package api
+
+import (
+	"encoding/base64"
+	"slices"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/domain"
+)
+
+const localPrincipal = "principal"
+
+// authenticate requires a valid bearer JWT and stores its principal.
+func (s *Server) authenticate(c *fiber.Ctx) error {
+	h := c.Get(fiber.HeaderAuthorization)
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return errUnauthenticated
+	}
+	p, err := s.Signer.Verify(strings.TrimSpace(tok))
+	if err != nil {
+		return errUnauthenticated
+	}
+	c.Locals(localPrincipal, p)
+	return c.Next()
+}
+
+// adminOnly guards /monitoring. Browsers cannot send bearer tokens to a UI,
+// so an admin JWT is also accepted as the password of HTTP Basic auth (any
+// user name); a 401 asks the browser for it.
+func (s *Server) adminOnly(c *fiber.Ctx) error {
+	h := c.Get(fiber.HeaderAuthorization)
+	tok, bearer := strings.CutPrefix(h, "Bearer ")
+	if !bearer {
+		if b, ok := strings.CutPrefix(h, "Basic "); ok {
+			if raw, err := base64.StdEncoding.DecodeString(b); err == nil {
+				_, tok, _ = strings.Cut(string(raw), ":")
+			}
+		}
+	}
+	p, err := s.Signer.Verify(strings.TrimSpace(tok))
+	if err != nil {
+		c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="holdfast monitoring"`)
+		return errUnauthenticated
+	}
+	if p.Role != domain.RoleAdmin {
+		return errForbidden
+	}
+	return c.Next()
+}
+
+// Principal returns the authenticated caller of an /api/v1 route.
+func Principal(c *fiber.Ctx) auth.Principal {
+	p, _ := c.Locals(localPrincipal).(auth.Principal)
+	return p
+}
+
+// RequireRole lets only the given roles through.
+func RequireRole(roles ...domain.Role) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if !slices.Contains(roles, Principal(c).Role) {
+			return errForbidden
+		}
+		return c.Next()
+	}
+}

@@ -1,0 +1,79 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/holdfast/holdfast/domain"
+)
+
+// envelope is the body of every synchronous error (SPEC §2).
+type envelope struct {
+	Error envelopeError `json:"error"`
+}
+
+type envelopeError struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	TraceID string         `json:"traceId"`
+	Meta    map[string]any `json:"meta"`
+}
+
+// problemFor maps any error to the problem a client sees. Only this function
+// decides status codes; only 5xx are logged as errors.
+func problemFor(err error) *domain.Problem {
+	if p, ok := domain.AsProblem(err); ok {
+		return p
+	}
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		switch fe.Code {
+		case http.StatusNotFound:
+			return domain.NewProblem(fe.Code, domain.CodeNotFound, "no such resource")
+		case http.StatusMethodNotAllowed:
+			return domain.NewProblem(fe.Code, domain.CodeMethodNotAllowed, "method not allowed on this resource")
+		case http.StatusRequestEntityTooLarge:
+			return domain.NewProblem(fe.Code, domain.CodePayloadTooLarge, "request body is over the size limit")
+		case http.StatusUnsupportedMediaType:
+			return domain.NewProblem(fe.Code, domain.CodeUnsupportedMedia, "send application/json")
+		case http.StatusRequestHeaderFieldsTooLarge, http.StatusRequestURITooLong:
+			return domain.NewProblem(fe.Code, domain.CodeInvalidInput, "request headers or URI too large")
+		}
+		if fe.Code >= 400 && fe.Code < 500 {
+			return domain.NewProblem(fe.Code, domain.CodeInvalidInput, "%s", fe.Message)
+		}
+	}
+	if errors.Is(err, domain.ErrNotFound) {
+		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such resource")
+	}
+	return domain.NewProblem(http.StatusInternalServerError, domain.CodeInternal, "internal error")
+}
+
+// errorHandler is Fiber's ErrorHandler: every error leaves as an envelope.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	p := problemFor(err)
+	if p.HTTPStatus >= 500 {
+		s.Log.ErrorContext(c.UserContext(), "request failed", "traceId", traceID(c), "path", c.Path(), "err", err)
+	}
+	if ra, ok := p.Meta["retryAfterSeconds"]; ok {
+		if n, ok := ra.(int); ok {
+			c.Set(fiber.HeaderRetryAfter, strconv.Itoa(n))
+		}
+	}
+	meta := p.Meta
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	return c.Status(p.HTTPStatus).JSON(envelope{Error: envelopeError{
+		Code: p.Code, Message: p.Message, TraceID: traceID(c), Meta: meta,
+	}})
+}
+
+var (
+	errUnauthenticated = domain.NewProblem(http.StatusUnauthorized, domain.CodeUnauthenticated, "missing, invalid or expired bearer token")
+	errForbidden       = domain.NewProblem(http.StatusForbidden, domain.CodeForbidden, "your role may not do this")
+	errNotFound        = domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such resource")
+)

@@ -1,0 +1,140 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/requests"
+)
+
+// IdempotencyHeader is the header that makes writes safe to retry.
+const IdempotencyHeader = "Idempotency-Key"
+
+// accepted is the body of a 202 (SPEC §2).
+type accepted struct {
+	RequestID string        `json:"requestId"`
+	Status    domain.Status `json:"status"`
+	StatusURL string        `json:"statusUrl"`
+}
+
+// Accept makes sub durable and answers 202 with its status URL. It fills in
+// the idempotency key (scoped to the caller and the route pattern), the user
+// if unset and the trace id.
+func (s *Server) Accept(c *fiber.Ctx, sub requests.Submission) error {
+	key := c.Get(IdempotencyHeader)
+	if key != "" && !validIdemKey(key) {
+		return InvalidField(IdempotencyHeader, "Idempotency-Key must be 1 to 255 printable ASCII characters")
+	}
+	p := Principal(c)
+	if sub.UserID == "" {
+		sub.UserID = p.UserID
+	}
+	sub.IdempotencyKey = key
+	sub.Route = c.Method() + " " + c.Route().Path
+	sub.TraceID = traceID(c)
+	r, created, err := s.Intake.Accept(c.UserContext(), sub)
+	if err != nil {
+		return err
+	}
+	if created {
+		s.Metrics.Accepted.WithLabelValues(sub.Type).Inc()
+	} else {
+		c.Set("Idempotent-Replayed", "true")
+	}
+	id := r.ID.String()
+	c.Locals(localRequestID, id)
+	url := "/api/v1/requests/" + id
+	c.Set(fiber.HeaderLocation, url)
+	return c.Status(http.StatusAccepted).JSON(accepted{RequestID: id, Status: r.Status, StatusURL: url})
+}
+
+func validIdemKey(k string) bool {
+	if len(k) > 255 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// getRequest answers GET /api/v1/requests/{id}[?wait=10s]: the owner or
+// staff see the request; anyone else gets 404, as for an unknown id.
+func (s *Server) getRequest(c *fiber.Ctx) error {
+	id, err := uuid.Parse(c.Params("id"))
+	if err != nil {
+		return errNotFound
+	}
+	wait, err := parseWait(c.Query("wait"), s.cfg.PollMaxWait)
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	r, err := s.Store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if p := Principal(c); !p.CanActFor(r.UserID) {
+		return errNotFound
+	}
+	if wait > 0 && !r.Status.Terminal() {
+		if r, err = s.waitTerminal(ctx, id, wait); err != nil {
+			return err
+		}
+	}
+	return c.JSON(r.View())
+}
+
+// waitTerminal long-polls: it wakes on the worker's announcement and also
+// re-reads Postgres every second, so a lost announcement costs at most 1 s.
+func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, wait time.Duration) (*requests.Request, error) {
+	done, cancel := s.Notifier.Wait(id)
+	defer cancel()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		r, err := s.Store.Get(ctx, id)
+		if err != nil || r.Status.Terminal() {
+			return r, err
+		}
+		select {
+		case <-done:
+			return s.Store.Get(ctx, id)
+		case <-tick.C:
+		case <-deadline.C:
+			return r, nil
+		case <-ctx.Done():
+			return r, nil
+		}
+	}
+}
+
+// parseWait reads ?wait= as a Go duration ("10s", "1500ms") or whole seconds.
+func parseWait(v string, maxWait time.Duration) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(strings.TrimSpace(v))
+		if nerr != nil {
+			return 0, InvalidField("wait", "wait must be a duration such as 10s (at most %s)", maxWait)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 || d > maxWait {
+		return 0, InvalidField("wait", "wait must be between 0s and %s", maxWait)
+	}
+	return d, nil
+}

@@ -1,0 +1,81 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/hibiken/asynq"
+	asynqmetrics "github.com/hibiken/asynq/x/metrics"
+	"github.com/hibiken/asynqmon"
+
+	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/metrics"
+	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/storage"
+)
+
+// Run is the API binary: it connects, migrates, serves on ln (or HTTP_ADDR
+// when ln is nil) until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listener, mounts ...Mount) error {
+	if cfg.JWTSecret == config.DefaultJWTSecret {
+		log.Warn("JWT_SECRET is the development default; set it in production")
+	}
+	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := storage.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	rdb, err := storage.OpenRedis(ctx, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	reg := metrics.NewRegistry()
+	m := metrics.NewPipeline(reg)
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	// The one collector of Asynq's queue metrics lives in the API.
+	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(insp))
+
+	engine := keyed.New(pool, rdb, insp, log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap})
+	defer engine.Close()
+	store := requests.NewStore(pool)
+	notifier := requests.NewNotifier(rdb, log)
+	nctx, stopNotifier := context.WithCancel(ctx)
+	defer stopNotifier()
+	go notifier.Run(nctx)
+
+	redisOpt, err := asynq.ParseRedisURI(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("api: REDIS_URL for monitoring: %w", err)
+	}
+	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: redisOpt})
+	defer mon.Close()
+
+	srv := New(cfg, Deps{
+		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,
+		Intake:   requests.NewIntake(store, engine, log),
+		Signer:   auth.NewSigner(cfg.JWTSecret),
+		Registry: reg, Metrics: m, Log: log, Monitoring: mon,
+	}, mounts...)
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("api: listen: %w", err)
+		}
+	}
+	log.Info("api listening", "addr", ln.Addr().String())
+	err = srv.Serve(ctx, ln)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	log.Info("api stopped")
+	return err
+}

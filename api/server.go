@@ -1,0 +1,170 @@
+// Package api is holdfast's HTTP API (Fiber v2): authentication, the error
+// envelope, durable intake of writes answered 202, request status polling,
+// health, metrics and the Asynqmon UI. Verticals add their routes as Mounts.
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/google/uuid"
+	"github.com/hibiken/asynqmon"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/metrics"
+	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/storage"
+)
+
+// Mount adds a vertical's routes to the authenticated /api/v1 group (public
+// routes go under /api/v1/public, which is not authenticated).
+type Mount func(v1 fiber.Router, s *Server)
+
+// Deps are the connections and collaborators the server uses.
+type Deps struct {
+	Pool     *pgxpool.Pool
+	Redis    redis.UniversalClient
+	Intake   *requests.Intake
+	Store    *requests.Store
+	Notifier *requests.Notifier
+	Signer   *auth.Signer
+	Registry *prometheus.Registry
+	Metrics  *metrics.Pipeline
+	Log      *slog.Logger
+	// Monitoring is the Asynqmon handler; nil leaves /monitoring out.
+	Monitoring *asynqmon.HTTPHandler
+}
+
+// Server is the HTTP API.
+type Server struct {
+	Deps
+	cfg config.Config
+	app *fiber.App
+}
+
+// New builds the server and its routes.
+func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
+	s := &Server{Deps: d, cfg: cfg}
+	s.app = fiber.New(fiber.Config{
+		AppName:               "holdfast",
+		BodyLimit:             cfg.BodyLimit,
+		ErrorHandler:          s.errorHandler,
+		DisableStartupMessage: true,
+		ReadTimeout:           60 * time.Second,
+		WriteTimeout:          60 * time.Second,
+		IdleTimeout:           120 * time.Second,
+	})
+	s.app.Use(recover.New(), s.trace, s.accessLog)
+	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
+	s.app.Get("/readyz", s.ready)
+	s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{})))
+	if d.Monitoring != nil {
+		s.app.Use("/monitoring", s.adminOnly, adaptor.HTTPHandler(d.Monitoring))
+	}
+	v1 := s.app.Group("/api/v1", func(c *fiber.Ctx) error {
+		if isPublic(c.Path()) {
+			return c.Next()
+		}
+		return s.authenticate(c)
+	})
+	v1.Get("/requests/:id", s.getRequest)
+	for _, m := range mounts {
+		m(v1, s)
+	}
+	s.app.Use(func(c *fiber.Ctx) error { return fiber.ErrNotFound })
+	return s
+}
+
+func isPublic(path string) bool {
+	const p = "/api/v1/public"
+	return len(path) >= len(p) && path[:len(p)] == p && (len(path) == len(p) || path[len(p)] == '/')
+}
+
+// App exposes the Fiber app (tests use App().Test).
+func (s *Server) App() *fiber.App { return s.app }
+
+// Serve answers on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.app.Listener(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := s.app.ShutdownWithContext(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return <-errc
+}
+
+var traceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+const localTrace = "traceId"
+
+// trace gives every request a trace id: the caller's X-Request-Id if it is
+// sane, else a new one; it is echoed back and appears in logs and errors.
+func (s *Server) trace(c *fiber.Ctx) error {
+	id := c.Get(fiber.HeaderXRequestID)
+	if !traceIDPattern.MatchString(id) {
+		id = uuid.NewString()
+	}
+	c.Locals(localTrace, id)
+	c.Set(fiber.HeaderXRequestID, id)
+	return c.Next()
+}
+
+func traceID(c *fiber.Ctx) string {
+	id, _ := c.Locals(localTrace).(string)
+	return id
+}
+
+const localRequestID = "requestId"
+
+// accessLog writes one line per HTTP request with its trace id and, for
+// writes, the accepted request's id.
+func (s *Server) accessLog(c *fiber.Ctx) error {
+	start := time.Now()
+	err := c.Next()
+	if err != nil {
+		if herr := s.app.ErrorHandler(c, err); herr != nil {
+			_ = c.SendStatus(fiber.StatusInternalServerError)
+		}
+	}
+	status := c.Response().StatusCode()
+	if c.Path() == "/metrics" || c.Path() == "/healthz" {
+		return nil
+	}
+	attrs := []any{"method", c.Method(), "path", c.Path(), "status", status,
+		"ms", float64(time.Since(start).Microseconds()) / 1000, "traceId", traceID(c)}
+	if rid, ok := c.Locals(localRequestID).(string); ok {
+		attrs = append(attrs, "requestId", rid)
+	}
+	s.Log.Info("http", attrs...)
+	return nil
+}
+
+// ready reports whether Postgres and Redis answer.
+func (s *Server) ready(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
+	defer cancel()
+	if err := storage.Ready(ctx, s.Pool, s.Redis); err != nil {
+		return domain.NewProblem(fiber.StatusServiceUnavailable, domain.CodeUnavailable, "%s", err.Error())
+	}
+	return c.JSON(fiber.Map{"status": "ready"})
+}

@@ -1,0 +1,86 @@
+// Command api is holdfast's HTTP API. Subcommands:
+//
+//	api                       serve (HTTP_ADDR)
+//	api token -sub 42 -role user [-ttl 24h]   print a dev JWT signed with JWT_SECRET
+//	api migrate               apply migrations and exit
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/storage"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) > 0 {
+		switch args[0] {
+		case "token":
+			return token(cfg, args[1:])
+		case "migrate":
+			return migrate(ctx, cfg)
+		default:
+			return fmt.Errorf("unknown command %q (want token or migrate)", args[0])
+		}
+	}
+	var mounts []api.Mount
+	if cfg.EnableProbe {
+		mounts = append(mounts, probe.Mount)
+	}
+	return api.Run(ctx, cfg, cfg.Logger(os.Stdout), nil, mounts...)
+}
+
+func token(cfg config.Config, args []string) error {
+	fs := flag.NewFlagSet("token", flag.ContinueOnError)
+	sub := fs.String("sub", "", "user id (JWT sub)")
+	role := fs.String("role", "user", "user, staff or admin")
+	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	r, err := domain.ParseRole(*role)
+	if err != nil {
+		return err
+	}
+	t, err := auth.NewSigner(cfg.JWTSecret).Issue(*sub, r, time.Now(), *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Println(t)
+	return nil
+}
+
+func migrate(ctx context.Context, cfg config.Config) error {
+	if err := storage.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return storage.Migrate(ctx, pool)
+}

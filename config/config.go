@@ -1,0 +1,81 @@
+// Package config reads holdfast's settings from the environment. Each binary
+// calls Load once in main and passes the values down; nothing below main
+// reads the environment.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// DefaultJWTSecret is used when JWT_SECRET is unset, for local development
+// only; both binaries log a warning when they run with it.
+const DefaultJWTSecret = "holdfast-dev-secret-change-me"
+
+// Config is every setting of both binaries. The README's configuration table
+// lists the same names and defaults.
+type Config struct {
+	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"`
+	RedisURL    string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	HTTPAddr    string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
+	WorkerAddr  string `env:"WORKER_ADDR" envDefault:"127.0.0.1:9090"`
+	JWTSecret   string `env:"JWT_SECRET" envDefault:"holdfast-dev-secret-change-me"`
+	LogLevel    string `env:"LOG_LEVEL" envDefault:"info"`
+
+	// API
+	BodyLimit   int           `env:"BODY_LIMIT" envDefault:"65536"`
+	PollMaxWait time.Duration `env:"POLL_MAX_WAIT" envDefault:"30s"`
+	QueueCap    int           `env:"QUEUE_CAP" envDefault:"1000000"`
+	KeyCap      int           `env:"KEY_BACKLOG_CAP" envDefault:"200000"`
+	EnableProbe bool          `env:"HOLDFAST_PROBE" envDefault:"false"`
+
+	// Worker
+	Concurrency       int           `env:"WORKER_CONCURRENCY" envDefault:"64"`
+	LeaseTTL          time.Duration `env:"LEASE_TTL" envDefault:"5s"`
+	BatchMax          int           `env:"BATCH_MAX" envDefault:"256"`
+	DrainSlice        time.Duration `env:"DRAIN_SLICE" envDefault:"5s"`
+	ReconcileInterval time.Duration `env:"RECONCILE_INTERVAL" envDefault:"5s"`
+	RedriveAfter      time.Duration `env:"REDRIVE_AFTER" envDefault:"3s"`
+
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
+}
+
+// Load parses the environment.
+func Load() (Config, error) {
+	c, err := env.ParseAs[Config]()
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, c.Validate()
+}
+
+// Validate rejects settings that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.BodyLimit < 1024:
+		return fmt.Errorf("config: BODY_LIMIT must be at least 1024 bytes")
+	case c.Concurrency < 1:
+		return fmt.Errorf("config: WORKER_CONCURRENCY must be positive")
+	case c.BatchMax < 1:
+		return fmt.Errorf("config: BATCH_MAX must be positive")
+	case c.LeaseTTL < 100*time.Millisecond:
+		return fmt.Errorf("config: LEASE_TTL must be at least 100ms")
+	case c.ReconcileInterval < time.Second:
+		return fmt.Errorf("config: RECONCILE_INTERVAL must be at least 1s")
+	case len(c.JWTSecret) < 16:
+		return fmt.Errorf("config: JWT_SECRET must be at least 16 bytes")
+	}
+	return nil
+}
+
+// Logger returns a JSON slog logger at LOG_LEVEL.
+func (c Config) Logger(w interface{ Write([]byte) (int, error) }) *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl}))
+}

@@ -1,0 +1,72 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Codes that more than one package produces. Verticals add their own.
+const (
+	CodeInvalidInput         = "INVALID_INPUT"
+	CodeUnauthenticated      = "UNAUTHENTICATED"
+	CodeForbidden            = "FORBIDDEN"
+	CodeNotFound             = "NOT_FOUND"
+	CodeMethodNotAllowed     = "METHOD_NOT_ALLOWED"
+	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
+	CodeUnsupportedMedia     = "UNSUPPORTED_MEDIA_TYPE"
+	CodeIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	CodeOverloaded           = "OVERLOADED"
+	CodeRateLimited          = "RATE_LIMITED"
+	CodeContention           = "CONTENTION"
+	CodeInternal             = "INTERNAL"
+	CodeUnavailable          = "UNAVAILABLE"
+)
+
+// Problem is an error a client may see: a stable code, a human message, the
+// HTTP status it maps to and optional structured detail. It is the body of
+// every error envelope and of a rejected or failed request's outcome.
+type Problem struct {
+	Code       string         `json:"code"`
+	Message    string         `json:"message"`
+	HTTPStatus int            `json:"httpStatus"`
+	Meta       map[string]any `json:"meta,omitempty"`
+}
+
+func (p *Problem) Error() string { return p.Code + ": " + p.Message }
+
+// WithMeta returns a copy of p with key set in its meta.
+func (p *Problem) WithMeta(key string, value any) *Problem {
+	c := *p
+	c.Meta = make(map[string]any, len(p.Meta)+1)
+	for k, v := range p.Meta {
+		c.Meta[k] = v
+	}
+	c.Meta[key] = value
+	return &c
+}
+
+// NewProblem builds a Problem; the message may use fmt verbs.
+func NewProblem(status int, code, format string, args ...any) *Problem {
+	return &Problem{Code: code, Message: fmt.Sprintf(format, args...), HTTPStatus: status}
+}
+
+// Invalid is a 400 INVALID_INPUT problem.
+func Invalid(format string, args ...any) *Problem {
+	return NewProblem(http.StatusBadRequest, CodeInvalidInput, format, args...)
+}
+
+// Sentinel errors that storage returns and the API maps to problems.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// AsProblem returns the Problem inside err, if any.
+func AsProblem(err error) (*Problem, bool) {
+	var p *Problem
+	if errors.As(err, &p) {
+		return p, true
+	}
+	return nil, false
+}

@@ -1,0 +1,34 @@
+// Package keyed applies accepted requests with per-key serialization
+// (SPEC §3, properties K1–K6). Every write type declares its keys; this
+// package is the one place that turns those keys into mutual exclusion,
+// acceptance order, isolation, crash recovery and batching.
+//
+// The protocol:
+//
+//   - Intake stores the request in Postgres (which assigns seq, the acceptance
+//     order), then adds its id to a mailbox per key — a Redis sorted set
+//     scored by seq — and enqueues one Asynq task with TaskID = requestId (K1).
+//   - A task tries to take the lease of its request's first key: a Redis string
+//     holding a fencing token (INCR of a per-key counter) with a TTL. If the
+//     lease is held, the holder will apply the request (it only gives the
+//     lease up atomically with finding the mailbox empty), so the task is done:
+//     a hot key never ties up more than one worker slot (K4).
+//   - The holder applies its mailbox in seq order (K3), in batches of up to
+//     BatchMax requests per Postgres transaction (K6). That transaction first
+//     records the lease token in key_fences and is refused if a newer token is
+//     already there, so a holder that lost its lease cannot commit (K2). It
+//     locks the request rows and skips any that are already terminal, so no
+//     request is applied twice (K5). Each request gets its own outcome.
+//   - A request with several keys is applied by the holder of its first key
+//     (in sorted order) once it is at the head of every one of its mailboxes;
+//     that holder tries the other leases in sorted order and releases all of
+//     them on any miss (no hold-and-wait). Holders of its other keys step aside
+//     when they reach it. Every key lives in its own hash slot, so this works
+//     on Redis Cluster.
+//   - A holder drains for at most DrainSlice, then releases the lease and hands
+//     the key to a new drain task, so shutdown and long backlogs hand work back.
+//   - The reconciler (SPEC §7) looks in Postgres for requests that stayed open
+//     longer than RedriveAfter; for each of their keys without a live lease it
+//     restores missing mailbox entries and tasks (Redis lost them) and enqueues
+//     a drain (the holder died). Lease TTL + reconcile interval bound K5.
+package keyed

@@ -1,0 +1,425 @@
+package keyed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/requests"
+)
+
+// Drain takes key's lease and applies its mailbox. If another process holds
+// the lease, that holder will apply everything in the mailbox (it releases
+// only atomically with finding it empty), so Drain returns at once.
+func (e *Engine) Drain(ctx context.Context, key, queue string) error {
+	l, ok, err := e.TryAcquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		e.m.LeaseBusy.WithLabelValues(queue).Inc()
+		return nil
+	}
+	return e.drainHeld(ctx, l, queue)
+}
+
+func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
+	deadline := e.now().Add(e.opt.DrainSlice)
+	for {
+		if e.stopped() || ctx.Err() != nil || !e.now().Before(deadline) {
+			return e.handOff(context.WithoutCancel(ctx), l, queue, 0)
+		}
+		ids, err := e.peek(ctx, l, e.opt.BatchMax)
+		if errors.Is(err, ErrLeaseLost) {
+			e.m.LeaseLost.WithLabelValues(queue).Inc()
+			return nil
+		}
+		if err != nil {
+			return e.giveUp(ctx, l, queue, err)
+		}
+		if len(ids) == 0 {
+			st, err := e.release(ctx, l, true)
+			if err != nil || st != relKept {
+				return err
+			}
+			continue
+		}
+		next, more, err := e.step(ctx, l, queue, ids)
+		if err != nil {
+			return e.giveUp(ctx, next, queue, err)
+		}
+		if !more {
+			return nil
+		}
+		l = next
+	}
+}
+
+// step applies the next batch from the head of l's mailbox: the longest run
+// of requests whose only key is l.Key, or a single multi-key request.
+func (e *Engine) step(ctx context.Context, l Lease, queue string, ids []string) (Lease, bool, error) {
+	uids := make([]uuid.UUID, 0, len(ids))
+	var bad []any
+	for _, s := range ids {
+		if id, err := uuid.Parse(s); err == nil {
+			uids = append(uids, id)
+		} else {
+			bad = append(bad, s)
+		}
+	}
+	if len(bad) > 0 {
+		if err := e.rdb.ZRem(ctx, mboxKey(l.Key), bad...).Err(); err != nil {
+			return l, false, fmt.Errorf("keyed: drop bad mailbox entries: %w", err)
+		}
+	}
+	if len(uids) == 0 {
+		return l, true, nil
+	}
+	if err := e.store.MarkProcessing(ctx, uids, e.now().UTC()); err != nil {
+		return l, false, err
+	}
+	run := func(open []*requests.Request, limit int) []*requests.Request {
+		n := 0
+		for n < len(open) && n < limit && len(open[n].Keys) == 1 && open[n].Keys[0] == l.Key {
+			n++
+		}
+		return open[:n]
+	}
+	leases, res, err := e.applyRetrying(ctx, []Lease{l}, uids, run)
+	if len(leases) > 0 {
+		l = leases[0]
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		e.m.LeaseLost.WithLabelValues(queue).Inc()
+		return l, false, nil
+	}
+	if err != nil {
+		return l, false, err
+	}
+	e.finish(ctx, queue, res, []string{l.Key})
+	if len(res.applied) == 0 && res.head != nil {
+		return e.multi(ctx, l, queue, res.head)
+	}
+	return l, true, nil
+}
+
+// multi handles a mailbox whose head is a request with several keys.
+func (e *Engine) multi(ctx context.Context, l Lease, queue string, head *requests.Request) (Lease, bool, error) {
+	keys := head.Keys // sorted at intake
+	if keys[0] != l.Key {
+		// The holder of the first key applies it; make sure one is coming and
+		// step aside. That holder hands this key on afterwards.
+		if err := e.enqueueDrain(ctx, queue, keys[0], "s"+head.ID.String(), 0); err != nil {
+			return l, false, err
+		}
+		_, err := e.release(ctx, l, false)
+		return l, false, err
+	}
+	retry := 20*time.Millisecond + rand.N(50*time.Millisecond)
+	var extras []Lease
+	releaseExtras := func() {
+		for _, x := range extras {
+			if err := e.handOff(context.WithoutCancel(ctx), x, queue, 0); err != nil {
+				e.log.Warn("hand off extra key", "key", x.Key, "err", err)
+			}
+		}
+	}
+	// Sorted order, all or nothing: on any miss release everything taken.
+	for _, k := range keys[1:] {
+		x, ok, err := e.TryAcquire(ctx, k)
+		if err != nil {
+			releaseExtras()
+			return l, false, err
+		}
+		if !ok {
+			releaseExtras()
+			return l, false, e.handOff(ctx, l, queue, retry)
+		}
+		extras = append(extras, x)
+	}
+	want := head.ID.String()
+	for _, x := range extras {
+		first, err := e.rdb.ZRange(ctx, mboxKey(x.Key), 0, 0).Result()
+		if err != nil {
+			releaseExtras()
+			return l, false, fmt.Errorf("keyed: head of %s: %w", x.Key, err)
+		}
+		if len(first) == 0 || first[0] != want {
+			// Earlier requests on that key go first (K3): hand it to its own
+			// drain, and come back.
+			releaseExtras()
+			return l, false, e.handOff(ctx, l, queue, retry)
+		}
+	}
+	only := func(open []*requests.Request, _ int) []*requests.Request {
+		if len(open) > 0 && open[0].ID == head.ID {
+			return open[:1]
+		}
+		return nil
+	}
+	leases, res, err := e.applyRetrying(ctx, append([]Lease{l}, extras...), []uuid.UUID{head.ID}, only)
+	if len(leases) > 0 {
+		l, extras = leases[0], leases[1:]
+	}
+	if err != nil {
+		releaseExtras()
+		if errors.Is(err, ErrLeaseLost) {
+			e.m.LeaseLost.WithLabelValues(queue).Inc()
+			return l, false, nil
+		}
+		return l, false, err
+	}
+	e.finish(ctx, queue, res, keys)
+	releaseExtras()
+	return l, true, nil
+}
+
+// result is what one apply transaction did.
+type result struct {
+	tried   []*requests.Request // the requests picked for the transaction
+	applied []*requests.Request // the same, once committed
+	outs    []requests.Outcome
+	gone    []uuid.UUID        // peeked ids that were already terminal (or unknown)
+	head    *requests.Request // first open request, when none was picked
+}
+
+type pickFunc func(open []*requests.Request, limit int) []*requests.Request
+
+// applyRetrying runs apply transactions until one commits: a fenced lease
+// whose Redis entry is still ours is re-issued once; a system failure is
+// retried with backoff, then narrowed to one request, and a request that
+// still fails is recorded as failed so it cannot block its key forever.
+func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc) ([]Lease, result, error) {
+	limit := len(ids)
+	reissued := false
+	for try := 0; ; try++ {
+		res, err := e.attempt(ctx, leases, ids, pick, limit, nil)
+		var fenced *fencedError
+		switch {
+		case err == nil:
+			return leases, res, nil
+		case errors.As(err, &fenced):
+			if reissued || e.opt.Unguarded {
+				return leases, res, ErrLeaseLost
+			}
+			reissued = true
+			i := slices.IndexFunc(leases, func(l Lease) bool { return l.Key == fenced.key })
+			nl, rerr := e.reissue(ctx, leases[i])
+			if rerr != nil {
+				return leases, res, rerr
+			}
+			leases[i] = nl
+			try--
+			continue
+		case ctx.Err() != nil:
+			return leases, res, err
+		}
+		e.log.Warn("apply failed", "keys", leaseKeys(leases), "try", try, "batch", len(res.tried), "err", err)
+		if try < 2 {
+			time.Sleep(time.Duration(25<<(2*try)) * time.Millisecond)
+			continue
+		}
+		if limit > 1 {
+			limit, try = 1, -1
+			continue
+		}
+		if len(res.tried) != 1 {
+			return leases, res, err
+		}
+		res, ferr := e.attempt(ctx, leases, []uuid.UUID{res.tried[0].ID}, pick, 1, err)
+		if ferr != nil {
+			return leases, res, ferr
+		}
+		return leases, res, nil
+	}
+}
+
+type fencedError struct{ key string }
+
+func (f *fencedError) Error() string { return ErrFenced.Error() + ": " + f.key }
+func (f *fencedError) Unwrap() error { return ErrFenced }
+
+// attempt is one apply transaction: check every lease's fence, lock the open
+// requests among ids, apply the picked ones and record their outcomes. With
+// failWith set, the picked requests are recorded as failed instead.
+func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc, limit int, failWith error) (result, error) {
+	var res result
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("keyed: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if !e.opt.Unguarded {
+		for _, l := range leases {
+			if err := fence(ctx, tx, l); err != nil {
+				if errors.Is(err, ErrFenced) {
+					return res, &fencedError{key: l.Key}
+				}
+				return res, err
+			}
+		}
+	}
+	open, err := requests.LockOpen(ctx, tx, ids, e.opt.Unguarded)
+	if err != nil {
+		return res, err
+	}
+	if !e.opt.Unguarded {
+		res.gone = missing(ids, open)
+	}
+	batch := pick(open, limit)
+	res.tried = batch
+	if len(batch) == 0 {
+		if len(open) > 0 {
+			res.head = open[0]
+		}
+		return res, nil
+	}
+	now := e.now().UTC()
+	var outs []requests.Outcome
+	if failWith != nil {
+		e.log.Error("request failed after retries", "requestId", batch[0].ID, "traceId", batch[0].TraceID, "err", failWith)
+		outs = []requests.Outcome{requests.Failed("the request could not be applied after retries")}
+	} else if outs, err = e.apply(ctx, tx, leases, batch, now); err != nil {
+		return res, err
+	}
+	if err := requests.Complete(ctx, tx, batch, outs, now); err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("keyed: commit: %w", err)
+	}
+	res.applied, res.outs = batch, outs
+	return res, nil
+}
+
+// apply hands each run of same-type requests to its type's applier.
+func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*requests.Request, now time.Time) ([]requests.Outcome, error) {
+	fences := make(map[string]int64, len(leases))
+	for _, l := range leases {
+		fences[l.Key] = l.Token
+	}
+	outs := make([]requests.Outcome, 0, len(batch))
+	for i := 0; i < len(batch); {
+		j := i + 1
+		for j < len(batch) && batch[j].Type == batch[i].Type {
+			j++
+		}
+		t, ok := e.types[batch[i].Type]
+		if !ok {
+			for range j - i {
+				outs = append(outs, requests.Failed("no applier for type "+batch[i].Type))
+			}
+			i = j
+			continue
+		}
+		o, err := safeApply(ctx, t.Applier, tx, &Batch{Requests: batch[i:j], Fences: fences, Now: now, Worker: e.opt.Worker})
+		if err != nil {
+			return nil, fmt.Errorf("keyed: apply %s: %w", t.Name, err)
+		}
+		if len(o) != j-i {
+			return nil, fmt.Errorf("keyed: %s returned %d outcomes for %d requests", t.Name, len(o), j-i)
+		}
+		outs = append(outs, o...)
+		i = j
+	}
+	return outs, nil
+}
+
+func safeApply(ctx context.Context, a Applier, tx pgx.Tx, b *Batch) (outs []requests.Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("applier panic: %v", p)
+		}
+	}()
+	return a.Apply(ctx, tx, b)
+}
+
+// finish removes applied and stale ids from the mailboxes of keys, announces
+// the outcomes and records metrics. A failure here is harmless: stale
+// entries are skipped as terminal next time, and long-polls re-read Postgres.
+func (e *Engine) finish(ctx context.Context, queue string, res result, keys []string) {
+	if len(res.applied)+len(res.gone) == 0 {
+		return
+	}
+	members := make([]any, 0, len(res.applied)+len(res.gone))
+	done := make([]string, 0, len(res.applied))
+	for _, r := range res.applied {
+		members = append(members, r.ID.String())
+		done = append(done, r.ID.String())
+	}
+	for _, id := range res.gone {
+		members = append(members, id.String())
+	}
+	pipe := e.rdb.Pipeline()
+	for _, k := range keys {
+		pipe.ZRem(ctx, mboxKey(k), members...)
+	}
+	if len(done) > 0 {
+		pipe.Publish(ctx, requests.DoneChannel, strings.Join(done, ","))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		e.log.Warn("mailbox cleanup failed", "keys", keys, "err", err)
+	}
+	if len(res.applied) == 0 {
+		return
+	}
+	e.m.BatchSize.WithLabelValues(queue).Observe(float64(len(res.applied)))
+	now := e.now()
+	for i, r := range res.applied {
+		code := "none"
+		if p := res.outs[i].Problem; p != nil {
+			code = p.Code
+		}
+		e.m.Completed.WithLabelValues(r.Type, string(res.outs[i].Status), code).Inc()
+		e.m.Latency.WithLabelValues(r.Type).Observe(now.Sub(r.AcceptedAt).Seconds())
+	}
+}
+
+// handOff releases l; if its mailbox still has entries, a new drain task
+// carries on after delay.
+func (e *Engine) handOff(ctx context.Context, l Lease, queue string, delay time.Duration) error {
+	st, err := e.release(ctx, l, false)
+	if err != nil || st != relNonEmpty {
+		return err
+	}
+	e.m.HandOffs.WithLabelValues(queue).Inc()
+	return e.enqueueDrain(ctx, queue, l.Key, tokenID("h", l.Token), delay)
+}
+
+// giveUp hands the key on after a system error and returns the error so the
+// task is retried and the failure shows in Asynqmon.
+func (e *Engine) giveUp(ctx context.Context, l Lease, queue string, err error) error {
+	if herr := e.handOff(context.WithoutCancel(ctx), l, queue, time.Second); herr != nil {
+		e.log.Warn("hand off after error", "key", l.Key, "err", herr)
+	}
+	return err
+}
+
+func missing(ids []uuid.UUID, open []*requests.Request) []uuid.UUID {
+	have := make(map[uuid.UUID]bool, len(open))
+	for _, r := range open {
+		have[r.ID] = true
+	}
+	var out []uuid.UUID
+	for _, id := range ids {
+		if !have[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func leaseKeys(ls []Lease) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = l.Key
+	}
+	return out
+}

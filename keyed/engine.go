@@ -1,0 +1,321 @@
+package keyed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/metrics"
+	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/tasks"
+)
+
+// Batch is a run of consecutive requests of one type, applied in one
+// transaction while the leases of all their keys are held.
+type Batch struct {
+	Requests []*requests.Request
+	// Fences maps each held key to its lease token, for appliers that change
+	// Redis state and must check the token in the same script.
+	Fences map[string]int64
+	Now    time.Time
+	Worker string
+}
+
+// Applier applies batches of one write type. It returns one outcome per
+// request, in order. An error means a system failure: the whole transaction
+// is rolled back and retried, then narrowed to single requests; a request that
+// keeps failing is recorded as failed.
+type Applier interface {
+	Apply(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error)
+}
+
+// ApplierFunc adapts a function to Applier.
+type ApplierFunc func(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error)
+
+// Apply calls f.
+func (f ApplierFunc) Apply(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error) {
+	return f(ctx, tx, b)
+}
+
+// Type is a write type: its task type name, its queue and how it applies.
+type Type struct {
+	Name    string
+	Queue   string
+	Applier Applier
+}
+
+// Options tune the engine; zero values take the defaults of config.Config.
+type Options struct {
+	LeaseTTL     time.Duration // lease lifetime; a holder extends it every batch
+	BatchMax     int           // requests per apply transaction
+	DrainSlice   time.Duration // longest one task holds a key before handing it on
+	RedriveAfter time.Duration // how long a request may stay open before the reconciler looks at it
+	KeyCap       int           // backlog per key above which intake answers 429
+	QueueCap     int           // tasks per queue above which intake answers 429
+	Worker       string        // name of this process, for logs and the probe's log
+
+	// Unguarded turns the lease and the fencing check off, so that every task
+	// applies its key's mailbox concurrently with the others. It exists only
+	// for the control cases that show the invariants breaking without the
+	// guard; nothing but those tests may set it.
+	Unguarded bool
+}
+
+func (o *Options) defaults() {
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 5 * time.Second
+	}
+	if o.BatchMax <= 0 {
+		o.BatchMax = 256
+	}
+	if o.DrainSlice <= 0 {
+		o.DrainSlice = 5 * time.Second
+	}
+	if o.RedriveAfter <= 0 {
+		o.RedriveAfter = 3 * time.Second
+	}
+	if o.KeyCap <= 0 {
+		o.KeyCap = 200_000
+	}
+	if o.QueueCap <= 0 {
+		o.QueueCap = 1_000_000
+	}
+	if o.Worker == "" {
+		o.Worker = "worker"
+	}
+}
+
+// Engine is the per-key serialization engine. The API uses it to admit and
+// dispatch requests; the worker to apply them.
+type Engine struct {
+	pool   *pgxpool.Pool
+	rdb    redis.UniversalClient
+	client *asynq.Client
+	insp   *asynq.Inspector
+	store  *requests.Store
+	log    *slog.Logger
+	m      *metrics.Pipeline
+	opt    Options
+	types  map[string]Type
+	now    func() time.Time
+
+	stopOnce sync.Once
+	stopping chan struct{}
+
+	backlog sync.Map // key → backlogSample
+
+	qmu    sync.Mutex
+	qsizes map[string]queueSample
+}
+
+type backlogSample struct {
+	n  int64
+	at time.Time
+}
+
+type queueSample struct {
+	n  int
+	at time.Time
+}
+
+// New builds an engine. insp may be nil in processes that do not admit
+// requests (workers).
+func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, log *slog.Logger, m *metrics.Pipeline, opt Options) *Engine {
+	opt.defaults()
+	return &Engine{
+		pool:     pool,
+		rdb:      rdb,
+		client:   asynq.NewClientFromRedisClient(rdb),
+		insp:     insp,
+		store:    requests.NewStore(pool),
+		log:      log,
+		m:        m,
+		opt:      opt,
+		types:    make(map[string]Type),
+		now:      time.Now,
+		stopping: make(chan struct{}),
+		qsizes:   make(map[string]queueSample),
+	}
+}
+
+// Register adds a write type.
+func (e *Engine) Register(t Type) {
+	if t.Name == "" || t.Queue == "" || t.Applier == nil {
+		panic("keyed: incomplete type " + t.Name)
+	}
+	e.types[t.Name] = t
+}
+
+// Queues returns the queues of the registered types plus the maintenance queue.
+func (e *Engine) Queues() map[string]int {
+	q := map[string]int{tasks.MaintenanceQueue: 1}
+	for _, t := range e.types {
+		q[t.Queue] = 3
+	}
+	return q
+}
+
+// Handle registers the engine's task handlers on mux.
+func (e *Engine) Handle(mux *asynq.ServeMux) {
+	for name := range e.types {
+		mux.HandleFunc(name, e.handleRequest)
+	}
+	mux.HandleFunc(tasks.TypeDrain, e.handleDrain)
+	mux.HandleFunc(tasks.TypeReconcile, func(ctx context.Context, _ *asynq.Task) error { return e.Reconcile(ctx) })
+}
+
+// Stop makes every drain hand its key over after its current batch. Call it
+// after the Asynq server stopped fetching and before it shuts down.
+func (e *Engine) Stop() { e.stopOnce.Do(func() { close(e.stopping) }) }
+
+func (e *Engine) stopped() bool {
+	select {
+	case <-e.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close releases the engine's Asynq client.
+func (e *Engine) Close() error { return e.client.Close() }
+
+// overloaded is the 429 intake answers when a backlog is over its cap.
+func overloaded(what string, retryAfter int) *domain.Problem {
+	return domain.NewProblem(http.StatusTooManyRequests, domain.CodeOverloaded,
+		"%s is over its backlog cap; retry later", what).WithMeta("retryAfterSeconds", retryAfter)
+}
+
+// Admit refuses work over the key and queue caps. Backlog sizes come from a
+// one-second cache fed by Dispatch, so a busy API adds no round trip here.
+func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
+	now := e.now()
+	var missing []string
+	for _, k := range keys {
+		if s, ok := e.backlog.Load(k); ok && now.Sub(s.(backlogSample).at) < time.Second {
+			if s.(backlogSample).n >= int64(e.opt.KeyCap) {
+				e.m.Overloaded.WithLabelValues(queue).Inc()
+				return overloaded("key "+k, 1)
+			}
+			continue
+		}
+		missing = append(missing, k)
+	}
+	if len(missing) > 0 {
+		pipe := e.rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, len(missing))
+		for i, k := range missing {
+			cmds[i] = pipe.ZCard(ctx, mboxKey(k))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("keyed: admit: %w", err)
+		}
+		for i, k := range missing {
+			n := cmds[i].Val()
+			e.backlog.Store(k, backlogSample{n, now})
+			if n >= int64(e.opt.KeyCap) {
+				e.m.Overloaded.WithLabelValues(queue).Inc()
+				return overloaded("key "+k, 1)
+			}
+		}
+	}
+	if n := e.queueSize(ctx, queue); n >= e.opt.QueueCap {
+		e.m.Overloaded.WithLabelValues(queue).Inc()
+		return overloaded("queue "+queue, 5)
+	}
+	return nil
+}
+
+// queueSize returns the queue's unfinished tasks, refreshed at most once a
+// second; without an inspector, or on error, it reports 0 (admit).
+func (e *Engine) queueSize(ctx context.Context, queue string) int {
+	if e.insp == nil {
+		return 0
+	}
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	s, ok := e.qsizes[queue]
+	if ok && e.now().Sub(s.at) < time.Second {
+		return s.n
+	}
+	info, err := e.insp.GetQueueInfo(queue)
+	n := 0
+	if err == nil {
+		n = info.Pending + info.Active + info.Scheduled + info.Retry
+	}
+	e.qsizes[queue] = queueSample{n, e.now()}
+	return n
+}
+
+// Dispatch adds r to its keys' mailboxes and enqueues its task. Both steps
+// are idempotent, so the reconciler may repeat them.
+func (e *Engine) Dispatch(ctx context.Context, r *requests.Request) error {
+	pipe := e.rdb.Pipeline()
+	cards := make([]*redis.IntCmd, len(r.Keys))
+	member := r.ID.String()
+	for i, k := range r.Keys {
+		pipe.ZAddNX(ctx, mboxKey(k), redis.Z{Score: float64(r.Seq), Member: member})
+		cards[i] = pipe.ZCard(ctx, mboxKey(k))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("keyed: mailbox: %w", err)
+	}
+	now := e.now()
+	for i, k := range r.Keys {
+		e.backlog.Store(k, backlogSample{cards[i].Val(), now})
+	}
+	t, err := tasks.NewRequest(r.Type, r.Queue, member, r.Keys)
+	if err != nil {
+		return err
+	}
+	if _, err := e.client.EnqueueContext(ctx, t); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("keyed: enqueue: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) handleRequest(ctx context.Context, t *asynq.Task) error {
+	var p tasks.RequestPayload
+	if err := tasks.Decode(t, &p); err != nil {
+		return err
+	}
+	if len(p.Keys) == 0 {
+		return fmt.Errorf("request %s has no keys: %w", p.RequestID, asynq.SkipRetry)
+	}
+	q, _ := asynq.GetQueueName(ctx)
+	return e.Drain(ctx, requests.NormalizeKeys(p.Keys)[0], q)
+}
+
+func (e *Engine) handleDrain(ctx context.Context, t *asynq.Task) error {
+	var p tasks.DrainPayload
+	if err := tasks.Decode(t, &p); err != nil {
+		return err
+	}
+	q, _ := asynq.GetQueueName(ctx)
+	return e.Drain(ctx, p.Key, q)
+}
+
+// enqueueDrain asks for key to be drained; id de-duplicates one cause.
+func (e *Engine) enqueueDrain(ctx context.Context, queue, key, id string, delay time.Duration) error {
+	t, err := tasks.NewDrain(queue, key, id, delay)
+	if err != nil {
+		return err
+	}
+	if _, err := e.client.EnqueueContext(ctx, t); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("keyed: enqueue drain %s: %w", key, err)
+	}
+	return nil
+}
+
+func tokenID(prefix string, tok int64) string { return prefix + strconv.FormatInt(tok, 10) }

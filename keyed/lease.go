@@ -1,0 +1,117 @@
+package keyed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrLeaseLost means the lease expired or was taken over; the holder must
+// stop without committing.
+var ErrLeaseLost = errors.New("keyed: lease lost")
+
+// ErrFenced means Postgres has seen a newer token for a key: a later holder
+// has applied changes, so this holder's transaction was refused (K2).
+var ErrFenced = errors.New("keyed: fenced out by a newer lease")
+
+// Lease is a held lease on one key.
+type Lease struct {
+	Key   string
+	Token int64
+}
+
+// release results.
+const (
+	relLost     = -1
+	relKept     = 0
+	relEmpty    = 1
+	relNonEmpty = 2
+)
+
+// TryAcquire takes key's lease if it is free; ok is false if it is held.
+func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, err error) {
+	if e.opt.Unguarded {
+		return Lease{Key: key, Token: 0}, true, nil
+	}
+	tok, err := acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key)}, e.opt.LeaseTTL.Milliseconds()).Int64()
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("keyed: acquire %s: %w", key, err)
+	}
+	return Lease{Key: key, Token: tok}, tok != 0, nil
+}
+
+// peek extends l and returns up to n mailbox ids in acceptance order.
+func (e *Engine) peek(ctx context.Context, l Lease, n int) ([]string, error) {
+	if e.opt.Unguarded {
+		return e.rdb.ZRange(ctx, mboxKey(l.Key), 0, int64(n-1)).Result()
+	}
+	ids, err := peekScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)},
+		l.Token, e.opt.LeaseTTL.Milliseconds(), n).StringSlice()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrLeaseLost
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keyed: peek %s: %w", l.Key, err)
+	}
+	return ids, nil
+}
+
+// release gives l up; with ifEmpty it keeps the lease while the mailbox has
+// entries (so no entry is ever left without a holder or a task).
+func (e *Engine) release(ctx context.Context, l Lease, ifEmpty bool) (int, error) {
+	if e.opt.Unguarded {
+		return relEmpty, nil
+	}
+	mode := "force"
+	if ifEmpty {
+		mode = "ifempty"
+	}
+	st, err := releaseScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)}, l.Token, mode).Int()
+	if err != nil {
+		return 0, fmt.Errorf("keyed: release %s: %w", l.Key, err)
+	}
+	return st, nil
+}
+
+// fence records l's token in key_fences inside tx, refusing with ErrFenced
+// if a newer token has already applied changes to the key. The row lock it
+// takes also serializes every apply transaction on the key.
+func fence(ctx context.Context, tx pgx.Tx, l Lease) error {
+	var tok int64
+	err := tx.QueryRow(ctx, `INSERT INTO key_fences (key, token) VALUES ($1, $2)
+		ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token WHERE key_fences.token <= EXCLUDED.token
+		RETURNING token`, l.Key, l.Token).Scan(&tok)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: key %s token %d", ErrFenced, l.Key, l.Token)
+	}
+	if err != nil {
+		return fmt.Errorf("keyed: fence %s: %w", l.Key, err)
+	}
+	return nil
+}
+
+// reissue handles ErrFenced for a holder that still holds its lease in Redis:
+// that means Redis lost its token counter (FLUSHALL, failover without
+// persistence). It raises the counter above what Postgres has seen and
+// returns the lease with a fresh token. A holder that really lost its lease
+// gets ErrLeaseLost.
+func (e *Engine) reissue(ctx context.Context, l Lease) (Lease, error) {
+	var seen int64
+	if err := e.pool.QueryRow(ctx, `SELECT token FROM key_fences WHERE key = $1`, l.Key).Scan(&seen); err != nil {
+		return l, fmt.Errorf("keyed: read fence %s: %w", l.Key, err)
+	}
+	tok, err := reissueScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), fenceKey(l.Key)},
+		strconv.FormatInt(l.Token, 10), seen).Int64()
+	if err != nil {
+		return l, fmt.Errorf("keyed: reissue %s: %w", l.Key, err)
+	}
+	if tok == 0 {
+		return l, ErrLeaseLost
+	}
+	e.log.Warn("lease token re-issued above the fence; Redis lost its counter", "key", l.Key, "token", tok)
+	return Lease{Key: l.Key, Token: tok}, nil
+}

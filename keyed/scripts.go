@@ -1,0 +1,53 @@
+package keyed
+
+import "github.com/redis/go-redis/v9"
+
+// Redis layout, all keys of one serialization key in one hash slot:
+//
+//	hf:{key}:mbox   sorted set  request id → seq
+//	hf:{key}:lease  string      fencing token of the holder, with TTL
+//	hf:{key}:fence  string      last token handed out (INCR)
+func mboxKey(k string) string  { return "hf:{" + k + "}:mbox" }
+func leaseKey(k string) string { return "hf:{" + k + "}:lease" }
+func fenceKey(k string) string { return "hf:{" + k + "}:fence" }
+
+// acquireScript takes a free lease. KEYS: lease, fence. ARGV: ttl ms.
+// Returns the new token, or 0 if the lease is held.
+var acquireScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local tok = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], tok, 'PX', ARGV[1])
+return tok`)
+
+// peekScript extends a held lease and reads the head of the mailbox.
+// KEYS: lease, mbox. ARGV: token, ttl ms, n. Returns nil if the lease is
+// not held with token any more.
+var peekScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)`)
+
+// releaseScript gives a lease up. KEYS: lease, mbox. ARGV: token, mode
+// ("ifempty" keeps the lease while the mailbox has entries). Returns -1 if
+// the lease was not held with token, 0 if kept, 1 if released with an empty
+// mailbox, 2 if released with entries left.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local n = redis.call('ZCARD', KEYS[2])
+if ARGV[2] == 'ifempty' and n > 0 then return 0 end
+redis.call('DEL', KEYS[1])
+if n > 0 then return 2 end
+return 1`)
+
+// reissueScript raises the token counter above a token Postgres has already
+// seen (after Redis lost the counter) and re-issues the held lease with a
+// token above it. KEYS: lease, fence. ARGV: token, floor. Returns the new
+// token, or 0 if the lease is not held with token.
+var reissueScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+local floor = tonumber(ARGV[2])
+if cur < floor then redis.call('SET', KEYS[2], floor) end
+local tok = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], tok, 'KEEPTTL')
+return tok`)

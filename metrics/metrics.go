@@ -1,0 +1,73 @@
+// Package metrics defines holdfast's own Prometheus metrics (prefix
+// `holdfast_`, SPEC §8). Each binary builds one registry and passes the
+// collectors down; nothing registers globally.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Pipeline holds the request pipeline's metrics.
+type Pipeline struct {
+	Accepted   *prometheus.CounterVec   // requests made durable, by type
+	Completed  *prometheus.CounterVec   // requests that reached a terminal state, by type, outcome and code
+	Latency    *prometheus.HistogramVec // accept → terminal, by type
+	Overloaded *prometheus.CounterVec   // writes refused with 429 OVERLOADED, by queue
+	BatchSize  *prometheus.HistogramVec // requests applied per transaction, by queue
+	LeaseBusy  *prometheus.CounterVec   // tasks that found their key's lease held and left the work to its holder
+	LeaseLost  *prometheus.CounterVec   // holders that found their lease gone or fenced
+	Takeovers  *prometheus.CounterVec   // keys with stale work and no live holder that the reconciler re-drove
+	Redriven   *prometheus.CounterVec   // requests whose mailbox entry or task the reconciler restored
+	HandOffs   *prometheus.CounterVec   // drains that handed a non-empty key to a new task
+}
+
+// NewRegistry returns a registry with Go and process collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// NewPipeline registers the pipeline metrics on reg.
+func NewPipeline(reg prometheus.Registerer) *Pipeline {
+	p := &Pipeline{
+		Accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_requests_accepted_total", Help: "Writes made durable and answered 202, by type.",
+		}, []string{"type"}),
+		Completed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_requests_completed_total", Help: "Requests that reached a terminal state, by type, outcome and code.",
+		}, []string{"type", "outcome", "code"}),
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "holdfast_request_duration_seconds",
+			Help:    "Time from acceptance to terminal state, by type.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"type"}),
+		Overloaded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_requests_overloaded_total", Help: "Writes refused with 429 OVERLOADED, by queue.",
+		}, []string{"queue"}),
+		BatchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "holdfast_keyed_batch_size",
+			Help:    "Requests applied in one transaction, by queue.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+		}, []string{"queue"}),
+		LeaseBusy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_keyed_lease_waits_total", Help: "Tasks that found their key's lease held and left the work to the holder, by queue.",
+		}, []string{"queue"}),
+		LeaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_keyed_lease_lost_total", Help: "Holders that found their lease expired or fenced, by queue.",
+		}, []string{"queue"}),
+		Takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_keyed_takeovers_total", Help: "Keys with stale work and no live holder re-driven by the reconciler, by queue.",
+		}, []string{"queue"}),
+		Redriven: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_requests_redriven_total", Help: "Requests whose mailbox entry and task were restored from Postgres, by queue.",
+		}, []string{"queue"}),
+		HandOffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_keyed_handoffs_total", Help: "Drains that handed a non-empty key over to a new drain task, by queue.",
+		}, []string{"queue"}),
+	}
+	reg.MustRegister(p.Accepted, p.Completed, p.Latency, p.Overloaded, p.BatchSize,
+		p.LeaseBusy, p.LeaseLost, p.Takeovers, p.Redriven, p.HandOffs)
+	return p
+}

@@ -1,0 +1,156 @@
+// Package probe is a write type that exists to exercise the request
+// pipeline end to end: POST /api/v1/probe increments a bounded counter on
+// each of its keys. Its read-modify-write deliberately loses updates unless
+// requests on a key are serialized, so the keyed engine's guarantees are
+// visible in its data: the counter equals the number of successes and every
+// success on a key got a distinct value, in acceptance order. The API and
+// worker enable it with HOLDFAST_PROBE=true; tests always do.
+package probe
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/requests"
+)
+
+// Task type and queue of the probe.
+const (
+	TypeIncr = "probe.incr"
+	Queue    = "probe"
+)
+
+// CodeLimitReached rejects an increment that would pass the limit.
+const CodeLimitReached = "PROBE_LIMIT_REACHED"
+
+// Payload is the body of POST /api/v1/probe.
+type Payload struct {
+	// Keys are the counters to increment, all or none; 1 to 4 names.
+	Keys []string `json:"keys"`
+	// Limit rejects the increment when a counter already reached it; 0 means none.
+	Limit int64 `json:"limit,omitempty"`
+	// SleepMs widens the window between read and write (0 to 1000).
+	SleepMs int `json:"sleepMs,omitempty"`
+	// Poison makes the applier fail, to exercise retries and failed outcomes.
+	Poison bool `json:"poison,omitempty"`
+}
+
+// Result is a successful increment: each key's new value.
+type Result struct {
+	Values map[string]int64 `json:"values"`
+}
+
+var keyName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+// SerialKey is the serialization key of a probe counter.
+func SerialKey(name string) string { return "probe:" + name }
+
+// Validate checks a payload.
+func (p *Payload) Validate() error {
+	if len(p.Keys) == 0 || len(p.Keys) > 4 {
+		return api.InvalidField("keys", "keys must name 1 to 4 counters")
+	}
+	for _, k := range p.Keys {
+		if !keyName.MatchString(k) {
+			return api.InvalidField("keys", "counter names are 1 to 64 of a-z 0-9 _ -")
+		}
+	}
+	if p.Limit < 0 {
+		return api.InvalidField("limit", "limit must not be negative")
+	}
+	if p.SleepMs < 0 || p.SleepMs > 1000 {
+		return api.InvalidField("sleepMs", "sleepMs must be between 0 and 1000")
+	}
+	return nil
+}
+
+// Mount adds POST /api/v1/probe.
+func Mount(v1 fiber.Router, s *api.Server) {
+	v1.Post("/probe", func(c *fiber.Ctx) error {
+		var p Payload
+		if err := api.Decode(c, &p); err != nil {
+			return err
+		}
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		keys := make([]string, len(p.Keys))
+		for i, k := range p.Keys {
+			keys[i] = SerialKey(k)
+		}
+		body, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		return s.Accept(c, requests.Submission{Type: TypeIncr, Queue: Queue, Keys: keys, Payload: body})
+	})
+}
+
+// Type is the worker side of the probe.
+func Type() keyed.Type {
+	return keyed.Type{Name: TypeIncr, Queue: Queue, Applier: keyed.ApplierFunc(apply)}
+}
+
+func apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
+	outs := make([]requests.Outcome, len(b.Requests))
+	for i, r := range b.Requests {
+		var p Payload
+		if err := json.Unmarshal(r.Payload, &p); err != nil {
+			outs[i] = requests.Failed("undecodable probe payload")
+			continue
+		}
+		if p.Poison {
+			return nil, fmt.Errorf("probe: poisoned request %s", r.ID)
+		}
+		o, err := incr(ctx, tx, r, &p, b.Worker)
+		if err != nil {
+			return nil, err
+		}
+		outs[i] = o
+	}
+	return outs, nil
+}
+
+// incr reads, waits, then writes the computed values: a lost update if any
+// other transaction increments the same counter in between.
+func incr(ctx context.Context, tx pgx.Tx, r *requests.Request, p *Payload, worker string) (requests.Outcome, error) {
+	started := time.Now()
+	values := make(map[string]int64, len(p.Keys))
+	for _, k := range p.Keys {
+		var v int64
+		err := tx.QueryRow(ctx, `SELECT value FROM probe_counters WHERE key = $1`, k).Scan(&v)
+		if err != nil && err != pgx.ErrNoRows {
+			return requests.Outcome{}, fmt.Errorf("probe: read %s: %w", k, err)
+		}
+		if p.Limit > 0 && v >= p.Limit {
+			return requests.Rejected(domain.NewProblem(http.StatusConflict, CodeLimitReached,
+				"counter %s reached its limit %d", k, p.Limit).WithMeta("key", k)), nil
+		}
+		values[k] = v + 1
+	}
+	if p.SleepMs > 0 {
+		time.Sleep(time.Duration(p.SleepMs) * time.Millisecond)
+	}
+	ended := time.Now()
+	for _, k := range p.Keys {
+		if _, err := tx.Exec(ctx, `INSERT INTO probe_counters (key, value) VALUES ($1, $2)
+			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`, k, values[k]); err != nil {
+			return requests.Outcome{}, fmt.Errorf("probe: write %s: %w", k, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO probe_log (request_id, key, value, worker, started_at, ended_at)
+			VALUES ($1, $2, $3, $4, $5, $6)`, r.ID, k, values[k], worker, started, ended); err != nil {
+			return requests.Outcome{}, fmt.Errorf("probe: log %s: %w", k, err)
+		}
+	}
+	return requests.Succeeded(Result{Values: values}), nil
+}

@@ -1,0 +1,90 @@
+package requests
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Submission is a validated write a vertical hands to intake.
+type Submission struct {
+	Type           string          // task type, e.g. "hold.create"
+	Queue          string          // the vertical's Asynq queue
+	UserID         string          // the user the write acts for
+	Keys           []string        // serialization keys (K2); order does not matter
+	Payload        json.RawMessage // what the worker's applier decodes
+	Route          string          // scope of the idempotency key
+	IdempotencyKey string          // optional
+	TraceID        string
+}
+
+// Dispatcher hands a durable request to the queue. The keyed engine
+// implements it; intake declares only what it needs.
+type Dispatcher interface {
+	// Admit returns a *domain.Problem (429 OVERLOADED) when the queue or a
+	// key's backlog is over its cap.
+	Admit(ctx context.Context, queue string, keys []string) error
+	// Dispatch puts r in its keys' mailboxes and enqueues its task.
+	Dispatch(ctx context.Context, r *Request) error
+}
+
+// Intake accepts writes: a request is durable in Postgres before Accept
+// returns, so a 202 survives a crash of the API and a loss of Redis.
+type Intake struct {
+	store *Store
+	disp  Dispatcher
+	log   *slog.Logger
+	now   func() time.Time
+}
+
+// NewIntake wires intake.
+func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
+	return &Intake{store: store, disp: disp, log: log, now: time.Now}
+}
+
+// Accept makes sub durable and dispatches it. created is false when an
+// idempotent replay returned an earlier request.
+func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, created bool, err error) {
+	if sub.Type == "" || sub.Queue == "" || sub.UserID == "" || len(sub.Keys) == 0 {
+		return nil, false, errors.New("requests: incomplete submission")
+	}
+	sub.Keys = NormalizeKeys(sub.Keys)
+	if sub.Payload == nil {
+		sub.Payload = json.RawMessage("{}")
+	}
+	if err := in.disp.Admit(ctx, sub.Queue, sub.Keys); err != nil {
+		return nil, false, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, false, fmt.Errorf("requests: new id: %w", err)
+	}
+	r, created, err = in.store.Insert(ctx, &sub, id, in.now().UTC())
+	if err != nil {
+		return nil, false, err
+	}
+	if r.Status.Terminal() {
+		return r, created, nil
+	}
+	// The request is durable from here on. A failed dispatch is not the
+	// client's problem: the reconciler re-drives requests Redis never saw.
+	if err := in.disp.Dispatch(ctx, r); err != nil {
+		in.log.WarnContext(ctx, "dispatch failed; reconciler will re-drive",
+			"requestId", r.ID, "traceId", r.TraceID, "err", err)
+	}
+	return r, created, nil
+}
+
+// NormalizeKeys sorts and de-duplicates keys: the global order in which
+// multi-key requests take their leases.
+func NormalizeKeys(keys []string) []string {
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

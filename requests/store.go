@@ -1,0 +1,218 @@
+package requests
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/storage"
+)
+
+// ErrIdempotencyKeyReused is returned when an Idempotency-Key is replayed
+// with a different body.
+var ErrIdempotencyKeyReused = domain.NewProblem(http.StatusUnprocessableEntity, domain.CodeIdempotencyKeyReused,
+	"this Idempotency-Key was already used with a different request body")
+
+// Store is the Postgres table of requests.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+const columns = `id, seq, type, queue, user_id, keys, payload, trace_id, status, result, error, accepted_at, started_at, completed_at`
+
+func scan(row pgx.Row) (*Request, error) {
+	var r Request
+	var errJSON []byte
+	if err := row.Scan(&r.ID, &r.Seq, &r.Type, &r.Queue, &r.UserID, &r.Keys, &r.Payload, &r.TraceID,
+		&r.Status, &r.Result, &errJSON, &r.AcceptedAt, &r.StartedAt, &r.CompletedAt); err != nil {
+		return nil, err
+	}
+	if len(errJSON) > 0 {
+		r.Problem = new(domain.Problem)
+		if err := json.Unmarshal(errJSON, r.Problem); err != nil {
+			return nil, fmt.Errorf("decode stored error: %w", err)
+		}
+	}
+	return &r, nil
+}
+
+// bodyHash fingerprints what makes two submissions "the same request".
+func bodyHash(s *Submission) []byte {
+	h := sha256.New()
+	h.Write([]byte(s.Type))
+	h.Write([]byte{0})
+	h.Write(s.Payload)
+	return h.Sum(nil)
+}
+
+// Insert stores a new request. When the submission carries an idempotency
+// key already used by the same user on the same route, Insert returns the
+// stored request and created=false, or ErrIdempotencyKeyReused if the body
+// differs.
+func (s *Store) Insert(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time) (r *Request, created bool, err error) {
+	var route, key *string
+	var hash []byte
+	if sub.IdempotencyKey != "" {
+		route, key, hash = &sub.Route, &sub.IdempotencyKey, bodyHash(sub)
+	}
+	r = &Request{ID: id, Type: sub.Type, Queue: sub.Queue, UserID: sub.UserID, Keys: sub.Keys,
+		Payload: sub.Payload, TraceID: sub.TraceID, Status: domain.StatusQueued, AcceptedAt: now}
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO requests (id, type, queue, user_id, keys, payload, idem_route, idem_key, body_hash, trace_id, accepted_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		ON CONFLICT (user_id, idem_route, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
+		RETURNING seq`,
+		id, sub.Type, sub.Queue, sub.UserID, sub.Keys, sub.Payload, route, key, hash, sub.TraceID, now).Scan(&r.Seq)
+	if err == nil {
+		return r, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, storage.Translate("requests: insert", err)
+	}
+	// The idempotency key exists: replay it if the body matches.
+	var stored []byte
+	row := s.pool.QueryRow(ctx, `SELECT body_hash, `+columns+` FROM requests
+		WHERE user_id = $1 AND idem_route = $2 AND idem_key = $3`, sub.UserID, route, key)
+	r, err = scan(prefixScan{row, &stored})
+	if err != nil {
+		return nil, false, storage.Translate("requests: replay", err)
+	}
+	if string(stored) != string(hash) {
+		return nil, false, ErrIdempotencyKeyReused
+	}
+	return r, false, nil
+}
+
+// prefixScan scans one extra leading column before the standard ones.
+type prefixScan struct {
+	row   pgx.Row
+	first any
+}
+
+func (p prefixScan) Scan(dest ...any) error { return p.row.Scan(append([]any{p.first}, dest...)...) }
+
+// Get returns one request.
+func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
+	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM requests WHERE id = $1`, id))
+	return r, storage.Translate("requests: get", err)
+}
+
+// MarkProcessing moves queued requests to processing.
+func (s *Store) MarkProcessing(ctx context.Context, ids []uuid.UUID, now time.Time) error {
+	_, err := s.pool.Exec(ctx, `UPDATE requests SET status = 'processing', started_at = $2
+		WHERE id = ANY($1) AND status = 'queued'`, ids, now)
+	return storage.Translate("requests: mark processing", err)
+}
+
+// LockOpen locks, in acceptance order, those of ids that are not terminal yet
+// and returns them. Terminal ones are left out: this is what makes applying a
+// request twice impossible. skipLocked only serves the unguarded control case.
+func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, skipLocked bool) ([]*Request, error) {
+	q := `SELECT ` + columns + ` FROM requests WHERE id = ANY($1) AND status IN ('queued', 'processing')
+		ORDER BY seq FOR UPDATE`
+	if skipLocked {
+		q += ` SKIP LOCKED`
+	}
+	rows, err := tx.Query(ctx, q, ids)
+	if err != nil {
+		return nil, storage.Translate("requests: lock open", err)
+	}
+	defer rows.Close()
+	var out []*Request
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, storage.Translate("requests: lock open", err)
+		}
+		out = append(out, r)
+	}
+	return out, storage.Translate("requests: lock open", rows.Err())
+}
+
+// Complete records the outcomes of reqs (same order) in tx.
+func Complete(ctx context.Context, tx pgx.Tx, reqs []*Request, outs []Outcome, now time.Time) error {
+	if len(reqs) != len(outs) {
+		return fmt.Errorf("requests: %d outcomes for %d requests", len(outs), len(reqs))
+	}
+	ids := make([]uuid.UUID, len(reqs))
+	statuses := make([]string, len(reqs))
+	results := make([][]byte, len(reqs))
+	problems := make([][]byte, len(reqs))
+	for i, o := range outs {
+		if !o.Status.Terminal() {
+			return fmt.Errorf("requests: outcome %d has non-terminal status %q", i, o.Status)
+		}
+		ids[i], statuses[i] = reqs[i].ID, string(o.Status)
+		var err error
+		if o.Result != nil {
+			if results[i], err = json.Marshal(o.Result); err != nil {
+				return fmt.Errorf("requests: encode result: %w", err)
+			}
+		}
+		if o.Problem != nil {
+			if problems[i], err = json.Marshal(o.Problem); err != nil {
+				return fmt.Errorf("requests: encode error: %w", err)
+			}
+		}
+		reqs[i].Status = o.Status
+	}
+	_, err := tx.Exec(ctx, `UPDATE requests r SET status = u.status, result = u.result, error = u.error,
+			completed_at = $5, started_at = coalesce(r.started_at, $5)
+		FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[]) AS u(id, status, result, error)
+		WHERE r.id = u.id`, ids, statuses, results, problems, now)
+	return storage.Translate("requests: complete", err)
+}
+
+// OpenKey is a serialization key that has requests waiting.
+type OpenKey struct {
+	Key   string
+	Queue string
+	Count int64
+}
+
+// OpenKeys lists keys with non-terminal requests accepted before cutoff.
+func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, limit int) ([]OpenKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT k, min(queue), count(*) FROM requests, unnest(keys) AS k
+		WHERE status IN ('queued', 'processing') AND accepted_at < $1
+		GROUP BY k ORDER BY min(seq) LIMIT $2`, cutoff, limit)
+	if err != nil {
+		return nil, storage.Translate("requests: open keys", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OpenKey, error) {
+		var k OpenKey
+		return k, row.Scan(&k.Key, &k.Queue, &k.Count)
+	})
+}
+
+// OpenOnKey lists up to limit non-terminal requests that carry key, with
+// seq above after, in acceptance order.
+func (s *Store) OpenOnKey(ctx context.Context, key string, after int64, limit int) ([]*Request, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM requests
+		WHERE status IN ('queued', 'processing') AND keys @> ARRAY[$1::text] AND seq > $2
+		ORDER BY seq LIMIT $3`, key, after, limit)
+	if err != nil {
+		return nil, storage.Translate("requests: open on key", err)
+	}
+	defer rows.Close()
+	var out []*Request
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, storage.Translate("requests: open on key", err)
+		}
+		out = append(out, r)
+	}
+	return out, storage.Translate("requests: open on key", rows.Err())
+}

@@ -1,0 +1,73 @@
+// Package tasks names holdfast's Asynq task types and builds their payloads,
+// following asynq's convention: Type constants, payload structs, New…
+// constructors. Write types (hold.create, …) are one task per accepted
+// request, with TaskID = requestId (K1); the pipeline adds the types below.
+package tasks
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// Pipeline task types.
+const (
+	// TypeDrain asks a worker to take a key's lease and apply its mailbox.
+	TypeDrain = "keyed:drain"
+	// TypeReconcile re-drives accepted requests Redis lost and drains keys
+	// whose mailbox has no live owner (SPEC §7).
+	TypeReconcile = "pipeline:reconcile"
+)
+
+// MaintenanceQueue carries the periodic tasks.
+const MaintenanceQueue = "maintenance"
+
+// RequestPayload is the payload of a write task.
+type RequestPayload struct {
+	RequestID string   `json:"requestId"`
+	Keys      []string `json:"keys"`
+}
+
+// NewRequest builds the task of one accepted request.
+func NewRequest(typ, queue, requestID string, keys []string) (*asynq.Task, error) {
+	b, err := json.Marshal(RequestPayload{RequestID: requestID, Keys: keys})
+	if err != nil {
+		return nil, err
+	}
+	return asynq.NewTask(typ, b, asynq.TaskID(requestID), asynq.Queue(queue), asynq.MaxRetry(25)), nil
+}
+
+// DrainPayload is the payload of a drain task.
+type DrainPayload struct {
+	Key string `json:"key"`
+}
+
+// NewDrain builds a drain task; id de-duplicates drains of one cause.
+func NewDrain(queue, key, id string, delay time.Duration) (*asynq.Task, error) {
+	b, err := json.Marshal(DrainPayload{Key: key})
+	if err != nil {
+		return nil, err
+	}
+	opts := []asynq.Option{asynq.TaskID("drain:" + key + ":" + id), asynq.Queue(queue), asynq.MaxRetry(25)}
+	if delay > 0 {
+		opts = append(opts, asynq.ProcessIn(delay))
+	}
+	return asynq.NewTask(TypeDrain, b, opts...), nil
+}
+
+// NewReconcile builds the periodic reconcile task.
+func NewReconcile(every time.Duration) *asynq.Task {
+	return asynq.NewTask(TypeReconcile, nil, asynq.Queue(MaintenanceQueue), asynq.MaxRetry(0),
+		asynq.Unique(max(every-500*time.Millisecond, 500*time.Millisecond)))
+}
+
+// Decode unmarshals a payload; a payload that cannot decode will never
+// succeed, so the error wraps asynq.SkipRetry.
+func Decode(t *asynq.Task, v any) error {
+	if err := json.Unmarshal(t.Payload(), v); err != nil {
+		return fmt.Errorf("decode %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+// Package worker is the worker binary: an Asynq server that applies writes
+// through the keyed engine, the periodic reconcile task, and /healthz,
+// /readyz and /metrics on WORKER_ADDR.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/metrics"
+	"github.com/holdfast/holdfast/storage"
+	"github.com/holdfast/holdfast/tasks"
+)
+
+// Options are what tests may vary beyond the environment.
+type Options struct {
+	// Listener for /metrics and health; nil listens on WORKER_ADDR.
+	Listener net.Listener
+	// Name identifies this process in logs; default host-pid.
+	Name string
+	// Unguarded is passed to the keyed engine for control-case tests only.
+	Unguarded bool
+}
+
+// Run applies writes of the given types until ctx ends, then shuts down
+// gracefully: it stops fetching tasks, lets each drain finish its batch and
+// hand its key on, and waits for handlers up to SHUTDOWN_TIMEOUT.
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, types ...keyed.Type) error {
+	if opt.Name == "" {
+		host, _ := os.Hostname()
+		opt.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	log = log.With("worker", opt.Name)
+	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, int32(min(cfg.Concurrency, 32)+4))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := storage.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	rdb, err := storage.OpenRedis(ctx, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	reg := metrics.NewRegistry()
+	m := metrics.NewPipeline(reg)
+	engine := keyed.New(pool, rdb, nil, log, m, keyed.Options{
+		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
+		RedriveAfter: cfg.RedriveAfter, Worker: opt.Name, Unguarded: opt.Unguarded,
+	})
+	defer engine.Close()
+	for _, t := range types {
+		engine.Register(t)
+	}
+
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              cfg.Concurrency,
+		Queues:                   engine.Queues(),
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		TaskCheckInterval:        20 * time.Millisecond,
+		DelayedTaskCheckInterval: 100 * time.Millisecond,
+		RetryDelayFunc:           retryDelay,
+		Logger:                   asynqLogger{log},
+		LogLevel:                 asynq.WarnLevel,
+	})
+	mux := asynq.NewServeMux()
+	engine.Handle(mux)
+	if err := srv.Start(mux); err != nil {
+		return fmt.Errorf("worker: start: %w", err)
+	}
+	sched := asynq.NewSchedulerFromRedisClient(rdb, &asynq.SchedulerOpts{
+		Logger: asynqLogger{log}, LogLevel: asynq.WarnLevel,
+		PostEnqueueFunc: func(_ *asynq.TaskInfo, err error) {
+			if err != nil && !errors.Is(err, asynq.ErrDuplicateTask) {
+				log.Warn("periodic enqueue failed", "err", err)
+			}
+		},
+	})
+	every := fmt.Sprintf("@every %s", cfg.ReconcileInterval)
+	if _, err := sched.Register(every, tasks.NewReconcile(cfg.ReconcileInterval)); err != nil {
+		srv.Shutdown()
+		return fmt.Errorf("worker: schedule reconcile: %w", err)
+	}
+	if err := sched.Start(); err != nil {
+		srv.Shutdown()
+		return fmt.Errorf("worker: start scheduler: %w", err)
+	}
+	// Recover at once what a crash or a lost Redis left behind.
+	go func() {
+		if err := engine.Reconcile(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("startup reconcile", "err", err)
+		}
+	}()
+
+	hs := &http.Server{Handler: healthMux(pool, rdb, reg), ReadHeaderTimeout: 5 * time.Second}
+	ln := opt.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.WorkerAddr); err != nil {
+			sched.Shutdown()
+			srv.Shutdown()
+			return fmt.Errorf("worker: listen: %w", err)
+		}
+	}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("worker http", "err", err)
+		}
+	}()
+	log.Info("worker started", "addr", ln.Addr().String(), "queues", engine.Queues(), "concurrency", cfg.Concurrency)
+
+	<-ctx.Done()
+	log.Info("worker stopping")
+	srv.Stop()    // fetch no new tasks
+	engine.Stop() // drains finish their batch and hand their key on
+	sched.Shutdown()
+	srv.Shutdown() // wait for handlers
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	log.Info("worker stopped")
+	return nil
+}
+
+// retryDelay retries failed tasks quickly (a failed drain leaves its key
+// waiting): 200 ms doubling up to 10 s.
+func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+	d := 200 * time.Millisecond << min(n, 6)
+	return min(d, 10*time.Second)
+}
+
+func healthMux(pool *pgxpool.Pool, rdb redis.UniversalClient, reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "application/json")
+		if err := storage.Ready(ctx, pool, rdb); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, `{"error":{"code":"UNAVAILABLE","message":%q,"traceId":"","meta":{}}}`, err.Error())
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ready"}`))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// asynqLogger routes Asynq's logs into slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)); os.Exit(1) }
