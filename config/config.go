@@ -52,6 +52,16 @@ func Load() (Config, error) {
 	return c, c.Validate()
 }
 
+// FromMap parses settings from vars instead of the environment, with the
+// same names and defaults (tests use it so they can run in parallel).
+func FromMap(vars map[string]string) (Config, error) {
+	c, err := env.ParseAsWithOptions[Config](env.Options{Environment: vars})
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, c.Validate()
+}
+
 // Validate rejects settings that cannot work.
 func (c Config) Validate() error {
 	switch {

@@ -186,7 +186,7 @@ type result struct {
 	tried   []*requests.Request // the requests picked for the transaction
 	applied []*requests.Request // the same, once committed
 	outs    []requests.Outcome
-	gone    []uuid.UUID        // peeked ids that were already terminal (or unknown)
+	gone    []uuid.UUID       // peeked ids that were already terminal (or unknown)
 	head    *requests.Request // first open request, when none was picked
 }
 

@@ -7,15 +7,19 @@ CREATE TABLE probe_counters (
     value bigint NOT NULL DEFAULT 0
 );
 
+-- No unique constraint on (request_id, key) on purpose: a request applied
+-- twice must show up as two rows, not as a constraint error. tx identifies
+-- the transaction, so batches are visible.
 CREATE TABLE probe_log (
     request_id uuid        NOT NULL,
     key        text        NOT NULL,
     value      bigint      NOT NULL,
     worker     text        NOT NULL,
+    tx         bigint      NOT NULL DEFAULT txid_current(),
     started_at timestamptz NOT NULL,
-    ended_at   timestamptz NOT NULL,
-    PRIMARY KEY (request_id, key)
+    ended_at   timestamptz NOT NULL
 );
+CREATE INDEX probe_log_key ON probe_log (key, value);
 
 -- +goose Down
 DROP TABLE probe_log;

@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/probe"
+)
+
+func TestRequestLifecycle(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	alice := s.Client("alice", domain.RoleUser)
+
+	id := alice.Probe(probe.Payload{Keys: []string{"life"}, Limit: 1})
+	v := alice.Wait(id, 20*time.Second)
+	require.Equal(t, domain.StatusSucceeded, v.Status)
+	require.Equal(t, "probe.incr", v.Type)
+	require.JSONEq(t, `{"values":{"life":1}}`, string(v.Result))
+	require.NotNil(t, v.CompletedAt)
+	require.Nil(t, v.Error)
+
+	// A business "no" is rejected with the synchronous error and its status.
+	id = alice.Probe(probe.Payload{Keys: []string{"life"}, Limit: 1})
+	v = alice.Wait(id, 20*time.Second)
+	require.Equal(t, domain.StatusRejected, v.Status)
+	require.Equal(t, probe.CodeLimitReached, v.Error.Code)
+	require.Equal(t, http.StatusConflict, v.Error.HTTPStatus)
+
+	// A request that keeps failing ends failed (INTERNAL), and does not block
+	// the requests behind it on the same key.
+	bad := alice.Probe(probe.Payload{Keys: []string{"life2"}, Poison: true})
+	good := alice.Probe(probe.Payload{Keys: []string{"life2"}})
+	v = alice.Wait(bad, 30*time.Second)
+	require.Equal(t, domain.StatusFailed, v.Status)
+	require.Equal(t, domain.CodeInternal, v.Error.Code)
+	require.Equal(t, domain.StatusSucceeded, alice.Wait(good, 30*time.Second).Status)
+
+	// Only the owner and staff see a request; others get 404 as for no request.
+	bob := s.Client("bob", domain.RoleUser)
+	r := bob.Do("GET", "/api/v1/requests/"+id, nil)
+	require.Equal(t, http.StatusNotFound, r.Status)
+	require.Equal(t, domain.CodeNotFound, r.ErrorCode(t))
+	staff := s.Client("st", domain.RoleStaff)
+	require.Equal(t, http.StatusOK, staff.Do("GET", "/api/v1/requests/"+id, nil).Status)
+	require.Equal(t, http.StatusNotFound, alice.Do("GET", "/api/v1/requests/00000000-0000-0000-0000-000000000000", nil).Status)
+	require.Equal(t, http.StatusNotFound, alice.Do("GET", "/api/v1/requests/not-a-uuid", nil).Status)
+
+	// ?wait is bounded and validated.
+	require.Equal(t, http.StatusBadRequest, alice.Do("GET", "/api/v1/requests/"+id+"?wait=31s", nil).Status)
+	require.Equal(t, http.StatusBadRequest, alice.Do("GET", "/api/v1/requests/"+id+"?wait=soon", nil).Status)
+	require.Equal(t, http.StatusOK, alice.Do("GET", "/api/v1/requests/"+id+"?wait=2", nil).Status)
+}
+
+// A long-poll returns as soon as the request is terminal, not at its deadline.
+func TestLongPollWakesOnOutcome(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	c := s.Client("carol", domain.RoleUser)
+	id := c.Probe(probe.Payload{Keys: []string{"lp"}})
+
+	type answer struct {
+		r     systest.Response
+		spent time.Duration
+	}
+	got := make(chan answer, 1)
+	go func() {
+		start := time.Now()
+		r, _ := c.TryDo("GET", "/api/v1/requests/"+id+"?wait=20s", nil)
+		got <- answer{r, time.Since(start)}
+	}()
+	time.Sleep(300 * time.Millisecond) // the poll is parked before any worker exists
+	s.StartWorker("late")
+	a := <-got
+	require.Equal(t, http.StatusOK, a.r.Status)
+	require.Contains(t, string(a.r.Body), `"status":"succeeded"`)
+	require.Less(t, a.spent, 15*time.Second, "long-poll ran to its deadline instead of waking")
+}

@@ -1,0 +1,181 @@
+package systest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/requests"
+)
+
+// Client calls the API as one principal.
+type Client struct {
+	s     *System
+	t     testing.TB
+	Token string
+	HTTP  *http.Client
+}
+
+var transport = &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}
+
+// Client returns a client acting as sub with role.
+func (s *System) Client(sub string, role domain.Role) *Client {
+	return &Client{s: s, t: s.t, Token: s.Token(sub, role), HTTP: &http.Client{Transport: transport, Timeout: 60 * time.Second}}
+}
+
+// Response is a raw API answer.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into v.
+func (r Response) JSON(t testing.TB, v any) {
+	t.Helper()
+	require.NoError(t, json.Unmarshal(r.Body, v), "body: %s", r.Body)
+}
+
+// Envelope is the error body.
+type Envelope struct {
+	Error struct {
+		Code    string         `json:"code"`
+		Message string         `json:"message"`
+		TraceID string         `json:"traceId"`
+		Meta    map[string]any `json:"meta"`
+	} `json:"error"`
+}
+
+// ErrorCode returns the envelope's code, failing the test if there is none.
+func (r Response) ErrorCode(t testing.TB) string {
+	t.Helper()
+	var e Envelope
+	r.JSON(t, &e)
+	require.NotEmpty(t, e.Error.Code, "not an error envelope: %s", r.Body)
+	require.NotEmpty(t, e.Error.TraceID)
+	require.NotEmpty(t, e.Error.Message)
+	return e.Error.Code
+}
+
+// Do sends a request; body may be nil, []byte/string (sent as is) or a value
+// (sent as JSON). headers are name, value pairs.
+func (c *Client) Do(method, path string, body any, headers ...string) Response {
+	c.t.Helper()
+	r, err := c.TryDo(method, path, body, headers...)
+	require.NoError(c.t, err)
+	return r
+}
+
+// TryDo is Do returning transport errors instead of failing.
+func (c *Client) TryDo(method, path string, body any, headers ...string) (Response, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return Response{}, err
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, c.s.URL+path, rd)
+	if err != nil {
+		return Response{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
+}
+
+// Accepted is the body of a 202.
+type Accepted struct {
+	RequestID string `json:"requestId"`
+	Status    string `json:"status"`
+	StatusURL string `json:"statusUrl"`
+}
+
+// Probe submits a probe write and returns its request id (asserting 202).
+func (c *Client) Probe(p probe.Payload, headers ...string) string {
+	c.t.Helper()
+	r := c.Do("POST", "/api/v1/probe", p, headers...)
+	require.Equal(c.t, http.StatusAccepted, r.Status, "body: %s", r.Body)
+	var a Accepted
+	r.JSON(c.t, &a)
+	require.Equal(c.t, "/api/v1/requests/"+a.RequestID, r.Header.Get("Location"))
+	return a.RequestID
+}
+
+// Wait long-polls a request until it is terminal.
+func (c *Client) Wait(id string, timeout time.Duration) requests.View {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r := c.Do("GET", "/api/v1/requests/"+id+"?wait=10s", nil)
+		require.Equal(c.t, http.StatusOK, r.Status, "body: %s", r.Body)
+		var v requests.View
+		r.JSON(c.t, &v)
+		if v.Status.Terminal() {
+			return v
+		}
+		require.True(c.t, time.Now().Before(deadline), "request %s still %s after %s", id, v.Status, timeout)
+	}
+}
+
+// WaitAllTerminal waits until no request is open and returns how long it took.
+func (s *System) WaitAllTerminal(timeout time.Duration) time.Duration {
+	s.t.Helper()
+	start := time.Now()
+	var open int
+	for {
+		require.NoError(s.t, s.Pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM requests WHERE status IN ('queued', 'processing')`).Scan(&open))
+		if open == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			s.t.Fatalf("%d requests still open after %s", open, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Statuses counts requests by status.
+func (s *System) Statuses() map[domain.Status]int {
+	rows, err := s.Pool.Query(context.Background(), `SELECT status, count(*) FROM requests GROUP BY status`)
+	require.NoError(s.t, err)
+	defer rows.Close()
+	out := map[domain.Status]int{}
+	for rows.Next() {
+		var st domain.Status
+		var n int
+		require.NoError(s.t, rows.Scan(&st, &n))
+		out[st] = n
+	}
+	require.NoError(s.t, rows.Err())
+	return out
+}

@@ -1,0 +1,246 @@
+// Package systest runs the real API and workers for end-to-end tests: in
+// process (api.Run, worker.Run on free ports) or as separate worker processes
+// (the test binary re-executed), with an HTTP client that speaks the API.
+package systest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/worker"
+)
+
+// Options shape a system under test.
+type Options struct {
+	Workers   int      // in-process workers started at once (default 0)
+	NoAPI     bool     // do not start the API
+	Overrides []string // config name, value pairs
+	RedisURL  string   // use this Redis instead of a reserved test database
+	Unguarded bool     // workers run the keyed engine without its guard (control cases)
+}
+
+// System is a running holdfast: one API, any number of workers.
+type System struct {
+	t      testing.TB
+	Cfg    config.Config
+	Vars   map[string]string // the configuration as environment, for worker processes
+	Pool   *pgxpool.Pool
+	Redis  redis.UniversalClient
+	URL    string // API base URL
+	Signer *auth.Signer
+	Log    *slog.Logger
+
+	mu      sync.Mutex
+	stopAPI func()
+	opts    Options
+}
+
+// Start brings a system up; everything stops when the test ends.
+func Start(t testing.TB, opts Options) *System {
+	t.Helper()
+	pgURL, pool := testenv.Postgres(t)
+	redisURL, rdb := opts.RedisURL, redis.UniversalClient(nil)
+	if redisURL == "" {
+		redisURL, rdb = testenv.Redis(t)
+	} else {
+		rdb = redis.NewClient(mustParseRedis(t, redisURL))
+		t.Cleanup(func() { _ = rdb.Close() })
+	}
+	s := &System{t: t, Pool: pool, Redis: rdb, opts: opts}
+	s.Cfg = testenv.Config(t, pgURL, redisURL, opts.Overrides...)
+	s.Vars = testenv.Vars(pgURL, redisURL, opts.Overrides...)
+	s.Signer = auth.NewSigner(s.Cfg.JWTSecret)
+	s.Log = slog.New(slog.NewJSONHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if !opts.NoAPI {
+		s.StartAPI()
+	}
+	for i := range opts.Workers {
+		s.StartWorker(fmt.Sprintf("w%d", i+1))
+	}
+	return s
+}
+
+func mustParseRedis(t testing.TB, url string) *redis.Options {
+	o, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	return o
+}
+
+type testLogWriter struct{ t testing.TB }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// StartAPI runs api.Run on a free port and waits until it is ready.
+func (s *System) StartAPI() {
+	t := s.t
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount) }()
+	s.URL = "http://" + ln.Addr().String()
+	stop := func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("api did not stop")
+		}
+	}
+	s.mu.Lock()
+	s.stopAPI = stop
+	s.mu.Unlock()
+	t.Cleanup(stop)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(s.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, 20*time.Second, 20*time.Millisecond)
+}
+
+// Worker is an in-process worker.
+type Worker struct {
+	Name string
+	URL  string // its /metrics and health
+	stop func()
+}
+
+// Stop shuts the worker down gracefully and waits for it.
+func (w *Worker) Stop() { w.stop() }
+
+// StartWorker runs worker.Run in process with the probe type.
+func (s *System) StartWorker(name string) *Worker {
+	t := s.t
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name, Unguarded: s.opts.Unguarded}, probe.Type())
+	}()
+	var once sync.Once
+	w := &Worker{Name: name, URL: "http://" + ln.Addr().String()}
+	w.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(40 * time.Second):
+				t.Error("worker did not stop")
+			}
+		})
+	}
+	t.Cleanup(w.stop)
+	return w
+}
+
+// EnvWorkerProcess is set in a re-executed test binary that must run a worker.
+const EnvWorkerProcess = "HOLDFAST_TEST_WORKER_PROCESS"
+
+// MaybeRunWorkerProcess turns the test binary into a worker process when it
+// was started by StartWorkerProcess. Call it first in TestMain.
+func MaybeRunWorkerProcess() {
+	name := os.Getenv(EnvWorkerProcess)
+	if name == "" {
+		return
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Type()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// Process is a worker running in its own OS process.
+type Process struct {
+	Cmd  *exec.Cmd
+	done chan error
+}
+
+// StartWorkerProcess re-executes the test binary as a worker process.
+func (s *System) StartWorkerProcess(name string) *Process {
+	t := s.t
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), EnvWorkerProcess+"="+name, "WORKER_ADDR=127.0.0.1:0")
+	for k, v := range s.Vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = io.Discard, testLogWriter{t}
+	require.NoError(t, cmd.Start())
+	p := &Process{Cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// Kill sends SIGKILL.
+func (p *Process) Kill() error { return p.Cmd.Process.Signal(syscall.SIGKILL) }
+
+// Terminate sends SIGTERM and waits for the exit, returning its error.
+func (p *Process) Terminate(timeout time.Duration) error {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err // let the cleanup's receive finish
+		return err
+	case <-time.After(timeout):
+		return errors.New("worker process did not exit in time")
+	}
+}
+
+// Token mints a token for sub with role.
+func (s *System) Token(sub string, role domain.Role) string {
+	tok, err := s.Signer.Issue(sub, role, time.Now(), time.Hour)
+	require.NoError(s.t, err)
+	return tok
+}
+
+// EngineOptions returns keyed options matching the system's configuration.
+func (s *System) EngineOptions(name string) keyed.Options {
+	return keyed.Options{LeaseTTL: s.Cfg.LeaseTTL, BatchMax: s.Cfg.BatchMax, DrainSlice: s.Cfg.DrainSlice,
+		RedriveAfter: s.Cfg.RedriveAfter, Worker: name}
+}
