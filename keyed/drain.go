@@ -36,7 +36,7 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		if e.stopped() || ctx.Err() != nil || !e.now().Before(deadline) {
 			return e.handOff(context.WithoutCancel(ctx), l, queue, 0)
 		}
-		ids, err := e.peek(ctx, l, e.opt.BatchMax)
+		ids, err := e.peek(ctx, l, e.peekSize())
 		if errors.Is(err, ErrLeaseLost) {
 			e.m.LeaseLost.WithLabelValues(queue).Inc()
 			return nil
@@ -64,6 +64,15 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 
 // step applies the next batch from the head of l's mailbox: the longest run
 // of requests whose only key is l.Key, or a single multi-key request.
+// peekSize is how much of a mailbox one step reads. Unguarded drainers (the
+// control case) read further so that concurrent ones find different requests.
+func (e *Engine) peekSize() int {
+	if e.opt.Unguarded {
+		return e.opt.BatchMax * 16
+	}
+	return e.opt.BatchMax
+}
+
 func (e *Engine) step(ctx context.Context, l Lease, queue string, ids []string) (Lease, bool, error) {
 	uids := make([]uuid.UUID, 0, len(ids))
 	var bad []any
@@ -197,7 +206,7 @@ type pickFunc func(open []*requests.Request, limit int) []*requests.Request
 // retried with backoff, then narrowed to one request, and a request that
 // still fails is recorded as failed so it cannot block its key forever.
 func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc) ([]Lease, result, error) {
-	limit := len(ids)
+	limit := min(len(ids), e.opt.BatchMax)
 	reissued := false
 	for try := 0; ; try++ {
 		res, err := e.attempt(ctx, leases, ids, pick, limit, nil)
@@ -266,7 +275,11 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 			}
 		}
 	}
-	open, err := requests.LockOpen(ctx, tx, ids, e.opt.Unguarded)
+	skipLimit := 0
+	if e.opt.Unguarded {
+		skipLimit = limit
+	}
+	open, err := requests.LockOpen(ctx, tx, ids, skipLimit)
 	if err != nil {
 		return res, err
 	}

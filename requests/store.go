@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -118,12 +119,15 @@ func (s *Store) MarkProcessing(ctx context.Context, ids []uuid.UUID, now time.Ti
 
 // LockOpen locks, in acceptance order, those of ids that are not terminal yet
 // and returns them. Terminal ones are left out: this is what makes applying a
-// request twice impossible. skipLocked only serves the unguarded control case.
-func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, skipLocked bool) ([]*Request, error) {
+// request twice impossible. skipLockedLimit > 0 serves only the unguarded
+// control case: take up to that many rows nobody else has locked.
+func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, skipLockedLimit int) ([]*Request, error) {
 	q := `SELECT ` + columns + ` FROM requests WHERE id = ANY($1) AND status IN ('queued', 'processing')
-		ORDER BY seq FOR UPDATE`
-	if skipLocked {
-		q += ` SKIP LOCKED`
+		ORDER BY seq`
+	if skipLockedLimit > 0 {
+		q += ` LIMIT ` + strconv.Itoa(skipLockedLimit) + ` FOR UPDATE SKIP LOCKED`
+	} else {
+		q += ` FOR UPDATE`
 	}
 	rows, err := tx.Query(ctx, q, ids)
 	if err != nil {

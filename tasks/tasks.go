@@ -60,7 +60,7 @@ func NewDrain(queue, key, id string, delay time.Duration) (*asynq.Task, error) {
 // NewReconcile builds the periodic reconcile task.
 func NewReconcile(every time.Duration) *asynq.Task {
 	return asynq.NewTask(TypeReconcile, nil, asynq.Queue(MaintenanceQueue), asynq.MaxRetry(0),
-		asynq.Unique(max(every-500*time.Millisecond, 500*time.Millisecond)))
+		asynq.Unique(max(every-500*time.Millisecond, time.Second)))
 }
 
 // Decode unmarshals a payload; a payload that cannot decode will never

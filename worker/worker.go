@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -172,5 +173,12 @@ type asynqLogger struct{ l *slog.Logger }
 func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
 func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
 func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
-func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) {
+	msg := fmt.Sprint(args...)
+	if strings.Contains(msg, "connection is shared") { // Asynq declining to close our client at shutdown
+		a.l.Debug(msg)
+		return
+	}
+	a.l.Error(msg)
+}
 func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)); os.Exit(1) }

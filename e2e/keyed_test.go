@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/probe"
+)
+
+// submitMany submits n probe writes on keys from clients goroutines.
+func submitMany(t *testing.T, s *systest.System, clients, n int, p func(i int) probe.Payload) []string {
+	t.Helper()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := s.Client(fmt.Sprintf("user%d", c), domain.RoleUser)
+			for i := c; i < n; i += clients {
+				ids[i] = cl.Probe(p(i))
+			}
+		}()
+	}
+	wg.Wait()
+	return ids
+}
+
+// K2: three independent workers (each its own Asynq server and engine) race
+// over one key; the probe's read-sleep-write shows any overlap as a lost
+// update and as overlapping application intervals.
+func TestK2MutualExclusionAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	report := runRace(t, false)
+	t.Logf("guarded: %+v", report)
+	require.Empty(t, report.Violations())
+	require.Equal(t, 300, report.Succeeded)
+}
+
+// The control case: the same race with the lease and fencing turned off
+// overlaps and loses updates.
+func TestK2ControlWithoutGuardOverlaps(t *testing.T) {
+	t.Parallel()
+	report := runRace(t, true)
+	t.Logf("unguarded: %+v", report)
+	require.NotEmpty(t, report.Violations(), "without the guard the race should break the invariant")
+	require.Positive(t, report.Overlaps)
+}
+
+func runRace(t *testing.T, unguarded bool) systest.ProbeReport {
+	s := systest.Start(t, systest.Options{Unguarded: unguarded, Overrides: []string{"BATCH_MAX", "8"}})
+	// Everything is queued before any worker runs, so all of them start at once.
+	submitMany(t, s, 8, 300, func(int) probe.Payload { return probe.Payload{Keys: []string{"race"}, SleepMs: 2} })
+	for i := range 3 {
+		s.StartWorker(fmt.Sprintf("racer%d", i))
+	}
+	s.WaitAllTerminal(90 * time.Second)
+	return s.Probe("race")
+}
+
+// K3: requests on one key are applied in the order the API accepted them.
+// Eight clients submit concurrently; whenever a request's 202 arrived before
+// another was sent, it must have been applied first, and each client's own
+// requests apply in its order.
+func TestK3AcceptanceOrder(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"BATCH_MAX", "16"}})
+	const clients, per = 8, 50
+	type sent struct {
+		id         string
+		client     int
+		sentAt     time.Time
+		acceptedAt time.Time
+	}
+	all := make([][]sent, clients)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := s.Client(fmt.Sprintf("k3-%d", c), domain.RoleUser)
+			for range per {
+				st := time.Now()
+				id := cl.Probe(probe.Payload{Keys: []string{"order"}})
+				all[c] = append(all[c], sent{id, c, st, time.Now()})
+			}
+		}()
+	}
+	wg.Wait()
+	s.WaitAllTerminal(60 * time.Second)
+
+	// Application order is the counter value each request got.
+	value := map[string]int64{}
+	rows, err := s.Pool.Query(t.Context(), `SELECT request_id::text, value FROM probe_log WHERE key = 'order'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var v int64
+		require.NoError(t, rows.Scan(&id, &v))
+		value[id] = v
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, value, clients*per)
+
+	var flat []sent
+	for c := range all {
+		for i := 1; i < len(all[c]); i++ {
+			require.Less(t, value[all[c][i-1].id], value[all[c][i].id], "client %d: request %d applied before %d", c, i, i-1)
+		}
+		flat = append(flat, all[c]...)
+	}
+	// Walk in application order from the end, keeping the earliest 202 among
+	// the requests applied later: it must not precede this request's send.
+	sort.Slice(flat, func(i, j int) bool { return value[flat[i].id] < value[flat[j].id] })
+	earliestLaterAccept := time.Now().Add(time.Hour)
+	for i := len(flat) - 1; i >= 0; i-- {
+		require.False(t, earliestLaterAccept.Before(flat[i].sentAt),
+			"request applied %d-th was sent after a request applied later had already been accepted", i+1)
+		if flat[i].acceptedAt.Before(earliestLaterAccept) {
+			earliestLaterAccept = flat[i].acceptedAt
+		}
+	}
+	require.Empty(t, s.Probe("order").Violations())
+}
+
+// K6: a hot key's requests are applied in batches, each with its own outcome.
+func TestK6HotKeyBatches(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	ids := submitMany(t, s, 8, 500, func(int) probe.Payload { return probe.Payload{Keys: []string{"hot"}, Limit: 450} })
+	s.StartWorker("batcher")
+	s.WaitAllTerminal(60 * time.Second)
+
+	r := s.Probe("hot")
+	t.Logf("500 requests applied in %d transactions, at most %d in one", r.Txs, r.MaxPerTx)
+	require.Empty(t, r.Violations())
+	require.Greater(t, r.MaxPerTx, 1, "requests were applied one per transaction")
+	require.Less(t, r.Txs, 100)
+
+	// Each request has its own outcome: 450 distinct successes, 50 rejections.
+	c := s.Client("user0", domain.RoleStaff)
+	seen := map[string]bool{}
+	for _, id := range ids {
+		v := c.Wait(id, 10*time.Second)
+		switch v.Status {
+		case domain.StatusSucceeded:
+			seen[string(v.Result)] = true
+		case domain.StatusRejected:
+			require.Equal(t, probe.CodeLimitReached, v.Error.Code)
+		default:
+			t.Fatalf("request %s ended %s", id, v.Status)
+		}
+	}
+	require.Len(t, seen, 450, "every success carries its own value")
+	require.Equal(t, map[domain.Status]int{domain.StatusSucceeded: 450, domain.StatusRejected: 50}, s.Statuses())
+}
+
+// Multi-key requests take all their keys: carts of two counters in opposite
+// orders, on several workers, never deadlock and stay all-or-nothing.
+func TestMultiKeyOppositeOrders(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 2})
+	submitMany(t, s, 8, 240, func(i int) probe.Payload {
+		switch i % 3 {
+		case 0:
+			return probe.Payload{Keys: []string{"a", "b"}, SleepMs: 1}
+		case 1:
+			return probe.Payload{Keys: []string{"b", "a"}, SleepMs: 1}
+		}
+		return probe.Payload{Keys: []string{[]string{"a", "b"}[i%2]}, SleepMs: 1}
+	})
+	s.WaitAllTerminal(90 * time.Second)
+	require.Equal(t, map[domain.Status]int{domain.StatusSucceeded: 240}, s.Statuses())
+	a, b := s.Probe("a"), s.Probe("b")
+	require.Empty(t, a.Violations())
+	require.Empty(t, b.Violations())
+	// 160 two-key requests count on both counters, 40 single-key ones on each.
+	require.Equal(t, int64(200), a.Counter)
+	require.Equal(t, int64(200), b.Counter)
+}
