@@ -63,6 +63,7 @@ type Options struct {
 	RedriveAfter time.Duration // how long a request may stay open before the reconciler looks at it
 	KeyCap       int           // backlog per key above which intake answers 429
 	QueueCap     int           // tasks per queue above which intake answers 429
+	DeferAfter   int           // backlog on a key beyond which new tasks are enqueued as scheduled (K4)
 	Worker       string        // name of this process, for logs and the probe's log
 
 	// Unguarded turns the lease and the fencing check off, so that every task
@@ -90,6 +91,9 @@ func (o *Options) defaults() {
 	}
 	if o.QueueCap <= 0 {
 		o.QueueCap = 1_000_000
+	}
+	if o.DeferAfter <= 0 {
+		o.DeferAfter = 512
 	}
 	if o.Worker == "" {
 		o.Worker = "worker"
@@ -272,10 +276,12 @@ func (e *Engine) Dispatch(ctx context.Context, r *requests.Request) error {
 		return fmt.Errorf("keyed: mailbox: %w", err)
 	}
 	now := e.now()
+	var backlog int64
 	for i, k := range r.Keys {
 		e.backlog.Store(k, backlogSample{cards[i].Val(), now})
+		backlog = max(backlog, cards[i].Val())
 	}
-	t, err := tasks.NewRequest(r.Type, r.Queue, member, r.Keys)
+	t, err := tasks.NewRequest(r.Type, r.Queue, member, r.Keys, deferral(backlog, e.opt.DeferAfter))
 	if err != nil {
 		return err
 	}
@@ -283,6 +289,20 @@ func (e *Engine) Dispatch(ctx context.Context, r *requests.Request) error {
 		return fmt.Errorf("keyed: enqueue: %w", err)
 	}
 	return nil
+}
+
+// deferral is how long to schedule the task of a request that waits behind
+// backlog others on its key. The key's holder applies such a request in order
+// whatever its task does, and the reconciler, not the task, recovers a key
+// whose holder died; the task is there so Asynqmon shows the request (K1).
+// Scheduling it well past the expected drain keeps one hot key's tasks from
+// filling the pending list ahead of every other key (K4), even when they
+// were accepted while no worker ran; it fires later as a no-op.
+func deferral(backlog int64, after int) time.Duration {
+	if backlog <= int64(after) {
+		return 0
+	}
+	return min(time.Minute+time.Duration(backlog)*time.Millisecond, 10*time.Minute)
 }
 
 func (e *Engine) handleRequest(ctx context.Context, t *asynq.Task) error {

@@ -30,13 +30,17 @@ type RequestPayload struct {
 	Keys      []string `json:"keys"`
 }
 
-// NewRequest builds the task of one accepted request.
-func NewRequest(typ, queue, requestID string, keys []string) (*asynq.Task, error) {
+// NewRequest builds the task of one accepted request; delay > 0 schedules it.
+func NewRequest(typ, queue, requestID string, keys []string, delay time.Duration) (*asynq.Task, error) {
 	b, err := json.Marshal(RequestPayload{RequestID: requestID, Keys: keys})
 	if err != nil {
 		return nil, err
 	}
-	return asynq.NewTask(typ, b, asynq.TaskID(requestID), asynq.Queue(queue), asynq.MaxRetry(25)), nil
+	opts := []asynq.Option{asynq.TaskID(requestID), asynq.Queue(queue), asynq.MaxRetry(25)}
+	if delay > 0 {
+		opts = append(opts, asynq.ProcessIn(delay))
+	}
+	return asynq.NewTask(typ, b, opts...), nil
 }
 
 // DrainPayload is the payload of a drain task.
