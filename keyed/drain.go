@@ -94,6 +94,9 @@ func (e *Engine) step(ctx context.Context, l Lease, queue string, ids []string) 
 	if err := e.store.MarkProcessing(ctx, uids, e.now().UTC()); err != nil {
 		return l, false, err
 	}
+	if e.beforeApply != nil {
+		e.beforeApply()
+	}
 	run := func(open []*requests.Request, limit int) []*requests.Request {
 		n := 0
 		for n < len(open) && n < limit && len(open[n].Keys) == 1 && open[n].Keys[0] == l.Key {
@@ -265,7 +268,7 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 		return res, fmt.Errorf("keyed: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if !e.opt.Unguarded {
+	if !e.opt.Unguarded && !e.noFence {
 		for _, l := range leases {
 			if err := fence(ctx, tx, l); err != nil {
 				if errors.Is(err, ErrFenced) {

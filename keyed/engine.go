@@ -117,6 +117,12 @@ type Engine struct {
 	stopOnce sync.Once
 	stopping chan struct{}
 
+	// Test hooks: beforeApply runs between reading the mailbox and the apply
+	// transaction (where a real holder may stall); noFence skips the fencing
+	// check alone, for the fencing control case.
+	beforeApply func()
+	noFence     bool
+
 	backlog sync.Map // key → backlogSample
 
 	qmu    sync.Mutex

@@ -1,0 +1,140 @@
+package keyed
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/metrics"
+	"github.com/holdfast/holdfast/requests"
+)
+
+type fenceRig struct {
+	pool   *pgxpool.Pool
+	rdb    redis.UniversalClient
+	intake *requests.Intake
+}
+
+func newFenceRig(t *testing.T) *fenceRig {
+	_, pool := testenv.Postgres(t)
+	_, rdb := testenv.Redis(t)
+	_, err := pool.Exec(context.Background(), `CREATE TABLE applied (request_id uuid, worker text, token bigint, at timestamptz DEFAULT clock_timestamp())`)
+	require.NoError(t, err)
+	r := &fenceRig{pool: pool, rdb: rdb}
+	r.intake = requests.NewIntake(requests.NewStore(pool), r.engine(t, "intake", 1), slog.Default())
+	return r
+}
+
+// engine builds an engine whose applier records who applied what with which token.
+func (r *fenceRig) engine(t *testing.T, name string, batch int) *Engine {
+	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
+		Options{LeaseTTL: 300 * time.Millisecond, BatchMax: batch, Worker: name})
+	t.Cleanup(func() { _ = e.Close() })
+	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
+		func(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error) {
+			outs := make([]requests.Outcome, len(b.Requests))
+			for i, req := range b.Requests {
+				if _, err := tx.Exec(ctx, `INSERT INTO applied (request_id, worker, token) VALUES ($1, $2, $3)`,
+					req.ID, b.Worker, b.Fences["k"]); err != nil {
+					return nil, err
+				}
+				outs[i] = requests.Succeeded(nil)
+			}
+			return outs, nil
+		})})
+	return e
+}
+
+func (r *fenceRig) accept(t *testing.T) uuid.UUID {
+	req, _, err := r.intake.Accept(context.Background(), requests.Submission{
+		Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
+	require.NoError(t, err)
+	return req.ID
+}
+
+type application struct {
+	ID     uuid.UUID
+	Worker string
+	Token  int64
+}
+
+func (r *fenceRig) applied(t *testing.T) []application {
+	rows, err := r.pool.Query(context.Background(), `SELECT request_id, worker, token FROM applied ORDER BY at`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[application])
+	require.NoError(t, err)
+	return out
+}
+
+// stalledHolder starts a drain on engine a that stalls after reading its
+// batch, waits until its lease has lapsed and lets engine b take the key and
+// apply the first request. It returns a function that resumes the stalled
+// holder and reports what its Drain returned.
+func (r *fenceRig) stalledHolder(t *testing.T, a, b *Engine, first uuid.UUID) func() error {
+	ctx := context.Background()
+	paused, resume := make(chan struct{}), make(chan struct{})
+	a.beforeApply = func() { close(paused); <-resume }
+	done := make(chan error, 1)
+	go func() { done <- a.Drain(ctx, "k", "q") }()
+	<-paused
+	require.Eventually(t, func() bool { return r.rdb.Exists(ctx, leaseKey("k")).Val() == 0 },
+		5*time.Second, 10*time.Millisecond, "the stalled holder's lease lapses")
+	l, ok, err := b.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, _, err = b.step(ctx, l, "q", []string{first.String()})
+	require.NoError(t, err)
+	return func() error { close(resume); return <-done }
+}
+
+// K2 fencing: a holder that stalls past its lease cannot commit once a newer
+// holder has applied changes to the key.
+func TestFencingRefusesLateCommit(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	r1, r2 := r.accept(t), r.accept(t)
+	a, b := r.engine(t, "stalled", 2), r.engine(t, "successor", 1)
+
+	resume := r.stalledHolder(t, a, b, r1)
+	require.NoError(t, resume())
+	require.Equal(t, 1.0, testutil.ToFloat64(a.m.LeaseLost.WithLabelValues("q")), "the stalled holder learns it lost the key")
+	got := r.applied(t)
+	require.Len(t, got, 1, "the stalled holder committed nothing")
+	require.Equal(t, application{r1, "successor", got[0].Token}, got[0])
+
+	// The successor still holds the key and finishes it.
+	l := Lease{Key: "k", Token: got[0].Token}
+	require.NoError(t, b.drainHeld(context.Background(), l, "q"))
+	got = r.applied(t)
+	require.Len(t, got, 2)
+	require.Equal(t, r2, got[1].ID)
+	require.Equal(t, "successor", got[1].Worker)
+}
+
+// The control case: without the fencing check the same stalled holder
+// commits r2 with its old token while the successor holds the key.
+func TestFencingControlLateCommitGoesThrough(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	r1, r2 := r.accept(t), r.accept(t)
+	a, b := r.engine(t, "stalled", 2), r.engine(t, "successor", 1)
+	a.noFence = true
+
+	resume := r.stalledHolder(t, a, b, r1)
+	require.NoError(t, resume())
+	got := r.applied(t)
+	require.Len(t, got, 2)
+	require.Equal(t, "successor", got[0].Worker)
+	require.Equal(t, application{r2, "stalled", got[1].Token}, got[1])
+	require.Less(t, got[1].Token, got[0].Token, "an older lease committed after a newer one")
+}
