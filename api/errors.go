@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
 
 	"github.com/holdfast/holdfast/domain"
 )
@@ -55,6 +56,9 @@ func problemFor(err error) *domain.Problem {
 // errorHandler is Fiber's ErrorHandler: every error leaves as an envelope.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	p := problemFor(err)
+	if traceID(c) == "" { // rejected by the server before any middleware ran (413)
+		c.Locals(localTrace, uuid.NewString())
+	}
 	if p.HTTPStatus >= 500 {
 		s.Log.ErrorContext(c.UserContext(), "request failed", "traceId", traceID(c), "path", c.Path(), "err", err)
 	}
