@@ -20,8 +20,8 @@ func FuzzWriteOverHTTP(f *testing.F) {
 	f.Add([]byte(`{"keys":["a"]}`), "", "key with spaces")
 	f.Add([]byte(`{"keys":["a"],"limit":9223372036854775808}`), "application/json", "")
 	s := systest.Start(f, systest.Options{})
+	c := s.Client("fuzzer", domain.RoleUser) // made outside: f's helpers may not run in the target
 	f.Fuzz(func(t *testing.T, body []byte, contentType, idemKey string) {
-		c := s.Client("fuzzer", domain.RoleUser)
 		headers := []string{"Content-Type", contentType}
 		if idemKey != "" {
 			headers = append(headers, "Idempotency-Key", idemKey)
