@@ -1,0 +1,31 @@
+# holdfast — `make help` lists the targets.
+SHELL := /bin/bash
+GO    ?= go
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## Build bin/api and bin/worker
+	$(GO) build -o bin/api ./cmd/api
+	$(GO) build -o bin/worker ./cmd/worker
+
+run: build ## Start API + worker on local Postgres/Redis, print a token and curl lines (Ctrl-C stops both)
+	@scripts/run.sh
+
+migrate: build ## Create the database if missing and apply migrations (DATABASE_URL)
+	bin/api migrate
+
+test: ## Run every test with -race against real Postgres and Redis
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 12m ./...
+
+fuzz: ## Fuzz the request decoding path for FUZZTIME (default 30s) per target
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./probe
+	$(GO) test -run '^$$' -fuzz FuzzWriteOverHTTP -fuzztime $${FUZZTIME:-30s} ./e2e
+
+clean: ## Remove build output
+	rm -rf bin
+
+.PHONY: help build run migrate test fuzz clean

@@ -1,0 +1,97 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/testenv"
+)
+
+// `make run` (scripts/run.sh) starts the system, and every curl line it
+// prints works when pasted into a shell; Ctrl-C stops both processes.
+func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed")
+	}
+	bin := t.TempDir()
+	for _, c := range []string{"api", "worker"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, c), "../cmd/"+c).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	redisURL, _ := testenv.RedisServer(t)
+	dbName := "holdfast_makerun_" + fmt.Sprint(time.Now().UnixNano())
+	pgURL := "postgres://postgres@127.0.0.1:5432/" + dbName + "?sslmode=disable"
+	t.Cleanup(func() {
+		_ = exec.Command("psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", "DROP DATABASE IF EXISTS "+dbName).Run()
+	})
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cmd := exec.Command("../scripts/run.sh")
+	cmd.Env = append(os.Environ(), "BIN="+bin, "LOG_DIR="+t.TempDir(), "DATABASE_URL="+pgURL, "REDIS_URL="+redisURL,
+		"HTTP_ADDR="+httpAddr, fmt.Sprintf("WORKER_ADDR=127.0.0.1:%d", testenv.FreePort(t)))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = cmd.Stdout
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+
+	var token string
+	var curls []string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if v, ok := strings.CutPrefix(line, "export TOKEN="); ok {
+			token = v
+		}
+		if strings.HasPrefix(line, "curl ") {
+			curls = append(curls, line)
+		}
+		if strings.HasPrefix(line, "Press Ctrl-C") {
+			break
+		}
+	}
+	require.NotEmpty(t, token, "make run printed no token")
+	require.GreaterOrEqual(t, len(curls), 5)
+	for _, line := range curls {
+		sh := exec.Command("bash", "-o", "pipefail", "-c", line)
+		sh.Env = append(os.Environ(), "TOKEN="+token)
+		out, err := sh.CombinedOutput()
+		require.NoError(t, err, "%s\n%s", line, out)
+		require.NotEmpty(t, out, line)
+		require.NotContains(t, string(out), `{"error":{`, line)
+		if strings.Contains(line, "wait=10s") {
+			require.Contains(t, string(out), `"status":"succeeded"`)
+		}
+		if strings.Contains(line, "-X POST") {
+			require.Contains(t, string(out), `"requestId"`)
+		}
+	}
+
+	// Ctrl-C stops both cleanly.
+	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
+	rest := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for sc.Scan() {
+			b.WriteString(sc.Text() + "\n")
+		}
+		rest <- b.String()
+	}()
+	select {
+	case out := <-rest:
+		require.Contains(t, out, "stopped.")
+	case <-time.After(30 * time.Second):
+		t.Fatal("make run did not stop on Ctrl-C")
+	}
+	_ = cmd.Wait()
+}
