@@ -25,7 +25,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	if cfg.JWTSecret == config.DefaultJWTSecret {
 		log.Warn("JWT_SECRET is the development default; set it in production")
 	}
-	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, 0)
+	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, cfg.PGMaxConns)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ type Config struct {
 	WorkerAddr  string `env:"WORKER_ADDR" envDefault:"127.0.0.1:9090"`
 	JWTSecret   string `env:"JWT_SECRET" envDefault:"holdfast-dev-secret-change-me"`
 	LogLevel    string `env:"LOG_LEVEL" envDefault:"info"`
+	PGMaxConns  int32  `env:"PG_MAX_CONNS" envDefault:"20"`
 
 	// API
 	BodyLimit   int           `env:"BODY_LIMIT" envDefault:"65536"`
@@ -67,6 +68,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.BodyLimit < 1024:
 		return fmt.Errorf("config: BODY_LIMIT must be at least 1024 bytes")
+	case c.PGMaxConns < 2:
+		return fmt.Errorf("config: PG_MAX_CONNS must be at least 2")
 	case c.Concurrency < 1:
 		return fmt.Errorf("config: WORKER_CONCURRENCY must be positive")
 	case c.BatchMax < 1:

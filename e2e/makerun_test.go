@@ -36,7 +36,7 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 	})
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cmd := exec.Command("../scripts/run.sh")
-	cmd.Env = append(os.Environ(), "BIN="+bin, "LOG_DIR="+t.TempDir(), "DATABASE_URL="+pgURL, "REDIS_URL="+redisURL,
+	cmd.Env = append(os.Environ(), "PG_MAX_CONNS=4", "BIN="+bin, "LOG_DIR="+t.TempDir(), "DATABASE_URL="+pgURL, "REDIS_URL="+redisURL,
 		"HTTP_ADDR="+httpAddr, fmt.Sprintf("WORKER_ADDR=127.0.0.1:%d", testenv.FreePort(t)))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := cmd.StdoutPipe()

@@ -46,7 +46,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		opt.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	log = log.With("worker", opt.Name)
-	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, int32(min(cfg.Concurrency, 32)+4))
+	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, cfg.PGMaxConns)
 	if err != nil {
 		return err
 	}

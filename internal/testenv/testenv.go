@@ -57,13 +57,13 @@ func Postgres(t testing.TB) (string, *pgxpool.Pool) {
 	ctx := context.Background()
 	base := pgServer() + "/holdfast_test?sslmode=disable"
 	require.NoError(t, storage.EnsureDatabase(ctx, base))
-	admin, err := pgxpool.New(ctx, base)
+	admin, err := storage.OpenPostgres(ctx, base, 2)
 	require.NoError(t, err)
 	schema := "t_" + randomName()
 	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
 	require.NoError(t, err)
 	url := base + "&search_path=" + schema
-	pool, err := storage.OpenPostgres(ctx, url, 20)
+	pool, err := storage.OpenPostgres(ctx, url, 4)
 	require.NoError(t, err)
 	require.NoError(t, storage.Migrate(ctx, pool))
 	t.Cleanup(func() {
@@ -165,6 +165,7 @@ func baseVars(pgURL, redisURL string) map[string]string {
 		"SHUTDOWN_TIMEOUT":   "10s",
 		"LOG_LEVEL":          "warn",
 		"HOLDFAST_PROBE":     "true",
+		"PG_MAX_CONNS":       "6", // many systems run at once; Postgres allows 100 connections
 	}
 }
 
