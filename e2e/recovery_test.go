@@ -39,7 +39,9 @@ func TestDurableAcrossRedisFlushall(t *testing.T) {
 	require.NoError(t, rdb.FlushAll(context.Background()).Err())
 	require.Zero(t, rdb.DBSize(context.Background()).Val(), "Redis lost every mailbox and task")
 
-	s.StartWorker("after-flush")
+	// Two workers start together: both reconcile the same lost state at once.
+	s.StartWorker("after-flush-1")
+	s.StartWorker("after-flush-2")
 	took := s.WaitAllTerminal(60 * time.Second)
 	t.Logf("%d requests recovered from Postgres and applied in %s", n, took)
 	requireExactlyOnce(t, s, n)
