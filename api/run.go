@@ -25,19 +25,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	if cfg.JWTSecret == config.DefaultJWTSecret {
 		log.Warn("JWT_SECRET is the development default; set it in production")
 	}
-	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, cfg.PGMaxConns)
+	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.RedisURL, cfg.PGMaxConns)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := storage.Migrate(ctx, pool); err != nil {
-		return err
-	}
-	rdb, err := storage.OpenRedis(ctx, cfg.RedisURL)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
+	defer st.Close()
+	pool, rdb := st.Pool, st.Redis
 
 	reg := metrics.NewRegistry()
 	m := metrics.NewPipeline(reg)

@@ -96,6 +96,20 @@ func (s *Store) Insert(ctx context.Context, sub *Submission, id uuid.UUID, now t
 	return r, false, nil
 }
 
+// collect scans every row into a request.
+func collect(rows pgx.Rows, op string) ([]*Request, error) {
+	defer rows.Close()
+	var out []*Request
+	for rows.Next() {
+		r, err := scan(rows)
+		if err != nil {
+			return nil, storage.Translate(op, err)
+		}
+		out = append(out, r)
+	}
+	return out, storage.Translate(op, rows.Err())
+}
+
 // prefixScan scans one extra leading column before the standard ones.
 type prefixScan struct {
 	row   pgx.Row
@@ -133,16 +147,7 @@ func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, skipLockedLimit i
 	if err != nil {
 		return nil, storage.Translate("requests: lock open", err)
 	}
-	defer rows.Close()
-	var out []*Request
-	for rows.Next() {
-		r, err := scan(rows)
-		if err != nil {
-			return nil, storage.Translate("requests: lock open", err)
-		}
-		out = append(out, r)
-	}
-	return out, storage.Translate("requests: lock open", rows.Err())
+	return collect(rows, "requests: lock open")
 }
 
 // Complete records the outcomes of reqs (same order) in tx.
@@ -209,14 +214,5 @@ func (s *Store) OpenOnKey(ctx context.Context, key string, after int64, limit in
 	if err != nil {
 		return nil, storage.Translate("requests: open on key", err)
 	}
-	defer rows.Close()
-	var out []*Request
-	for rows.Next() {
-		r, err := scan(rows)
-		if err != nil {
-			return nil, storage.Translate("requests: open on key", err)
-		}
-		out = append(out, r)
-	}
-	return out, storage.Translate("requests: open on key", rows.Err())
+	return collect(rows, "requests: open on key")
 }

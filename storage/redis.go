@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,4 +33,35 @@ func Ready(ctx context.Context, pool interface{ Ping(context.Context) error }, r
 		return errors.New("redis unreachable")
 	}
 	return nil
+}
+
+// Stores are a process's connections.
+type Stores struct {
+	Pool  *pgxpool.Pool
+	Redis redis.UniversalClient
+}
+
+// Open connects to Postgres (pool of maxConns) and Redis and applies the
+// migrations: what each binary does first.
+func Open(ctx context.Context, databaseURL, redisURL string, maxConns int32) (*Stores, error) {
+	pool, err := OpenPostgres(ctx, databaseURL, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	if err := Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	rdb, err := OpenRedis(ctx, redisURL)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Stores{Pool: pool, Redis: rdb}, nil
+}
+
+// Close closes both connections.
+func (s *Stores) Close() {
+	_ = s.Redis.Close()
+	s.Pool.Close()
 }
