@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/requests"
 )
@@ -31,39 +35,45 @@ func (e *Engine) Drain(ctx context.Context, key, queue string) error {
 }
 
 func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
+	d := &drain{e: e, queue: queue, l: l, limit: e.opt.BatchMax}
 	deadline := e.now().Add(e.opt.DrainSlice)
 	for {
 		if e.stopped() || ctx.Err() != nil || !e.now().Before(deadline) {
-			return e.handOff(context.WithoutCancel(ctx), l, queue, 0)
+			return e.handOff(context.WithoutCancel(ctx), d.l, queue, 0)
 		}
-		ids, err := e.peek(ctx, l, e.peekSize())
-		if errors.Is(err, ErrLeaseLost) {
-			e.m.LeaseLost.WithLabelValues(queue).Inc()
-			return nil
-		}
-		if err != nil {
-			return e.giveUp(ctx, l, queue, err)
-		}
-		if len(ids) == 0 {
-			st, err := e.release(ctx, l, true)
-			if err != nil || st != relKept {
-				return err
+		ids, err := e.peek(ctx, d.l, e.peekSize())
+		if err == nil && len(ids) == 0 {
+			var st int
+			if st, err = e.release(ctx, d.l, true); err == nil && st != relKept {
+				return nil
 			}
 			continue
 		}
-		next, more, err := e.step(ctx, l, queue, ids)
-		if err != nil {
-			return e.giveUp(ctx, next, queue, err)
+		more := false
+		if err == nil {
+			more, err = d.step(ctx, ids)
 		}
-		if !more {
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			return e.lostLease(ctx, d.l, queue)
+		case err != nil:
+			return e.giveUp(ctx, d.l, queue, err)
+		case !more:
 			return nil
 		}
-		l = next
 	}
 }
 
-// step applies the next batch from the head of l's mailbox: the longest run
-// of requests whose only key is l.Key, or a single multi-key request.
+// drain is one holder's state while it applies a key's mailbox.
+type drain struct {
+	e     *Engine
+	queue string
+	l     Lease
+	// limit is the batch size: halved to isolate a request whose applier
+	// fails, doubled back after each successful batch.
+	limit int
+}
+
 // peekSize is how much of a mailbox one step reads. Unguarded drainers (the
 // control case) read further so that concurrent ones find different requests.
 func (e *Engine) peekSize() int {
@@ -73,7 +83,11 @@ func (e *Engine) peekSize() int {
 	return e.opt.BatchMax
 }
 
-func (e *Engine) step(ctx context.Context, l Lease, queue string, ids []string) (Lease, bool, error) {
+// step applies the next batch from the head of the mailbox: the longest run
+// of requests whose only key is the held one, or a single multi-key request.
+// more is false when the holder gave the key up.
+func (d *drain) step(ctx context.Context, ids []string) (more bool, err error) {
+	e := d.e
 	uids := make([]uuid.UUID, 0, len(ids))
 	var bad []any
 	for _, s := range ids {
@@ -84,62 +98,58 @@ func (e *Engine) step(ctx context.Context, l Lease, queue string, ids []string) 
 		}
 	}
 	if len(bad) > 0 {
-		if err := e.rdb.ZRem(ctx, mboxKey(l.Key), bad...).Err(); err != nil {
-			return l, false, fmt.Errorf("keyed: drop bad mailbox entries: %w", err)
+		if err := e.rdb.ZRem(ctx, mboxKey(d.l.Key), bad...).Err(); err != nil {
+			return false, fmt.Errorf("keyed: drop bad mailbox entries: %w", err)
 		}
 	}
 	if len(uids) == 0 {
-		return l, true, nil
+		return true, nil
 	}
 	if err := e.store.MarkProcessing(ctx, uids, e.now().UTC()); err != nil {
-		return l, false, err
+		return false, err
 	}
 	if e.beforeApply != nil {
 		e.beforeApply()
 	}
+	key := d.l.Key
 	run := func(open []*requests.Request, limit int) []*requests.Request {
 		n := 0
-		for n < len(open) && n < limit && len(open[n].Keys) == 1 && open[n].Keys[0] == l.Key {
+		for n < len(open) && n < limit && len(open[n].Keys) == 1 && open[n].Keys[0] == key {
 			n++
 		}
 		return open[:n]
 	}
-	leases, res, err := e.applyRetrying(ctx, []Lease{l}, uids, run)
-	if len(leases) > 0 {
-		l = leases[0]
-	}
-	if errors.Is(err, ErrLeaseLost) {
-		e.m.LeaseLost.WithLabelValues(queue).Inc()
-		return l, false, nil
-	}
+	leases, res, err := e.applyRetrying(ctx, []Lease{d.l}, uids, run, &d.limit)
+	d.l = leases[0]
 	if err != nil {
-		return l, false, err
+		return false, err
 	}
-	e.finish(ctx, queue, res, []string{l.Key})
+	e.finish(ctx, d.queue, res, []string{key})
 	if len(res.applied) == 0 && res.head != nil {
-		return e.multi(ctx, l, queue, res.head)
+		return d.multi(ctx, res.head)
 	}
-	return l, true, nil
+	return true, nil
 }
 
 // multi handles a mailbox whose head is a request with several keys.
-func (e *Engine) multi(ctx context.Context, l Lease, queue string, head *requests.Request) (Lease, bool, error) {
+func (d *drain) multi(ctx context.Context, head *requests.Request) (bool, error) {
+	e, queue := d.e, d.queue
 	keys := head.Keys // sorted at intake
-	if keys[0] != l.Key {
+	if keys[0] != d.l.Key {
 		// The holder of the first key applies it; make sure one is coming and
 		// step aside. That holder hands this key on afterwards.
 		if err := e.enqueueDrain(ctx, queue, keys[0], "s"+head.ID.String(), 0); err != nil {
-			return l, false, err
+			return false, err
 		}
-		_, err := e.release(ctx, l, false)
-		return l, false, err
+		_, err := e.release(ctx, d.l, false)
+		return false, err
 	}
 	retry := 20*time.Millisecond + rand.N(50*time.Millisecond)
 	var extras []Lease
 	releaseExtras := func() {
 		for _, x := range extras {
 			if err := e.handOff(context.WithoutCancel(ctx), x, queue, 0); err != nil {
-				e.log.Warn("hand off extra key", "key", x.Key, "err", err)
+				e.log.Warn("hand off extra key; the reconciler will drain it", "key", x.Key, "err", err)
 			}
 		}
 	}
@@ -148,11 +158,11 @@ func (e *Engine) multi(ctx context.Context, l Lease, queue string, head *request
 		x, ok, err := e.TryAcquire(ctx, k)
 		if err != nil {
 			releaseExtras()
-			return l, false, err
+			return false, err
 		}
 		if !ok {
 			releaseExtras()
-			return l, false, e.handOff(ctx, l, queue, retry)
+			return false, e.handOff(ctx, d.l, queue, retry)
 		}
 		extras = append(extras, x)
 	}
@@ -161,13 +171,13 @@ func (e *Engine) multi(ctx context.Context, l Lease, queue string, head *request
 		first, err := e.rdb.ZRange(ctx, mboxKey(x.Key), 0, 0).Result()
 		if err != nil {
 			releaseExtras()
-			return l, false, fmt.Errorf("keyed: head of %s: %w", x.Key, err)
+			return false, fmt.Errorf("keyed: head of %s: %w", x.Key, err)
 		}
 		if len(first) == 0 || first[0] != want {
 			// Earlier requests on that key go first (K3): hand it to its own
 			// drain, and come back.
 			releaseExtras()
-			return l, false, e.handOff(ctx, l, queue, retry)
+			return false, e.handOff(ctx, d.l, queue, retry)
 		}
 	}
 	only := func(open []*requests.Request, _ int) []*requests.Request {
@@ -176,21 +186,21 @@ func (e *Engine) multi(ctx context.Context, l Lease, queue string, head *request
 		}
 		return nil
 	}
-	leases, res, err := e.applyRetrying(ctx, append([]Lease{l}, extras...), []uuid.UUID{head.ID}, only)
-	if len(leases) > 0 {
-		l, extras = leases[0], leases[1:]
-	}
+	one := 1
+	leases, res, err := e.applyRetrying(ctx, append([]Lease{d.l}, extras...), []uuid.UUID{head.ID}, only, &one)
+	d.l, extras = leases[0], leases[1:]
 	if err != nil {
 		releaseExtras()
 		if errors.Is(err, ErrLeaseLost) {
-			e.m.LeaseLost.WithLabelValues(queue).Inc()
-			return l, false, nil
+			// Some key was taken over; give the first one up too, so the
+			// request's next drain can take them all again.
+			_ = e.handOff(context.WithoutCancel(ctx), d.l, queue, retry)
 		}
-		return l, false, err
+		return false, err
 	}
 	e.finish(ctx, queue, res, keys)
 	releaseExtras()
-	return l, true, nil
+	return true, nil
 }
 
 // result is what one apply transaction did.
@@ -204,53 +214,92 @@ type result struct {
 
 type pickFunc func(open []*requests.Request, limit int) []*requests.Request
 
-// applyRetrying runs apply transactions until one commits: a fenced lease
-// whose Redis entry is still ours is re-issued once; a system failure is
-// retried with backoff, then narrowed to one request, and a request that
-// still fails is recorded as failed so it cannot block its key forever.
-func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc) ([]Lease, result, error) {
-	limit := min(len(ids), e.opt.BatchMax)
-	reissued := false
-	for try := 0; ; try++ {
-		res, err := e.attempt(ctx, leases, ids, pick, limit, nil)
+// applyRetrying runs apply transactions until one commits.
+//   - A fenced lease whose Redis entry is still ours (Redis lost its token
+//     counter) is re-issued, once per key.
+//   - A transient failure (connection, serialization, deadlock, Redis) is
+//     retried with backoff, then returned: the key is handed on and the task
+//     retried later, and the request is never marked failed for it.
+//   - Any other failure comes from an applier and some request in the batch:
+//     the batch is halved until that request is alone; a request that fails
+//     alone twice is recorded as failed, so it cannot block its key.
+//
+// limit is the batch size, narrowed here and regrown after each success.
+func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc, limit *int) ([]Lease, result, error) {
+	reissued := map[string]bool{}
+	transientTries, aloneFailures := 0, 0
+	for {
+		stop := e.keepAlive(ctx, leases)
+		res, err := e.attempt(ctx, leases, ids, pick, *limit, nil)
+		stop()
 		var fenced *fencedError
 		switch {
 		case err == nil:
+			*limit = min(*limit*2, e.opt.BatchMax)
 			return leases, res, nil
 		case errors.As(err, &fenced):
-			if reissued || e.opt.Unguarded {
+			if reissued[fenced.key] || e.opt.Unguarded {
 				return leases, res, ErrLeaseLost
 			}
-			reissued = true
+			reissued[fenced.key] = true
 			i := slices.IndexFunc(leases, func(l Lease) bool { return l.Key == fenced.key })
 			nl, rerr := e.reissue(ctx, leases[i])
 			if rerr != nil {
 				return leases, res, rerr
 			}
 			leases[i] = nl
-			try--
 			continue
 		case ctx.Err() != nil:
 			return leases, res, err
-		}
-		e.log.Warn("apply failed", "keys", leaseKeys(leases), "try", try, "batch", len(res.tried), "err", err)
-		if try < 2 {
-			time.Sleep(time.Duration(25<<(2*try)) * time.Millisecond)
+		case transient(err):
+			if transientTries++; transientTries > 3 {
+				return leases, res, err
+			}
+			e.log.Warn("apply failed, retrying", "keys", leaseKeys(leases), "try", transientTries, "err", err)
+			time.Sleep(time.Duration(25<<(2*(transientTries-1))) * time.Millisecond)
 			continue
-		}
-		if limit > 1 {
-			limit, try = 1, -1
-			continue
-		}
-		if len(res.tried) != 1 {
+		case len(res.tried) == 0:
 			return leases, res, err
 		}
-		res, ferr := e.attempt(ctx, leases, []uuid.UUID{res.tried[0].ID}, pick, 1, err)
-		if ferr != nil {
-			return leases, res, ferr
+		e.log.Warn("applier failed; isolating the request", "keys", leaseKeys(leases), "batch", len(res.tried), "err", err)
+		if len(res.tried) > 1 {
+			*limit = len(res.tried) / 2
+			continue
 		}
-		return leases, res, nil
+		if aloneFailures++; aloneFailures < 2 {
+			continue
+		}
+		*limit = 1
+		res, ferr := e.attempt(ctx, leases, []uuid.UUID{res.tried[0].ID}, pick, 1, err)
+		return leases, res, ferr
 	}
+}
+
+// errUnknownType means this worker has no applier for a request's type (an
+// older worker during a rolling deploy): hand the key to one that has.
+var errUnknownType = errors.New("keyed: no applier for this type here")
+
+// transient reports whether err is worth retrying later as it is, rather
+// than a sign that a request cannot be applied.
+func transient(err error) bool {
+	if errors.Is(err, errUnknownType) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "40", "53", "55", "57", "58": // connection, rollback (serialization, deadlock), resources, lock, operator, system
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	var redisErr redis.Error
+	return errors.As(err, &redisErr)
 }
 
 type fencedError struct{ key string }
@@ -329,11 +378,7 @@ func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*
 		}
 		t, ok := e.types[batch[i].Type]
 		if !ok {
-			for range j - i {
-				outs = append(outs, requests.Failed("no applier for type "+batch[i].Type))
-			}
-			i = j
-			continue
+			return nil, fmt.Errorf("%w: %s", errUnknownType, batch[i].Type)
 		}
 		o, err := safeApply(ctx, t.Applier, tx, &Batch{Requests: batch[i:j], Fences: fences, Now: now, Worker: e.opt.Worker})
 		if err != nil {
@@ -407,6 +452,42 @@ func (e *Engine) handOff(ctx context.Context, l Lease, queue string, delay time.
 	}
 	e.m.HandOffs.WithLabelValues(queue).Inc()
 	return e.enqueueDrain(ctx, queue, l.Key, tokenID("h", l.Token), delay)
+}
+
+// lostLease handles a holder that found its lease gone. If nobody took the
+// key over, the requests that arrived meanwhile have no task coming (theirs
+// saw the lease held and finished), so a drain is enqueued; it does nothing
+// if a new holder exists.
+func (e *Engine) lostLease(ctx context.Context, l Lease, queue string) error {
+	e.m.LeaseLost.WithLabelValues(queue).Inc()
+	return e.enqueueDrain(context.WithoutCancel(ctx), queue, l.Key, tokenID("l", l.Token), 0)
+}
+
+// keepAlive extends the leases while an apply transaction runs, so a slow
+// batch does not lose its key midway. A holder that stalls (or whose process
+// freezes) stops extending and is fenced out once a successor commits.
+func (e *Engine) keepAlive(ctx context.Context, leases []Lease) (stop func()) {
+	if e.opt.Unguarded {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(e.opt.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				for _, l := range leases {
+					_ = extendScript.Run(ctx, e.rdb, []string{leaseKey(l.Key)}, l.Token, e.opt.LeaseTTL.Milliseconds()).Err()
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // giveUp hands the key on after a system error and returns the error so the

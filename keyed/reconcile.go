@@ -11,52 +11,68 @@ import (
 	"github.com/holdfast/holdfast/requests"
 )
 
-// reconcileKeys bounds how many keys one reconcile pass looks at.
-const reconcileKeys = 1000
+// reconcilePage is how many keys one round trip of a reconcile pass checks;
+// reconcileMaxKeys bounds one pass.
+const (
+	reconcilePage    = 500
+	reconcileMaxKeys = 20_000
+)
 
-// Reconcile re-drives work that has no live owner (SPEC §7, K5): for every key
-// with requests open longer than RedriveAfter and no lease held, it restores
-// mailbox entries and tasks that Redis lost and enqueues a drain. Every step
-// is idempotent, so any number of replicas may run it at once.
+// Reconcile re-drives work that has no live owner (SPEC §7, K5). For every
+// key with requests open longer than RedriveAfter it restores the mailbox
+// entries and tasks Redis lost (a failed dispatch, a FLUSHALL), whether or not
+// the key is held; and for each such key without a lease it enqueues a drain
+// (its holder died). Every step is idempotent, so any number of replicas may
+// run it at once.
 func (e *Engine) Reconcile(ctx context.Context) error {
 	cutoff := e.now().Add(-e.opt.RedriveAfter)
-	keys, err := e.store.OpenKeys(ctx, cutoff, reconcileKeys)
-	if err != nil {
-		return err
-	}
 	bucket := "r" + strconv.FormatInt(e.now().UnixMilli()/1000, 10)
 	var errs []error
-	for _, k := range keys {
-		if !e.opt.Unguarded {
-			held, err := e.rdb.Exists(ctx, leaseKey(k.Key)).Result()
-			if err != nil {
-				return fmt.Errorf("keyed: reconcile %s: %w", k.Key, err)
+	for offset := 0; offset < reconcileMaxKeys; offset += reconcilePage {
+		keys, err := e.store.OpenKeys(ctx, cutoff, offset, reconcilePage)
+		if err != nil {
+			return err
+		}
+		pipe := e.rdb.Pipeline()
+		held := make([]*redis.IntCmd, len(keys))
+		present := make([]*redis.IntCmd, len(keys))
+		for i, k := range keys {
+			held[i] = pipe.Exists(ctx, leaseKey(k.Key))
+			present[i] = pipe.ZCount(ctx, mboxKey(k.Key), "-inf", strconv.FormatInt(k.MaxSeq, 10))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("keyed: reconcile: %w", err)
+		}
+		for i, k := range keys {
+			if present[i].Val() < k.Count {
+				if err := e.restore(ctx, k); err != nil {
+					errs = append(errs, err)
+					continue
+				}
 			}
-			if held == 1 {
+			if held[i].Val() == 1 && !e.opt.Unguarded {
 				continue
 			}
+			if err := e.enqueueDrain(ctx, k.Queue, k.Key, bucket, 0); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			e.m.Takeovers.WithLabelValues(k.Queue).Inc()
+			e.log.Info("re-drove key without a live holder", "key", k.Key, "open", k.Count)
 		}
-		if err := e.restore(ctx, k); err != nil {
-			errs = append(errs, err)
-			continue
+		if len(keys) < reconcilePage {
+			break
 		}
-		if err := e.enqueueDrain(ctx, k.Queue, k.Key, bucket, 0); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		e.m.Takeovers.WithLabelValues(k.Queue).Inc()
-		e.log.Info("re-drove key without a live holder", "key", k.Key, "open", k.Count)
 	}
 	return errors.Join(errs...)
 }
 
-// restore puts back the mailbox entries and tasks of key's open requests that
-// Redis no longer has. It samples the oldest entries first, so a key whose
-// mailbox is intact costs one round trip.
+// restore puts back the mailbox entries and tasks of key's open requests (up
+// to k.MaxSeq) that Redis no longer has.
 func (e *Engine) restore(ctx context.Context, k requests.OpenKey) error {
 	const page = 500
 	var after int64
-	for first := true; ; first = false {
+	for after < k.MaxSeq {
 		open, err := e.store.OpenOnKey(ctx, k.Key, after, page)
 		if err != nil || len(open) == 0 {
 			return err
@@ -81,10 +97,9 @@ func (e *Engine) restore(ctx context.Context, k requests.OpenKey) error {
 		}
 		if lost > 0 {
 			e.m.Redriven.WithLabelValues(k.Queue).Add(float64(lost))
-		}
-		if first && lost == 0 || len(open) < page {
-			return nil
+			e.log.Warn("restored requests Redis had lost", "key", k.Key, "count", lost)
 		}
 		after = open[len(open)-1].Seq
 	}
+	return nil
 }

@@ -51,3 +51,8 @@ if cur < floor then redis.call('SET', KEYS[2], floor) end
 local tok = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], tok, 'KEEPTTL')
 return tok`)
+
+// extendScript extends a held lease. KEYS: lease. ARGV: token, ttl ms.
+var extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`)

@@ -73,10 +73,19 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 		return r, created, nil
 	}
 	// The request is durable from here on. A failed dispatch is not the
-	// client's problem: the reconciler re-drives requests Redis never saw.
-	if err := in.disp.Dispatch(ctx, r); err != nil {
-		in.log.WarnContext(ctx, "dispatch failed; reconciler will re-drive",
-			"requestId", r.ID, "traceId", r.TraceID, "err", err)
+	// client's problem: it is retried briefly (both steps are idempotent),
+	// and the reconciler re-drives requests Redis never saw.
+	for try := 0; ; try++ {
+		err := in.disp.Dispatch(ctx, r)
+		if err == nil {
+			break
+		}
+		if try == 2 || ctx.Err() != nil {
+			in.log.WarnContext(ctx, "dispatch failed; the reconciler will re-drive it",
+				"requestId", r.ID, "traceId", r.TraceID, "err", err)
+			break
+		}
+		time.Sleep(10 * time.Millisecond << (2 * try))
 	}
 	return r, created, nil
 }

@@ -186,22 +186,24 @@ func Complete(ctx context.Context, tx pgx.Tx, reqs []*Request, outs []Outcome, n
 
 // OpenKey is a serialization key that has requests waiting.
 type OpenKey struct {
-	Key   string
-	Queue string
-	Count int64
+	Key    string
+	Queue  string
+	Count  int64 // open requests accepted before the cutoff
+	MaxSeq int64 // the highest seq among them
 }
 
-// OpenKeys lists keys with non-terminal requests accepted before cutoff.
-func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, limit int) ([]OpenKey, error) {
-	rows, err := s.pool.Query(ctx, `SELECT k, min(queue), count(*) FROM requests, unnest(keys) AS k
+// OpenKeys lists keys with non-terminal requests accepted before cutoff, in
+// the order of their oldest request, skipping the first offset keys.
+func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, offset, limit int) ([]OpenKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT k, min(queue), count(*), max(seq) FROM requests, unnest(keys) AS k
 		WHERE status IN ('queued', 'processing') AND accepted_at < $1
-		GROUP BY k ORDER BY min(seq) LIMIT $2`, cutoff, limit)
+		GROUP BY k ORDER BY min(seq) OFFSET $2 LIMIT $3`, cutoff, offset, limit)
 	if err != nil {
 		return nil, storage.Translate("requests: open keys", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OpenKey, error) {
 		var k OpenKey
-		return k, row.Scan(&k.Key, &k.Queue, &k.Count)
+		return k, row.Scan(&k.Key, &k.Queue, &k.Count, &k.MaxSeq)
 	})
 }
 

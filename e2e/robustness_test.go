@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/requests"
+)
+
+// A request made durable whose dispatch never reached Redis (the API died
+// right after the commit) is found and applied even though its key stays
+// busy, its lease held, the whole time.
+func TestLostDispatchOnBusyKey(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	c := s.Client("busy", domain.RoleUser)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // keep the key's lease held: a steady stream of slow requests
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				c.Probe(probe.Payload{Keys: []string{"busy"}, SleepMs: 40})
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+
+	lost, _, err := requests.NewStore(s.Pool).Insert(context.Background(), &requests.Submission{
+		Type: probe.TypeIncr, Queue: probe.Queue, UserID: "busy", Keys: []string{probe.SerialKey("busy")},
+		Payload: []byte(`{"keys":["busy"]}`)}, uuid.Must(uuid.NewV7()), time.Now().UTC())
+	require.NoError(t, err)
+	start := time.Now()
+	v := c.Wait(lost.ID.String(), 20*time.Second)
+	t.Logf("the undispatched request finished %s after its commit", time.Since(start).Round(time.Millisecond))
+	require.Equal(t, domain.StatusSucceeded, v.Status)
+	close(stop)
+	wg.Wait()
+	s.WaitAllTerminal(30 * time.Second)
+	require.Empty(t, s.Probe("busy").Violations())
+}
+
+// A request whose applier always fails, deep inside a batch, is isolated by
+// halving the batch: it alone ends failed, everything around it succeeds, and
+// the key is not held up for long.
+func TestPoisonDeepInBatchIsIsolated(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	c := s.Client("p", domain.RoleUser)
+	var poison string
+	for i := range 300 {
+		id := c.Probe(probe.Payload{Keys: []string{"poisoned"}, Poison: i == 200})
+		if i == 200 {
+			poison = id
+		}
+	}
+	s.StartWorker("w")
+	took := s.WaitAllTerminal(30 * time.Second)
+	t.Logf("300 requests with a poisoned one at position 200 done in %s", took.Round(time.Millisecond))
+	require.Equal(t, map[domain.Status]int{domain.StatusSucceeded: 299, domain.StatusFailed: 1}, s.Statuses())
+	require.Equal(t, domain.StatusFailed, c.Wait(poison, time.Second).Status)
+	r := s.Probe("poisoned")
+	require.Empty(t, r.Violations())
+	require.Equal(t, int64(299), r.Counter)
+	require.Less(t, took, 10*time.Second)
+}
+
+// After Redis loses its token counters, requests with four keys re-issue a
+// token per key and go through at once, rather than one key per reconcile.
+func TestFourKeysAfterFlushall(t *testing.T) {
+	t.Parallel()
+	redisURL, rdb := testenv.RedisServer(t)
+	s := systest.Start(t, systest.Options{RedisURL: redisURL, Workers: 1})
+	c := s.Client("u", domain.RoleUser)
+	four := probe.Payload{Keys: []string{"w", "x", "y", "z"}}
+	for range 10 {
+		c.Probe(four)
+	}
+	s.WaitAllTerminal(20 * time.Second)
+	require.NoError(t, rdb.FlushAll(context.Background()).Err())
+
+	start := time.Now()
+	var ids []string
+	for range 10 {
+		ids = append(ids, c.Probe(four))
+	}
+	for _, id := range ids {
+		require.Equal(t, domain.StatusSucceeded, c.Wait(id, 20*time.Second).Status)
+	}
+	t.Logf("10 four-key requests after FLUSHALL done in %s", time.Since(start).Round(time.Millisecond))
+	require.Less(t, time.Since(start), 5*time.Second)
+	for _, k := range four.Keys {
+		r := s.Probe(k)
+		require.Empty(t, r.Violations())
+		require.Equal(t, int64(20), r.Counter)
+	}
+}
