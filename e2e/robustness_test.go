@@ -2,16 +2,21 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/requests"
 )
@@ -109,4 +114,51 @@ func TestFourKeysAfterFlushall(t *testing.T) {
 		require.Empty(t, r.Violations())
 		require.Equal(t, int64(20), r.Counter)
 	}
+}
+
+// splitDispatcher admits through one engine and dispatches through another:
+// the real code on both sides, with the second one's Redis unreachable, as
+// when Redis fails between a request's commit and its dispatch.
+type splitDispatcher struct {
+	admit, dispatch *keyed.Engine
+}
+
+func (d splitDispatcher) Admit(ctx context.Context, queue string, keys []string) error {
+	return d.admit.Admit(ctx, queue, keys)
+}
+
+func (d splitDispatcher) Dispatch(ctx context.Context, r *requests.Request) error {
+	return d.dispatch.Dispatch(ctx, r)
+}
+
+// K3 when a dispatch fails: the request is durable and answered 202, so a
+// later request on its key must not be applied before it.
+func TestUndispatchedRequestIsNotOvertaken(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	dead := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = dead.Close() })
+	reg := prometheus.NewRegistry()
+	live := keyed.New(s.Pool, s.Redis, nil, s.Log, metrics.NewPipeline(reg), s.EngineOptions("live"))
+	broken := keyed.New(s.Pool, dead, nil, s.Log, metrics.NewPipeline(prometheus.NewRegistry()), s.EngineOptions("broken"))
+	t.Cleanup(func() { _ = live.Close(); _ = broken.Close() })
+	intake := requests.NewIntake(requests.NewStore(s.Pool), splitDispatcher{live, broken}, s.Log)
+
+	first, _, err := intake.Accept(context.Background(), requests.Submission{Type: probe.TypeIncr, Queue: probe.Queue,
+		UserID: "o", Keys: []string{probe.SerialKey("order2")}, Payload: []byte(`{"keys":["order2"]}`)})
+	require.NoError(t, err)
+	c := s.Client("o", domain.RoleUser)
+	second := c.Probe(probe.Payload{Keys: []string{"order2"}})
+
+	require.Equal(t, domain.StatusSucceeded, c.Wait(second, 20*time.Second).Status)
+	require.Equal(t, domain.StatusSucceeded, c.Wait(first.ID.String(), 20*time.Second).Status)
+	var firstValue, secondValue int64
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT
+		(SELECT value FROM probe_log WHERE request_id = $1), (SELECT value FROM probe_log WHERE request_id = $2)`,
+		first.ID, second).Scan(&firstValue, &secondValue))
+	require.Equal(t, []int64{1, 2}, []int64{firstValue, secondValue}, "the undispatched request was applied first")
+	var flagged int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM requests WHERE undispatched`).Scan(&flagged))
+	require.Zero(t, flagged)
 }

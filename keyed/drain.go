@@ -251,6 +251,13 @@ func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.U
 			continue
 		case ctx.Err() != nil:
 			return leases, res, err
+		case errors.Is(err, errOvertaking):
+			// An earlier request on these keys never reached its mailbox: put
+			// it there (it sorts first by seq) and let the caller re-read.
+			if rerr := e.Redispatch(ctx); rerr != nil {
+				return leases, res, rerr
+			}
+			return leases, result{}, nil
 		case transient(err):
 			if transientTries++; transientTries > 3 {
 				return leases, res, err
@@ -274,6 +281,10 @@ func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.U
 		return leases, res, ferr
 	}
 }
+
+// errOvertaking means the batch would be applied ahead of an earlier request
+// on its keys that is durable but missing from the mailboxes.
+var errOvertaking = errors.New("keyed: an earlier request on these keys is not dispatched yet")
 
 // errUnknownType means this worker has no applier for a request's type (an
 // older worker during a rolling deploy): hand the key to one that has.
@@ -345,6 +356,15 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 			res.head = open[0]
 		}
 		return res, nil
+	}
+	if !e.opt.Unguarded {
+		waiting, err := requests.UndispatchedBefore(ctx, tx, leaseKeys(leases), batch[len(batch)-1].Seq)
+		if err != nil {
+			return res, err
+		}
+		if waiting {
+			return res, errOvertaking
+		}
 	}
 	now := e.now().UTC()
 	var outs []requests.Outcome

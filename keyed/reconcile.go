@@ -25,6 +25,9 @@ const (
 // (its holder died). Every step is idempotent, so any number of replicas may
 // run it at once.
 func (e *Engine) Reconcile(ctx context.Context) error {
+	if err := e.Redispatch(ctx); err != nil {
+		return err
+	}
 	cutoff := e.now().Add(-e.opt.RedriveAfter)
 	bucket := "r" + strconv.FormatInt(e.now().UnixMilli()/1000, 10)
 	var errs []error
@@ -102,4 +105,27 @@ func (e *Engine) restore(ctx context.Context, k requests.OpenKey) error {
 		after = open[len(open)-1].Seq
 	}
 	return nil
+}
+
+// Redispatch puts requests whose dispatch failed at intake into their
+// mailboxes, oldest first, and clears their mark.
+func (e *Engine) Redispatch(ctx context.Context) error {
+	for {
+		rs, err := e.store.Undispatched(ctx, 100)
+		if err != nil || len(rs) == 0 {
+			return err
+		}
+		for _, r := range rs {
+			if err := e.Dispatch(ctx, r); err != nil {
+				return err
+			}
+			if err := e.store.ClearUndispatched(ctx, r.ID); err != nil {
+				return err
+			}
+			e.m.Redriven.WithLabelValues(r.Queue).Inc()
+		}
+		if len(rs) < 100 {
+			return nil
+		}
+	}
 }

@@ -83,6 +83,10 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 		if try == 2 || ctx.Err() != nil {
 			in.log.WarnContext(ctx, "dispatch failed; the reconciler will re-drive it",
 				"requestId", r.ID, "traceId", r.TraceID, "err", err)
+			// Keep later requests on its keys from overtaking it (K3).
+			if merr := in.store.MarkUndispatched(context.WithoutCancel(ctx), r.ID); merr != nil {
+				in.log.ErrorContext(ctx, "could not mark request undispatched", "requestId", r.ID, "err", merr)
+			}
 			break
 		}
 		time.Sleep(10 * time.Millisecond << (2 * try))

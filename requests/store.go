@@ -178,10 +178,43 @@ func Complete(ctx context.Context, tx pgx.Tx, reqs []*Request, outs []Outcome, n
 		reqs[i].Status = o.Status
 	}
 	_, err := tx.Exec(ctx, `UPDATE requests r SET status = u.status, result = u.result, error = u.error,
-			completed_at = $5, started_at = coalesce(r.started_at, $5)
+			completed_at = $5, started_at = coalesce(r.started_at, $5), undispatched = false
 		FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[]) AS u(id, status, result, error)
 		WHERE r.id = u.id`, ids, statuses, results, problems, now)
 	return storage.Translate("requests: complete", err)
+}
+
+// MarkUndispatched records that r is durable but not in its mailboxes.
+func (s *Store) MarkUndispatched(ctx context.Context, id uuid.UUID) error {
+	_, err := s.pool.Exec(ctx, `UPDATE requests SET undispatched = true
+		WHERE id = $1 AND status IN ('queued', 'processing')`, id)
+	return storage.Translate("requests: mark undispatched", err)
+}
+
+// ClearUndispatched records that r is in its mailboxes now.
+func (s *Store) ClearUndispatched(ctx context.Context, id uuid.UUID) error {
+	_, err := s.pool.Exec(ctx, `UPDATE requests SET undispatched = false WHERE id = $1 AND undispatched`, id)
+	return storage.Translate("requests: clear undispatched", err)
+}
+
+// Undispatched lists open requests whose dispatch failed, oldest first.
+func (s *Store) Undispatched(ctx context.Context, limit int) ([]*Request, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM requests
+		WHERE undispatched AND status IN ('queued', 'processing') ORDER BY seq LIMIT $1`, limit)
+	if err != nil {
+		return nil, storage.Translate("requests: undispatched", err)
+	}
+	return collect(rows, "requests: undispatched")
+}
+
+// UndispatchedBefore reports whether an open request on any of keys with seq
+// below seq is still waiting to be dispatched: applying past it would break
+// acceptance order.
+func UndispatchedBefore(ctx context.Context, tx pgx.Tx, keys []string, seq int64) (bool, error) {
+	var found bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE undispatched AND seq < $2
+		AND status IN ('queued', 'processing') AND keys && $1)`, keys, seq).Scan(&found)
+	return found, storage.Translate("requests: undispatched before", err)
 }
 
 // OpenKey is a serialization key that has requests waiting.
