@@ -27,8 +27,17 @@
 //     on Redis Cluster.
 //   - A holder drains for at most DrainSlice, then releases the lease and hands
 //     the key to a new drain task, so shutdown and long backlogs hand work back.
+//   - A request far behind a long backlog on its key gets its task scheduled
+//     rather than pending: the holder applies it in order anyway, and one hot
+//     key's tasks then never fill the pending list ahead of other keys (K4).
+//   - A holder keeps its lease alive while a transaction runs. Transient
+//     failures (connections, deadlocks, Redis) are retried and then handed to
+//     a later task; an applier that keeps failing is narrowed down by halving
+//     the batch until the one request responsible is recorded as failed.
 //   - The reconciler (SPEC §7) looks in Postgres for requests that stayed open
-//     longer than RedriveAfter; for each of their keys without a live lease it
-//     restores missing mailbox entries and tasks (Redis lost them) and enqueues
-//     a drain (the holder died). Lease TTL + reconcile interval bound K5.
+//     longer than RedriveAfter; for each of their keys it restores mailbox
+//     entries and tasks Redis lost, and for keys without a live lease it
+//     enqueues a drain (the holder died). Lease TTL + reconcile interval bound
+//     K5. A request whose dispatch failed at intake is marked undispatched, and
+//     no batch on its keys is applied past it until it is back in order (K3).
 package keyed

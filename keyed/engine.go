@@ -135,8 +135,9 @@ type backlogSample struct {
 }
 
 type queueSample struct {
-	n  int
-	at time.Time
+	n          int
+	at         time.Time
+	refreshing bool
 }
 
 // New builds an engine. insp may be nil in processes that do not admit
@@ -240,7 +241,7 @@ func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
 			}
 		}
 	}
-	if n := e.queueSize(ctx, queue); n >= e.opt.QueueCap {
+	if n := e.queueSize(queue); n >= e.opt.QueueCap {
 		e.m.Overloaded.WithLabelValues(queue).Inc()
 		return overloaded("queue "+queue, 5)
 	}
@@ -248,23 +249,29 @@ func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
 }
 
 // queueSize returns the queue's unfinished tasks, refreshed at most once a
-// second; without an inspector, or on error, it reports 0 (admit).
-func (e *Engine) queueSize(ctx context.Context, queue string) int {
+// second by one caller while the others use the last sample; without an
+// inspector, or on error, it reports 0 (admit).
+func (e *Engine) queueSize(queue string) int {
 	if e.insp == nil {
 		return 0
 	}
 	e.qmu.Lock()
-	defer e.qmu.Unlock()
 	s, ok := e.qsizes[queue]
-	if ok && e.now().Sub(s.at) < time.Second {
+	if (ok && e.now().Sub(s.at) < time.Second) || s.refreshing {
+		e.qmu.Unlock()
 		return s.n
 	}
-	info, err := e.insp.GetQueueInfo(queue)
-	n := 0
-	if err == nil {
+	s.refreshing = true
+	e.qsizes[queue] = s
+	e.qmu.Unlock()
+
+	n := s.n
+	if info, err := e.insp.GetQueueInfo(queue); err == nil {
 		n = info.Pending + info.Active + info.Scheduled + info.Retry
 	}
-	e.qsizes[queue] = queueSample{n, e.now()}
+	e.qmu.Lock()
+	e.qsizes[queue] = queueSample{n: n, at: e.now()}
+	e.qmu.Unlock()
 	return n
 }
 

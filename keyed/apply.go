@@ -1,0 +1,251 @@
+package keyed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/requests"
+)
+
+// result is what one apply transaction did.
+type result struct {
+	tried   []*requests.Request // the requests picked for the transaction
+	applied []*requests.Request // the same, once committed
+	outs    []requests.Outcome
+	gone    []uuid.UUID       // peeked ids that were already terminal (or unknown)
+	head    *requests.Request // first open request, when none was picked
+}
+
+type pickFunc func(open []*requests.Request, limit int) []*requests.Request
+
+// applyRetrying runs apply transactions until one commits.
+//   - A fenced lease whose Redis entry is still ours (Redis lost its token
+//     counter) is re-issued, once per key.
+//   - A transient failure (connection, serialization, deadlock, Redis) is
+//     retried with backoff, then returned: the key is handed on and the task
+//     retried later, and the request is never marked failed for it.
+//   - Any other failure comes from an applier and some request in the batch:
+//     the batch is halved until that request is alone; a request that fails
+//     alone twice is recorded as failed, so it cannot block its key.
+//
+// limit is the batch size, narrowed here and regrown after each success.
+func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc, limit *int) ([]Lease, result, error) {
+	reissued := map[string]bool{}
+	transientTries, aloneFailures := 0, 0
+	for {
+		stop := e.keepAlive(ctx, leases)
+		res, err := e.attempt(ctx, leases, ids, pick, *limit, nil)
+		stop()
+		var fenced *fencedError
+		switch {
+		case err == nil:
+			*limit = min(*limit*2, e.opt.BatchMax)
+			return leases, res, nil
+		case errors.As(err, &fenced):
+			if reissued[fenced.key] || e.opt.Unguarded {
+				return leases, res, ErrLeaseLost
+			}
+			reissued[fenced.key] = true
+			i := slices.IndexFunc(leases, func(l Lease) bool { return l.Key == fenced.key })
+			nl, rerr := e.reissue(ctx, leases[i])
+			if rerr != nil {
+				return leases, res, rerr
+			}
+			leases[i] = nl
+			continue
+		case ctx.Err() != nil:
+			return leases, res, err
+		case errors.Is(err, errOvertaking):
+			// An earlier request on these keys never reached its mailbox: put
+			// it there (it sorts first by seq) and let the caller re-read.
+			if rerr := e.Redispatch(ctx); rerr != nil {
+				return leases, res, rerr
+			}
+			return leases, result{}, nil
+		case transient(err):
+			if transientTries++; transientTries > 3 {
+				return leases, res, err
+			}
+			e.log.Warn("apply failed, retrying", "keys", leaseKeys(leases), "try", transientTries, "err", err)
+			time.Sleep(time.Duration(25<<(2*(transientTries-1))) * time.Millisecond)
+			continue
+		case len(res.tried) == 0:
+			return leases, res, err
+		}
+		e.log.Warn("applier failed; isolating the request", "keys", leaseKeys(leases), "batch", len(res.tried), "err", err)
+		if len(res.tried) > 1 {
+			*limit = len(res.tried) / 2
+			continue
+		}
+		if aloneFailures++; aloneFailures < 2 {
+			continue
+		}
+		*limit = 1
+		res, ferr := e.attempt(ctx, leases, []uuid.UUID{res.tried[0].ID}, pick, 1, err)
+		return leases, res, ferr
+	}
+}
+
+// errOvertaking means the batch would be applied ahead of an earlier request
+// on its keys that is durable but missing from the mailboxes.
+var errOvertaking = errors.New("keyed: an earlier request on these keys is not dispatched yet")
+
+// errUnknownType means this worker has no applier for a request's type (an
+// older worker during a rolling deploy): hand the key to one that has.
+var errUnknownType = errors.New("keyed: no applier for this type here")
+
+// transient reports whether err is worth retrying later as it is, rather
+// than a sign that a request cannot be applied.
+func transient(err error) bool {
+	if errors.Is(err, errUnknownType) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "40", "53", "55", "57", "58": // connection, rollback (serialization, deadlock), resources, lock, operator, system
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	var redisErr redis.Error
+	return errors.As(err, &redisErr)
+}
+
+type fencedError struct{ key string }
+
+func (f *fencedError) Error() string { return ErrFenced.Error() + ": " + f.key }
+func (f *fencedError) Unwrap() error { return ErrFenced }
+
+// attempt is one apply transaction: check every lease's fence, lock the open
+// requests among ids, apply the picked ones and record their outcomes. With
+// failWith set, the picked requests are recorded as failed instead.
+func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc, limit int, failWith error) (result, error) {
+	var res result
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("keyed: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if !e.opt.Unguarded && !e.noFence {
+		for _, l := range leases {
+			if err := fence(ctx, tx, l); err != nil {
+				if errors.Is(err, ErrFenced) {
+					return res, &fencedError{key: l.Key}
+				}
+				return res, err
+			}
+		}
+	}
+	skipLimit := 0
+	if e.opt.Unguarded {
+		skipLimit = limit
+	}
+	open, err := requests.LockOpen(ctx, tx, ids, skipLimit)
+	if err != nil {
+		return res, err
+	}
+	if !e.opt.Unguarded {
+		res.gone = missing(ids, open)
+	}
+	batch := pick(open, limit)
+	res.tried = batch
+	if len(batch) == 0 {
+		if len(open) > 0 {
+			res.head = open[0]
+		}
+		return res, nil
+	}
+	if !e.opt.Unguarded {
+		waiting, err := requests.UndispatchedBefore(ctx, tx, leaseKeys(leases), batch[len(batch)-1].Seq)
+		if err != nil {
+			return res, err
+		}
+		if waiting {
+			return res, errOvertaking
+		}
+	}
+	now := e.now().UTC()
+	var outs []requests.Outcome
+	if failWith != nil {
+		e.log.Error("request failed after retries", "requestId", batch[0].ID, "traceId", batch[0].TraceID, "err", failWith)
+		outs = []requests.Outcome{requests.Failed("the request could not be applied after retries")}
+	} else if outs, err = e.apply(ctx, tx, leases, batch, now); err != nil {
+		return res, err
+	}
+	if err := requests.Complete(ctx, tx, batch, outs, now); err != nil {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("keyed: commit: %w", err)
+	}
+	res.applied, res.outs = batch, outs
+	return res, nil
+}
+
+// apply hands each run of same-type requests to its type's applier.
+func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*requests.Request, now time.Time) ([]requests.Outcome, error) {
+	fences := make(map[string]int64, len(leases))
+	for _, l := range leases {
+		fences[l.Key] = l.Token
+	}
+	outs := make([]requests.Outcome, 0, len(batch))
+	for i := 0; i < len(batch); {
+		j := i + 1
+		for j < len(batch) && batch[j].Type == batch[i].Type {
+			j++
+		}
+		t, ok := e.types[batch[i].Type]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", errUnknownType, batch[i].Type)
+		}
+		o, err := safeApply(ctx, t.Applier, tx, &Batch{Requests: batch[i:j], Fences: fences, Now: now, Worker: e.opt.Worker})
+		if err != nil {
+			return nil, fmt.Errorf("keyed: apply %s: %w", t.Name, err)
+		}
+		if len(o) != j-i {
+			return nil, fmt.Errorf("keyed: %s returned %d outcomes for %d requests", t.Name, len(o), j-i)
+		}
+		outs = append(outs, o...)
+		i = j
+	}
+	return outs, nil
+}
+
+func safeApply(ctx context.Context, a Applier, tx pgx.Tx, b *Batch) (outs []requests.Outcome, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("applier panic: %v", p)
+		}
+	}()
+	return a.Apply(ctx, tx, b)
+}
+
+func missing(ids []uuid.UUID, open []*requests.Request) []uuid.UUID {
+	have := make(map[uuid.UUID]bool, len(open))
+	for _, r := range open {
+		have[r.ID] = true
+	}
+	var out []uuid.UUID
+	for _, id := range ids {
+		if !have[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
