@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/requests"
 )
 
 func TestRequestLifecycle(t *testing.T) {
@@ -50,6 +51,16 @@ func TestRequestLifecycle(t *testing.T) {
 	require.Equal(t, http.StatusOK, staff.Do("GET", "/api/v1/requests/"+id, nil).Status)
 	require.Equal(t, http.StatusNotFound, alice.Do("GET", "/api/v1/requests/00000000-0000-0000-0000-000000000000", nil).Status)
 	require.Equal(t, http.StatusNotFound, alice.Do("GET", "/api/v1/requests/not-a-uuid", nil).Status)
+
+	// A request being applied shows as processing, with no outcome yet.
+	slow := alice.Probe(probe.Payload{Keys: []string{"slow"}, SleepMs: 1000})
+	require.Eventually(t, func() bool {
+		var v requests.View
+		alice.Do("GET", "/api/v1/requests/"+slow, nil).JSON(t, &v)
+		require.Nil(t, v.Error)
+		return v.Status == domain.StatusProcessing && string(v.Result) == "null" && v.CompletedAt == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, domain.StatusSucceeded, alice.Wait(slow, 20*time.Second).Status)
 
 	// ?wait is bounded and validated.
 	require.Equal(t, http.StatusBadRequest, alice.Do("GET", "/api/v1/requests/"+id+"?wait=31s", nil).Status)
