@@ -25,6 +25,7 @@ type Config struct {
 	JWTSecret   string `env:"JWT_SECRET" envDefault:"holdfast-dev-secret-change-me"`
 	LogLevel    string `env:"LOG_LEVEL" envDefault:"info"`
 	PGMaxConns  int32  `env:"PG_MAX_CONNS" envDefault:"20"`
+	PprofAddr   string `env:"PPROF_ADDR"` // empty: no profiling endpoint
 
 	// API
 	BodyLimit   int           `env:"BODY_LIMIT" envDefault:"65536"`

@@ -51,6 +51,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		return err
 	}
 	defer st.Close()
+	storage.ServePprof(ctx, cfg.PprofAddr, log)
 	pool, rdb := st.Pool, st.Redis
 
 	reg := metrics.NewRegistry()
