@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -83,4 +84,14 @@ func Decode(c *fiber.Ctx, v any) error {
 // InvalidField is a 400 INVALID_INPUT naming the offending field in meta.
 func InvalidField(field, format string, args ...any) *domain.Problem {
 	return domain.Invalid("%s", fmt.Sprintf(format, args...)).WithMeta("field", field)
+}
+
+// PathID reads a positive integer path parameter; anything else is 404, as
+// for an id that does not exist.
+func PathID(c *fiber.Ctx, name string) (int64, error) {
+	id, err := strconv.ParseInt(c.Params(name), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, errNotFound
+	}
+	return id, nil
 }

@@ -50,6 +50,9 @@ func problemFor(err error) *domain.Problem {
 	if errors.Is(err, domain.ErrNotFound) {
 		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such resource")
 	}
+	if errors.Is(err, domain.ErrConflict) {
+		return domain.NewProblem(http.StatusConflict, domain.CodeConflict, "this conflicts with an existing resource")
+	}
 	return domain.NewProblem(http.StatusInternalServerError, domain.CodeInternal, "internal error")
 }
 

@@ -33,6 +33,13 @@ type Config struct {
 	QueueCap    int           `env:"QUEUE_CAP" envDefault:"1000000"`
 	KeyCap      int           `env:"KEY_BACKLOG_CAP" envDefault:"200000"`
 	EnableProbe bool          `env:"HOLDFAST_PROBE" envDefault:"false"`
+	// RateLimitPerIP and RateLimitPerUser are requests per second; 0 turns a limit off.
+	RateLimitPerIP   float64 `env:"RATE_LIMIT_PER_IP" envDefault:"1000"`
+	RateLimitPerUser float64 `env:"RATE_LIMIT_PER_USER" envDefault:"20"`
+
+	// Stays
+	HoldTTL      time.Duration `env:"HOLD_TTL" envDefault:"10m"`
+	HoldLockWait time.Duration `env:"HOLD_LOCK_WAIT" envDefault:"5s"`
 
 	// Worker
 	Concurrency       int           `env:"WORKER_CONCURRENCY" envDefault:"64"`
@@ -79,6 +86,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: LEASE_TTL must be at least 100ms")
 	case c.ReconcileInterval < time.Second:
 		return fmt.Errorf("config: RECONCILE_INTERVAL must be at least 1s")
+	case c.HoldTTL < time.Second:
+		return fmt.Errorf("config: HOLD_TTL must be at least 1s")
+	case c.RateLimitPerIP < 0 || c.RateLimitPerUser < 0:
+		return fmt.Errorf("config: rate limits must not be negative")
 	case len(c.JWTSecret) < 16:
 		return fmt.Errorf("config: JWT_SECRET must be at least 16 bytes")
 	}

@@ -12,6 +12,7 @@ const (
 	CodeUnauthenticated      = "UNAUTHENTICATED"
 	CodeForbidden            = "FORBIDDEN"
 	CodeNotFound             = "NOT_FOUND"
+	CodeConflict             = "CONFLICT"
 	CodeMethodNotAllowed     = "METHOD_NOT_ALLOWED"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMedia     = "UNSUPPORTED_MEDIA_TYPE"

@@ -45,13 +45,13 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 
-	var token string
+	var exports []string
 	var curls []string
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		if v, ok := strings.CutPrefix(line, "export TOKEN="); ok {
-			token = v
+		if v, ok := strings.CutPrefix(line, "export "); ok {
+			exports = append(exports, v)
 		}
 		if strings.HasPrefix(line, "curl ") {
 			curls = append(curls, line)
@@ -60,11 +60,11 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 			break
 		}
 	}
-	require.NotEmpty(t, token, "make run printed no token")
+	require.NotEmpty(t, exports, "make run printed no token")
 	require.GreaterOrEqual(t, len(curls), 5)
 	for _, line := range curls {
 		sh := exec.Command("bash", "-o", "pipefail", "-c", line)
-		sh.Env = append(os.Environ(), "TOKEN="+token)
+		sh.Env = append(os.Environ(), exports...)
 		out, err := sh.CombinedOutput()
 		require.NoError(t, err, "%s\n%s", line, out)
 		require.NotEmpty(t, out, line)

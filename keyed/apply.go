@@ -182,10 +182,11 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 	}
 	now := e.now().UTC()
 	var outs []requests.Outcome
+	var after []func(context.Context)
 	if failWith != nil {
 		e.log.Error("request failed after retries", "requestId", batch[0].ID, "traceId", batch[0].TraceID, "err", failWith)
 		outs = []requests.Outcome{requests.Failed("the request could not be applied after retries")}
-	} else if outs, err = e.apply(ctx, tx, leases, batch, now); err != nil {
+	} else if outs, after, err = e.apply(ctx, tx, leases, batch, now); err != nil {
 		return res, err
 	}
 	if err := requests.Complete(ctx, tx, batch, outs, now); err != nil {
@@ -194,17 +195,21 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("keyed: commit: %w", err)
 	}
+	for _, f := range after {
+		f(ctx)
+	}
 	res.applied, res.outs = batch, outs
 	return res, nil
 }
 
 // apply hands each run of same-type requests to its type's applier.
-func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*requests.Request, now time.Time) ([]requests.Outcome, error) {
+func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*requests.Request, now time.Time) ([]requests.Outcome, []func(context.Context), error) {
 	fences := make(map[string]int64, len(leases))
 	for _, l := range leases {
 		fences[l.Key] = l.Token
 	}
 	outs := make([]requests.Outcome, 0, len(batch))
+	var after []func(context.Context)
 	for i := 0; i < len(batch); {
 		j := i + 1
 		for j < len(batch) && batch[j].Type == batch[i].Type {
@@ -212,19 +217,21 @@ func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*
 		}
 		t, ok := e.types[batch[i].Type]
 		if !ok {
-			return nil, fmt.Errorf("%w: %s", errUnknownType, batch[i].Type)
+			return nil, nil, fmt.Errorf("%w: %s", errUnknownType, batch[i].Type)
 		}
-		o, err := safeApply(ctx, t.Applier, tx, &Batch{Requests: batch[i:j], Fences: fences, Now: now, Worker: e.opt.Worker})
+		b := &Batch{Requests: batch[i:j], Fences: fences, Now: now, Worker: e.opt.Worker}
+		o, err := safeApply(ctx, t.Applier, tx, b)
 		if err != nil {
-			return nil, fmt.Errorf("keyed: apply %s: %w", t.Name, err)
+			return nil, nil, fmt.Errorf("keyed: apply %s: %w", t.Name, err)
 		}
 		if len(o) != j-i {
-			return nil, fmt.Errorf("keyed: %s returned %d outcomes for %d requests", t.Name, len(o), j-i)
+			return nil, nil, fmt.Errorf("keyed: %s returned %d outcomes for %d requests", t.Name, len(o), j-i)
 		}
 		outs = append(outs, o...)
+		after = append(after, b.afterCommit...)
 		i = j
 	}
-	return outs, nil
+	return outs, after, nil
 }
 
 func safeApply(ctx context.Context, a Applier, tx pgx.Tx, b *Batch) (outs []requests.Outcome, err error) {

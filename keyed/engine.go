@@ -30,7 +30,15 @@ type Batch struct {
 	Fences map[string]int64
 	Now    time.Time
 	Worker string
+
+	afterCommit []func(context.Context)
 }
+
+// AfterCommit runs f once the batch's transaction has committed (never if it
+// rolls back). It suits side effects that must not happen for a rolled-back
+// apply, such as removing a confirmed hold from Redis; a crash right after
+// the commit skips them, so they must be safe to miss.
+func (b *Batch) AfterCommit(f func(context.Context)) { b.afterCommit = append(b.afterCommit, f) }
 
 // Applier applies batches of one write type. It returns one outcome per
 // request, in order. An error means a system failure: the whole transaction

@@ -7,7 +7,15 @@ import "github.com/redis/go-redis/v9"
 //	hf:{key}:mbox   sorted set  request id → seq
 //	hf:{key}:lease  string      fencing token of the holder, with TTL
 //	hf:{key}:fence  string      last token handed out (INCR)
-func mboxKey(k string) string  { return "hf:{" + k + "}:mbox" }
+func mboxKey(k string) string { return "hf:{" + k + "}:mbox" }
+
+// LeaseKey is the Redis key holding key's lease token. Appliers that change
+// Redis state compare it with Batch.Fences[key] in the same script (K2), and
+// keep their own keys in the same hash slot with KeyTag.
+func LeaseKey(k string) string { return leaseKey(k) }
+
+// KeyTag is the hash tag of key's Redis keys: "hf:{key}".
+func KeyTag(k string) string   { return "hf:{" + k + "}" }
 func leaseKey(k string) string { return "hf:{" + k + "}:lease" }
 func fenceKey(k string) string { return "hf:{" + k + "}:fence" }
 

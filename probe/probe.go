@@ -22,6 +22,7 @@ import (
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/storage"
 )
 
 // Task type and queue of the probe.
@@ -100,6 +101,9 @@ func Mount(v1 fiber.Router, s *api.Server) {
 func Type() keyed.Type {
 	return keyed.Type{Name: TypeIncr, Queue: Queue, Applier: keyed.ApplierFunc(apply)}
 }
+
+// Types is Type in the form worker.Run takes.
+func Types(*storage.Stores) []keyed.Type { return []keyed.Type{Type()} }
 
 func apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
 	outs := make([]requests.Outcome, len(b.Requests))

@@ -126,8 +126,9 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
 
 // MarkProcessing moves queued requests to processing.
 func (s *Store) MarkProcessing(ctx context.Context, ids []uuid.UUID, now time.Time) error {
+	// Rows locked by an apply in progress are skipped, never waited for.
 	_, err := s.pool.Exec(ctx, `UPDATE requests SET status = 'processing', started_at = $2
-		WHERE id = ANY($1) AND status = 'queued'`, ids, now)
+		WHERE id IN (SELECT id FROM requests WHERE id = ANY($1) AND status = 'queued' FOR UPDATE SKIP LOCKED)`, ids, now)
 	return storage.Translate("requests: mark processing", err)
 }
 

@@ -19,6 +19,7 @@ redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 || {
   echo "Redis is not answering at $REDIS_URL; start it first (see README)." >&2; exit 1; }
 
 "$bin/api" migrate   # creates the database if missing, applies migrations
+eval "$("$bin/api" seed)"   # demo hotel (idempotent): DEMO_HOTEL_ID, DEMO_ROOM_TYPE_ID
 
 logs="${LOG_DIR:-bin/logs}"
 mkdir -p "$logs"
@@ -44,8 +45,11 @@ done
 
 user_token=$("$bin/api" token -sub demo-user -role user)
 admin_token=$("$bin/api" token -sub demo-admin -role admin)
-first=$(curl -s -X POST "$api/api/v1/probe" -H "Authorization: Bearer $user_token" \
-  -H 'Content-Type: application/json' -H 'Idempotency-Key: make-run-demo' -d '{"keys":["demo"]}')
+staff_token=$("$bin/api" token -sub demo-staff -role staff)
+check_in=$(date -u -d '+7 days' +%F); check_out=$(date -u -d '+9 days' +%F)
+hold_body="{\"roomTypeId\":$DEMO_ROOM_TYPE_ID,\"checkIn\":\"$check_in\",\"checkOut\":\"$check_out\",\"clientHoldKey\":\"6f1c1f9e-3c7a-4d2b-9a51-2f0a6f2b8c11\"}"
+first=$(curl -s -X POST "$api/api/v1/holds" -H "Authorization: Bearer $user_token" \
+  -H 'Content-Type: application/json' -d "$hold_body")
 request_id=$(sed -n 's/.*"requestId":"\([^"]*\)".*/\1/p' <<<"$first")
 
 cat <<MSG
@@ -53,13 +57,21 @@ cat <<MSG
 holdfast is running: API $api (logs $logs/api.log), worker http://${WORKER_ADDR} ($logs/worker.log).
 
   export TOKEN=$user_token
+  export STAFF_TOKEN=$staff_token
 
-Submit a write (answers 202 with a requestId), then long-poll its outcome:
+Demo hotel $DEMO_HOTEL_ID, room type $DEMO_ROOM_TYPE_ID. Availability (staff), and the public copy:
 
-  curl -s -X POST $api/api/v1/probe -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -d '{"keys":["demo"]}'
+  curl -s "$api/api/v1/hotels/$DEMO_HOTEL_ID/availability?from=$check_in&to=$check_out" -H "Authorization: Bearer \$STAFF_TOKEN"
+  curl -s "$api/api/v1/public/hotels/$DEMO_HOTEL_ID/availability?from=$check_in&to=$check_out"
+
+Hold a room (answers 202 with a requestId), then long-poll its outcome — the holdId to confirm:
+
+  curl -s -X POST $api/api/v1/holds -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -d '$hold_body'
   curl -s "$api/api/v1/requests/$request_id?wait=10s" -H "Authorization: Bearer \$TOKEN"
 
-Retry safely with an Idempotency-Key (same key + same body = same requestId):
+Then: curl -s -X POST $api/api/v1/holds/<holdId>/confirm -H "Authorization: Bearer \$TOKEN"   (or DELETE …/holds/<holdId>)
+
+Retry any write safely with an Idempotency-Key (same key + same body = same requestId):
 
   curl -s -X POST $api/api/v1/probe -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -H 'Idempotency-Key: make-run-demo' -d '{"keys":["demo"]}'
 

@@ -108,6 +108,8 @@ func Translate(op string, err error) error {
 		switch pgErr.Code {
 		case "23505", "23P01":
 			return fmt.Errorf("%s: %s: %w", op, strings.TrimSpace(pgErr.ConstraintName), domain.ErrConflict)
+		case "23503": // the referenced row does not exist
+			return fmt.Errorf("%s: %s: %w", op, strings.TrimSpace(pgErr.ConstraintName), domain.ErrNotFound)
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)

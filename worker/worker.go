@@ -37,10 +37,13 @@ type Options struct {
 	Unguarded bool
 }
 
+// Types builds write types from the process's connections.
+type Types func(st *storage.Stores) []keyed.Type
+
 // Run applies writes of the given types until ctx ends, then shuts down
 // gracefully: it stops fetching tasks, lets each drain finish its batch and
 // hand its key on, and waits for handlers up to SHUTDOWN_TIMEOUT.
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, types ...keyed.Type) error {
+func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, modules ...Types) error {
 	if opt.Name == "" {
 		host, _ := os.Hostname()
 		opt.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -61,8 +64,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		RedriveAfter: cfg.RedriveAfter, Worker: opt.Name, Unguarded: opt.Unguarded,
 	})
 	defer engine.Close()
-	for _, t := range types {
-		engine.Register(t)
+	for _, m := range modules {
+		for _, t := range m(st) {
+			engine.Register(t)
+		}
 	}
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{

@@ -3,6 +3,7 @@
 //	api                       serve (HTTP_ADDR)
 //	api token -sub 42 -role user [-ttl 24h]   print a dev JWT signed with JWT_SECRET
 //	api migrate               apply migrations and exit
+//	api seed                  load the demo data (idempotent); prints shell exports of its ids
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/stays"
 	"github.com/holdfast/holdfast/storage"
 )
 
@@ -42,11 +44,13 @@ func run(args []string) error {
 			return token(cfg, args[1:])
 		case "migrate":
 			return migrate(ctx, cfg)
+		case "seed":
+			return seed(ctx, cfg)
 		default:
-			return fmt.Errorf("unknown command %q (want token or migrate)", args[0])
+			return fmt.Errorf("unknown command %q (want token, migrate or seed)", args[0])
 		}
 	}
-	var mounts []api.Mount
+	mounts := []api.Mount{stays.API(cfg.HoldTTL)}
 	if cfg.EnableProbe {
 		mounts = append(mounts, probe.Mount)
 	}
@@ -83,4 +87,21 @@ func migrate(ctx context.Context, cfg config.Config) error {
 	}
 	defer pool.Close()
 	return storage.Migrate(ctx, pool)
+}
+
+func seed(ctx context.Context, cfg config.Config) error {
+	if err := migrate(ctx, cfg); err != nil {
+		return err
+	}
+	pool, err := storage.OpenPostgres(ctx, cfg.DatabaseURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	d, err := stays.SeedDemo(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("export DEMO_HOTEL_ID=%d DEMO_ROOM_TYPE_ID=%d\n", d.HotelID, d.RoomTypeIDs[0])
+	return nil
 }

@@ -9,8 +9,8 @@ import (
 	"syscall"
 
 	"github.com/holdfast/holdfast/config"
-	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/stays"
 	"github.com/holdfast/holdfast/worker"
 )
 
@@ -22,11 +22,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var types []keyed.Type
+	modules := []worker.Types{stays.Worker(cfg.HoldTTL, cfg.HoldLockWait)}
 	if cfg.EnableProbe {
-		types = append(types, probe.Type())
+		modules = append(modules, probe.Types)
 	}
-	if err := worker.Run(ctx, cfg, cfg.Logger(os.Stdout), worker.Options{}, types...); err != nil {
+	if err := worker.Run(ctx, cfg, cfg.Logger(os.Stdout), worker.Options{}, modules...); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}

@@ -59,10 +59,17 @@ func Postgres(t testing.TB) (string, *pgxpool.Pool) {
 	require.NoError(t, storage.EnsureDatabase(ctx, base))
 	admin, err := storage.OpenPostgres(ctx, base, 2)
 	require.NoError(t, err)
+	// Extensions live in public, created once (concurrent CREATE EXTENSION
+	// races); each test's search_path ends with public to find them.
+	if _, err := admin.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA public"); err != nil {
+		var exists int
+		require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM pg_extension WHERE extname = 'btree_gist'").Scan(&exists), err.Error())
+		require.Equal(t, 1, exists, err.Error())
+	}
 	schema := "t_" + randomName()
 	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
 	require.NoError(t, err)
-	url := base + "&search_path=" + schema
+	url := base + "&search_path=" + schema + "%2Cpublic"
 	pool, err := storage.OpenPostgres(ctx, url, 4)
 	require.NoError(t, err)
 	require.NoError(t, storage.Migrate(ctx, pool))

@@ -1,0 +1,472 @@
+package stays
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/storage"
+)
+
+// Reasons a check answers isAvailable false.
+const (
+	ReasonNoRoomsLeft   = "NO_ROOMS_LEFT"   // every active room is reserved, held or excluded
+	ReasonNoActiveRooms = "NO_ACTIVE_ROOMS" // the room type has no room in service
+)
+
+// AvailabilityQuery is what the availability endpoints are asked.
+type AvailabilityQuery struct {
+	HotelID    int64
+	RoomTypeID int64 // 0: every active room type of the hotel
+	Range      domain.DateRange
+	// ExcludeDirty counts Dirty rooms as unavailable (seed 001 §3.4).
+	ExcludeDirty bool
+}
+
+// AvailabilityItem is one room type on one night.
+type AvailabilityItem struct {
+	Date             string `json:"date"`
+	RoomTypeID       int64  `json:"roomTypeId"`
+	RoomTypeName     string `json:"roomTypeName"`
+	TotalRooms       int64  `json:"totalRooms"`
+	UnavailableRooms int64  `json:"unavailableRooms"`
+	HeldRooms        int64  `json:"heldRooms"`
+	AvailableRooms   int64  `json:"availableRooms"`
+}
+
+// HotelAvailability is the aggregate answer: items by date, then room type.
+type HotelAvailability struct {
+	HotelID  int64              `json:"hotelId"`
+	Currency string             `json:"currency"`
+	Items    []AvailabilityItem `json:"items"`
+}
+
+// RoomAvailability is one room over the range.
+type RoomAvailability struct {
+	RoomID             int64    `json:"roomId"`
+	Number             string   `json:"number"`
+	RoomTypeID         int64    `json:"roomTypeId"`
+	Status             string   `json:"status"`
+	HousekeepingStatus string   `json:"housekeepingStatus"`
+	ReservedDates      []string `json:"reservedDates"`
+	AvailableDates     []string `json:"availableDates"`
+}
+
+// RoomsAvailability is the per-room answer.
+type RoomsAvailability struct {
+	HotelID int64              `json:"hotelId"`
+	Items   []RoomAvailability `json:"items"`
+}
+
+// AvailabilityCheck is the quick yes/no for one room type (seed 001 §4.3).
+type AvailabilityCheck struct {
+	RoomTypeID     int64  `json:"roomTypeId"`
+	From           string `json:"from"`
+	To             string `json:"to"`
+	AvailableCount int64  `json:"availableCount"`
+	IsAvailable    bool   `json:"isAvailable"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+// Availability computes availability from rooms and stays in Postgres and
+// live holds in Redis.
+type Availability struct {
+	pool  *pgxpool.Pool
+	holds *HoldStore
+}
+
+// NewAvailability returns an Availability on pool and holds.
+func NewAvailability(pool *pgxpool.Pool, holds *HoldStore) *Availability {
+	return &Availability{pool: pool, holds: holds}
+}
+
+// scopeCTE finds the hotel and the status of the asked room type ($2, 0 for
+// none) in it; no row means no such hotel.
+const scopeCTE = `h AS (
+	SELECT id, currency, status,
+		(SELECT t.status FROM room_types t WHERE t.id = $2 AND t.hotel_id = $1) AS type_status
+	FROM hotels WHERE id = $1
+)`
+
+// aggregateSQL is the whole aggregate in one statement. Per active room type
+// (rows ordered by id): its active rooms and how many are Dirty, and the
+// change, night by night, in how many of them a stay occupies (all, and the
+// Dirty ones). A stay adds one on its first night in range and takes one off
+// after its last, at day offsets from $3; the caller sums the changes. So a
+// stay costs one row however long it is, grouped twice in one hash pass
+// (GROUPING SETS): no series per stay, whose unknown length also misleads
+// the planner into JIT-compiling the query. The exclusion constraint
+// guarantees a room holds at most one occupying stay per night, so a count
+// of stays is a count of rooms. The stays come from the partial gist index
+// on (hotel_id, stay).
+const aggregateSQL = `WITH ` + scopeCTE + `,
+types AS (
+	SELECT t.id, t.name FROM room_types t
+	WHERE t.hotel_id = $1 AND t.status = 'Active' AND ($2 = 0 OR t.id = $2)
+),
+totals AS (
+	SELECT r.room_type_id, count(*) AS total, count(*) FILTER (WHERE r.housekeeping_status = 'Dirty') AS dirty
+	FROM rooms r
+	WHERE r.hotel_id = $1 AND r.status = 'Active' AND ($2 = 0 OR r.room_type_id = $2)
+	GROUP BY r.room_type_id
+),
+changes AS (
+	SELECT r.room_type_id, GROUPING(x.first) = 1 AS ends, coalesce(x.first, x.after) AS i,
+		count(*) AS n, count(*) FILTER (WHERE r.housekeeping_status = 'Dirty') AS n_dirty
+	FROM stay_reservations s
+	JOIN rooms r ON r.id = s.room_id
+	CROSS JOIN LATERAL (SELECT greatest(s.check_in, $3::date) - $3::date AS first,
+		least(s.check_out, $4::date) - $3::date AS after) AS x
+	WHERE s.hotel_id = $1 AND s.status IN ('Confirmed', 'CheckedIn')
+		AND s.stay && daterange($3::date, $4::date)
+		AND r.status = 'Active' AND ($2 = 0 OR r.room_type_id = $2)
+	GROUP BY GROUPING SETS ((r.room_type_id, x.first), (r.room_type_id, x.after))
+),
+changes_by_type AS (
+	SELECT room_type_id, array_agg(i) AS nights,
+		array_agg(CASE WHEN ends THEN -n ELSE n END) AS n,
+		array_agg(CASE WHEN ends THEN -n_dirty ELSE n_dirty END) AS n_dirty
+	FROM changes GROUP BY room_type_id
+)
+SELECT h.currency, h.status, h.type_status, t.id, t.name,
+	coalesce(c.total, 0), coalesce(c.dirty, 0),
+	coalesce(o.nights, '{}'), coalesce(o.n, '{}'), coalesce(o.n_dirty, '{}')
+FROM h
+LEFT JOIN types t ON true
+LEFT JOIN totals c ON c.room_type_id = t.id
+LEFT JOIN changes_by_type o ON o.room_type_id = t.id
+ORDER BY t.id`
+
+// customPlan runs a statement unprepared (one round trip), so Postgres
+// plans it for the actual hotel, room type and dates every time. A cached
+// generic plan cannot see that "$2 = 0" drops the room type filter, nor how
+// many stays the dates select: it measured over twice as slow. Dates go as
+// text, since this mode would send a time.Time as timestamptz, which the
+// casts to date would read in the session's time zone.
+const customPlan = pgx.QueryExecModeExec
+
+// typeNights is one room type's counts per night of the range.
+type typeNights struct {
+	id                 int64
+	name               string
+	total              int64
+	occupied, excluded []int64 // per night: rooms a stay occupies; Dirty rooms no stay does
+}
+
+// scope turns the hotel's and the asked room type's statuses into the
+// problem the request meets, if any. Existence comes before state.
+func scope(q AvailabilityQuery, hotelStatus string, typeStatus *string) error {
+	if q.RoomTypeID != 0 && typeStatus == nil {
+		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no room type %d in this hotel", q.RoomTypeID)
+	}
+	if hotelStatus != domain.StatusActive {
+		return domain.NewProblem(http.StatusBadRequest, domain.CodeHotelInactive, "the hotel is inactive")
+	}
+	if typeStatus != nil && *typeStatus != domain.StatusActive {
+		return domain.NewProblem(http.StatusBadRequest, domain.CodeRoomTypeInactive, "the room type is inactive").
+			WithMeta("roomTypeId", q.RoomTypeID)
+	}
+	return nil
+}
+
+var errNoHotel = domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such hotel")
+
+// Hotel returns the availability of every active room type of a hotel (or
+// of one) on each night of the range: one Postgres query and one Redis
+// pipeline for the live holds.
+func (a *Availability) Hotel(ctx context.Context, q AvailabilityQuery, now time.Time) (HotelAvailability, error) {
+	const op = "stays: availability"
+	nights := q.Range.Nights()
+	rows, err := a.pool.Query(ctx, aggregateSQL, customPlan, q.HotelID, q.RoomTypeID,
+		q.Range.From.Format(domain.DateLayout), q.Range.To.Format(domain.DateLayout))
+	if err != nil {
+		return HotelAvailability{}, storage.Translate(op, err)
+	}
+	defer rows.Close()
+	out := HotelAvailability{HotelID: q.HotelID}
+	var hotelStatus string
+	var typeStatus *string
+	var types []typeNights
+	found := false
+	for rows.Next() {
+		found = true
+		var id *int64
+		var name *string
+		var total, dirty int64
+		var offsets []int32
+		var changes, dirtyChanges []int64
+		if err := rows.Scan(&out.Currency, &hotelStatus, &typeStatus, &id, &name, &total, &dirty,
+			&offsets, &changes, &dirtyChanges); err != nil {
+			return HotelAvailability{}, storage.Translate(op, err)
+		}
+		if id == nil { // the hotel has no active room type
+			continue
+		}
+		tn := typeNights{id: *id, name: *name, total: total,
+			occupied: make([]int64, nights), excluded: make([]int64, nights)}
+		occ, occDirty := make([]int64, nights+1), make([]int64, nights+1)
+		for k, i := range offsets {
+			if i < 0 || int(i) > nights {
+				return HotelAvailability{}, fmt.Errorf("%s: night offset %d out of range", op, i)
+			}
+			occ[i] += changes[k] // a night may start some stays and end others
+			occDirty[i] += dirtyChanges[k]
+		}
+		var n, nDirty int64
+		for i := range nights {
+			n, nDirty = n+occ[i], nDirty+occDirty[i]
+			tn.occupied[i] = n
+			if q.ExcludeDirty {
+				tn.excluded[i] = dirty - nDirty // Dirty and occupied counts once
+			}
+		}
+		types = append(types, tn)
+	}
+	if err := rows.Err(); err != nil {
+		return HotelAvailability{}, storage.Translate(op, err)
+	}
+	if !found {
+		return HotelAvailability{}, errNoHotel
+	}
+	if err := scope(q, hotelStatus, typeStatus); err != nil {
+		return HotelAvailability{}, err
+	}
+
+	ids := make([]int64, len(types))
+	for i, t := range types {
+		ids[i] = t.id
+	}
+	dates := q.Range.Dates()
+	held, err := a.holds.HeldCounts(ctx, ids, dates, now)
+	if err != nil {
+		return HotelAvailability{}, fmt.Errorf("%s: held counts: %w", op, err)
+	}
+	out.Items = make([]AvailabilityItem, 0, len(dates)*len(types))
+	for i, d := range dates {
+		date := d.Format(domain.DateLayout)
+		for _, t := range types {
+			it := AvailabilityItem{Date: date, RoomTypeID: t.id, RoomTypeName: t.name, TotalRooms: t.total,
+				UnavailableRooms: t.occupied[i] + t.excluded[i], HeldRooms: held[t.id][i]}
+			it.AvailableRooms = AvailableRooms(it.TotalRooms, it.UnavailableRooms, it.HeldRooms)
+			out.Items = append(out.Items, it)
+		}
+	}
+	return out, nil
+}
+
+// AvailableRooms is what is left to sell: never below zero (holds taken
+// before a room went out of service can outnumber what is left).
+func AvailableRooms(total, unavailable, held int64) int64 {
+	return max(0, total-unavailable-held)
+}
+
+// Check answers whether one more stay of q.RoomTypeID fits every night of
+// the range: availableCount is the fewest rooms left on any night.
+func (a *Availability) Check(ctx context.Context, q AvailabilityQuery, now time.Time) (AvailabilityCheck, error) {
+	av, err := a.Hotel(ctx, q, now)
+	if err != nil {
+		return AvailabilityCheck{}, err
+	}
+	out := AvailabilityCheck{RoomTypeID: q.RoomTypeID, From: q.Range.From.Format(domain.DateLayout),
+		To: q.Range.To.Format(domain.DateLayout)}
+	var minTotal int64
+	for i, it := range av.Items {
+		if i == 0 || it.AvailableRooms < out.AvailableCount {
+			out.AvailableCount = it.AvailableRooms
+		}
+		if i == 0 || it.TotalRooms < minTotal {
+			minTotal = it.TotalRooms
+		}
+	}
+	out.IsAvailable = out.AvailableCount > 0
+	switch {
+	case out.IsAvailable:
+	case minTotal == 0:
+		out.Reason = ReasonNoActiveRooms
+	default:
+		out.Reason = ReasonNoRoomsLeft
+	}
+	return out, nil
+}
+
+// roomsSQL lists the rooms of the hotel's active room types with a status
+// ($5), optionally of one room type, each with the stays that occupy it in
+// range as day offsets from $3: first night, and the night after the last.
+const roomsSQL = `WITH ` + scopeCTE + `,
+rms AS (
+	SELECT r.id, r.number, r.room_type_id, r.status, r.housekeeping_status
+	FROM rooms r JOIN room_types t ON t.id = r.room_type_id
+	WHERE r.hotel_id = $1 AND t.status = 'Active' AND ($2 = 0 OR r.room_type_id = $2) AND r.status = $5
+),
+res AS (
+	SELECT s.room_id, array_agg(greatest(s.check_in, $3::date) - $3::date) AS firsts,
+		array_agg(least(s.check_out, $4::date) - $3::date) AS afters
+	FROM stay_reservations s
+	JOIN rms ON rms.id = s.room_id
+	WHERE s.hotel_id = $1 AND s.status IN ('Confirmed', 'CheckedIn')
+		AND s.stay && daterange($3::date, $4::date)
+	GROUP BY s.room_id
+)
+SELECT h.status, h.type_status, rms.id, rms.number, rms.room_type_id, rms.status, rms.housekeeping_status,
+	coalesce(res.firsts, '{}'), coalesce(res.afters, '{}')
+FROM h
+LEFT JOIN rms ON true
+LEFT JOIN res ON res.room_id = rms.id
+ORDER BY rms.room_type_id, rms.id`
+
+// Rooms returns each room with status over the range: the nights a stay
+// occupies it, and the nights it could be sold (none if it is not Active, or
+// Dirty when q.ExcludeDirty).
+func (a *Availability) Rooms(ctx context.Context, q AvailabilityQuery, status string) (RoomsAvailability, error) {
+	const op = "stays: room availability"
+	rows, err := a.pool.Query(ctx, roomsSQL, customPlan, q.HotelID, q.RoomTypeID,
+		q.Range.From.Format(domain.DateLayout), q.Range.To.Format(domain.DateLayout), status)
+	if err != nil {
+		return RoomsAvailability{}, storage.Translate(op, err)
+	}
+	defer rows.Close()
+	dates := q.Range.Dates()
+	out := RoomsAvailability{HotelID: q.HotelID, Items: []RoomAvailability{}}
+	var hotelStatus string
+	var typeStatus *string
+	found := false
+	for rows.Next() {
+		found = true
+		var id, roomType *int64
+		var number, st, hk *string
+		var firsts, afters []int32
+		if err := rows.Scan(&hotelStatus, &typeStatus, &id, &number, &roomType, &st, &hk, &firsts, &afters); err != nil {
+			return RoomsAvailability{}, storage.Translate(op, err)
+		}
+		if id == nil { // no room matches
+			continue
+		}
+		r := RoomAvailability{RoomID: *id, Number: *number, RoomTypeID: *roomType, Status: *st,
+			HousekeepingStatus: *hk, ReservedDates: []string{}, AvailableDates: []string{}}
+		reserved := make([]bool, len(dates))
+		for k, first := range firsts {
+			if first < 0 || int(afters[k]) > len(dates) {
+				return RoomsAvailability{}, fmt.Errorf("%s: stay [%d, %d) out of range", op, first, afters[k])
+			}
+			for i := first; i < afters[k]; i++ {
+				reserved[i] = true
+			}
+		}
+		sellable := r.Status == domain.StatusActive && !(q.ExcludeDirty && r.HousekeepingStatus == domain.HousekeepingDirty)
+		for i, d := range dates {
+			switch {
+			case reserved[i]:
+				r.ReservedDates = append(r.ReservedDates, d.Format(domain.DateLayout))
+			case sellable:
+				r.AvailableDates = append(r.AvailableDates, d.Format(domain.DateLayout))
+			}
+		}
+		out.Items = append(out.Items, r)
+	}
+	if err := rows.Err(); err != nil {
+		return RoomsAvailability{}, storage.Translate(op, err)
+	}
+	if !found {
+		return RoomsAvailability{}, errNoHotel
+	}
+	if err := scope(q, hotelStatus, typeStatus); err != nil {
+		return RoomsAvailability{}, err
+	}
+	return out, nil
+}
+
+// mountAvailability adds the availability reads of seed 001 §4 (staff and
+// admin) and the public, per-IP rate-limited copy of the aggregate.
+func (h *HTTP) mountAvailability(v1 fiber.Router, s *api.Server) {
+	av := NewAvailability(s.Pool, h.Holds)
+	staff := api.RequireRole(domain.RoleStaff, domain.RoleAdmin)
+	hotel := func(c *fiber.Ctx) error {
+		q, err := parseAvailability(c, false)
+		if err != nil {
+			return err
+		}
+		out, err := av.Hotel(c.UserContext(), q, time.Now())
+		if err != nil {
+			return err
+		}
+		return c.JSON(out)
+	}
+	v1.Get("/hotels/:hotelId/availability", staff, hotel)
+	v1.Get("/public/hotels/:hotelId/availability", api.LimitPerIP(s), hotel)
+	v1.Get("/hotels/:hotelId/availability/rooms", staff, func(c *fiber.Ctx) error {
+		q, err := parseAvailability(c, false)
+		if err != nil {
+			return err
+		}
+		status := domain.StatusActive
+		if args := c.Context().QueryArgs(); args.Has("status") {
+			status = string(args.Peek("status"))
+			if oneOf("status", status, domain.StatusActive, domain.StatusInactive, domain.StatusOutOfService) != nil {
+				return invalidFilter("status", "status must be one of Active, Inactive, OutOfService")
+			}
+		}
+		out, err := av.Rooms(c.UserContext(), q, status)
+		if err != nil {
+			return err
+		}
+		return c.JSON(out)
+	})
+	v1.Get("/hotels/:hotelId/availability/check", staff, func(c *fiber.Ctx) error {
+		q, err := parseAvailability(c, true)
+		if err != nil {
+			return err
+		}
+		out, err := av.Check(c.UserContext(), q, time.Now())
+		if err != nil {
+			return err
+		}
+		return c.JSON(out)
+	})
+}
+
+func invalidFilter(field, message string) *domain.Problem {
+	return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidFilter, "%s", message).WithMeta("field", field)
+}
+
+// parseAvailability reads the hotel id, the date range and the filters
+// every availability endpoint shares. A filter that is present must be
+// valid, even when empty.
+func parseAvailability(c *fiber.Ctx, roomTypeRequired bool) (AvailabilityQuery, error) {
+	var q AvailabilityQuery
+	var err error
+	if q.HotelID, err = api.PathID(c, "hotelId"); err != nil {
+		return q, err
+	}
+	args := c.Context().QueryArgs()
+	if q.Range, err = domain.ParseDateRange(string(args.Peek("from")), string(args.Peek("to"))); err != nil {
+		return q, err
+	}
+	switch {
+	case args.Has("roomTypeId"):
+		n, err := strconv.ParseInt(string(args.Peek("roomTypeId")), 10, 64)
+		if err != nil || n <= 0 {
+			return q, invalidFilter("roomTypeId", "roomTypeId must be a positive integer")
+		}
+		q.RoomTypeID = n
+	case roomTypeRequired:
+		return q, invalidFilter("roomTypeId", "roomTypeId is required")
+	}
+	if args.Has("excludeDirty") {
+		switch string(args.Peek("excludeDirty")) {
+		case "true":
+			q.ExcludeDirty = true
+		case "false":
+		default:
+			return q, invalidFilter("excludeDirty", "excludeDirty must be true or false")
+		}
+	}
+	return q, nil
+}

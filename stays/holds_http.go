@@ -1,0 +1,79 @@
+package stays
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/requests"
+)
+
+func (h *HTTP) mountHolds(v1 fiber.Router, s *api.Server) {
+	v1.Post("/holds", func(c *fiber.Ctx) error { return h.createHold(c, s) })
+	v1.Post("/holds/:holdId/confirm", func(c *fiber.Ctx) error { return h.holdWrite(c, s, TypeHoldConfirm) })
+	v1.Delete("/holds/:holdId", func(c *fiber.Ctx) error { return h.holdWrite(c, s, TypeHoldCancel) })
+	v1.Get("/holds/:holdId", h.getHold)
+}
+
+func (h *HTTP) createHold(c *fiber.Ctx, s *api.Server) error {
+	var p CreatePayload
+	if err := api.Decode(c, &p); err != nil {
+		return err
+	}
+	if p.RoomTypeID <= 0 {
+		return api.InvalidField("roomTypeId", "roomTypeId is required")
+	}
+	dr, err := domain.ParseDateRange(p.CheckIn, p.CheckOut)
+	if err != nil {
+		return err
+	}
+	if dr.From.Before(time.Now().UTC().AddDate(0, 0, -1).Truncate(24 * time.Hour)) {
+		return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidDateRange, "checkIn is in the past")
+	}
+	if _, err := uuid.Parse(p.ClientHoldKey); err != nil || len(p.ClientHoldKey) != 36 {
+		return api.InvalidField("clientHoldKey", "clientHoldKey must be a UUID")
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return s.Accept(c, requests.Submission{Type: TypeHoldCreate, Queue: Queue,
+		Keys: []string{SerialKey(p.RoomTypeID)}, Payload: body})
+}
+
+func (h *HTTP) holdWrite(c *fiber.Ctx, s *api.Server, typ string) error {
+	id := c.Params("holdId")
+	rt, ok := ParseHoldID(id)
+	if !ok {
+		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such hold")
+	}
+	if len(c.Body()) > 0 {
+		if err := api.Decode(c, &struct{}{}); err != nil {
+			return err
+		}
+	}
+	body, err := json.Marshal(HoldPayload{HoldID: id, Staff: api.Principal(c).Role.Privileged()})
+	if err != nil {
+		return err
+	}
+	return s.Accept(c, requests.Submission{Type: typ, Queue: Queue, Keys: []string{SerialKey(rt)}, Payload: body})
+}
+
+func (h *HTTP) getHold(c *fiber.Ctx) error {
+	hold, err := h.Holds.Get(c.UserContext(), c.Params("holdId"), time.Now())
+	if err != nil {
+		return err
+	}
+	if hold == nil {
+		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such hold, or it has expired")
+	}
+	if !api.Principal(c).CanActFor(hold.UserID) {
+		return domain.NewProblem(http.StatusForbidden, domain.CodeForbidden, "this hold belongs to another user")
+	}
+	return c.JSON(hold)
+}

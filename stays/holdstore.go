@@ -1,0 +1,202 @@
+package stays
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/keyed"
+)
+
+// Hold is a user's claim on one room of a room type for a date range.
+type Hold struct {
+	HoldID        string    `json:"holdId"`
+	RoomTypeID    int64     `json:"roomTypeId"`
+	CheckIn       string    `json:"checkIn"`
+	CheckOut      string    `json:"checkOut"`
+	UserID        string    `json:"userId"`
+	ClientHoldKey string    `json:"clientHoldKey"`
+	CreatedAt     time.Time `json:"createdAt"`
+	ExpiresAt     time.Time `json:"expiresAt"`
+	// Reused is set in a create's result when the user's existing hold for
+	// the same range was returned with its TTL extended.
+	Reused bool `json:"reused"`
+}
+
+// SerialKey is the serialization key of a room type: every hold write on it
+// is applied by one holder at a time.
+func SerialKey(roomTypeID int64) string { return "stays:rt:" + strconv.FormatInt(roomTypeID, 10) }
+
+// NewHoldID makes a hold id that names its room type, so confirm and cancel
+// can be routed to the room type's key without a lookup: "{roomTypeId}-{uuid}".
+func NewHoldID(roomTypeID int64) string {
+	return strconv.FormatInt(roomTypeID, 10) + "-" + uuid.Must(uuid.NewV7()).String()
+}
+
+// ParseHoldID returns the room type a hold id names; ok is false for
+// anything that is not a hold id.
+func ParseHoldID(id string) (roomTypeID int64, ok bool) {
+	rt, rest, found := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(rt, 10, 64)
+	if !found || err != nil || n <= 0 {
+		return 0, false
+	}
+	if _, err := uuid.Parse(rest); err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// HoldStore keeps holds in Redis (seed 000's layout, with exact counts). All
+// keys of one room type share its hash slot, with its lease.
+//
+//	hf:{stays:rt:7}:hold:{holdId}              hold JSON, PX ttl
+//	hf:{stays:rt:7}:idx:{user}:{in}:{out}      holdId: one active hold per user and range
+//	hf:{stays:rt:7}:snap:{clientKey}:{in}:{out} holdId: clientHoldKey binding
+//	hf:{stays:rt:7}:held:{date}                sorted set holdId → expiry (ms): live holds of a night
+//	hf:{stays:rt:7}:done:{requestId}           the result of an applied create, for re-application
+type HoldStore struct {
+	rdb redis.UniversalClient
+}
+
+// NewHoldStore returns a HoldStore on rdb.
+func NewHoldStore(rdb redis.UniversalClient) *HoldStore { return &HoldStore{rdb: rdb} }
+
+func tag(rt int64) string                { return keyed.KeyTag(SerialKey(rt)) }
+func holdKey(rt int64, id string) string { return tag(rt) + ":hold:" + id }
+func idxKey(rt int64, user, in, out string) string {
+	return tag(rt) + ":idx:" + user + ":" + in + ":" + out
+}
+func snapKey(rt int64, clientKey, in, out string) string {
+	return tag(rt) + ":snap:" + clientKey + ":" + in + ":" + out
+}
+func heldKey(rt int64, date string) string    { return tag(rt) + ":held:" + date }
+func doneKey(rt int64, request string) string { return tag(rt) + ":done:" + request }
+
+// Get returns a live hold, or nil if it does not exist or has expired.
+func (s *HoldStore) Get(ctx context.Context, holdID string, now time.Time) (*Hold, error) {
+	rt, ok := ParseHoldID(holdID)
+	if !ok {
+		return nil, nil
+	}
+	return s.get(ctx, rt, holdID, now)
+}
+
+func (s *HoldStore) get(ctx context.Context, rt int64, holdID string, now time.Time) (*Hold, error) {
+	b, err := s.rdb.Get(ctx, holdKey(rt, holdID)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var h Hold
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, err
+	}
+	if !h.ExpiresAt.After(now) {
+		return nil, nil
+	}
+	return &h, nil
+}
+
+// HeldCounts returns, for each room type, the number of live holds on each
+// date: exact at now, with no sweeper involved.
+func (s *HoldStore) HeldCounts(ctx context.Context, roomTypes []int64, dates []time.Time, now time.Time) (map[int64][]int64, error) {
+	pipe := s.rdb.Pipeline()
+	min := "(" + strconv.FormatInt(now.UnixMilli(), 10)
+	cmds := make(map[int64][]*redis.IntCmd, len(roomTypes))
+	for _, rt := range roomTypes {
+		for _, d := range dates {
+			cmds[rt] = append(cmds[rt], pipe.ZCount(ctx, heldKey(rt, d.Format(domain.DateLayout)), min, "+inf"))
+		}
+	}
+	if len(roomTypes) > 0 && len(dates) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out := make(map[int64][]int64, len(roomTypes))
+	for rt, cs := range cmds {
+		counts := make([]int64, len(cs))
+		for i, c := range cs {
+			counts[i] = c.Val()
+		}
+		out[rt] = counts
+	}
+	return out, nil
+}
+
+// errFenced is the reply of a script whose lease token is stale.
+const errFenced = "FENCED"
+
+// putScript stores a hold (new, or an existing one with a later expiry) and
+// the result of the request that did it, if the caller still holds the room
+// type's lease. KEYS: lease, hold, idx, snap, done, held per night. ARGV:
+// token ("0": unguarded control case), hold JSON, holdId, expiry ms, ttl ms,
+// result JSON, now ms, done ttl ms.
+var putScript = redis.NewScript(`
+if ARGV[1] ~= '0' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[5])
+redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[5])
+redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[8])
+local exp = tonumber(ARGV[4])
+for i = 6, #KEYS do
+  redis.call('ZADD', KEYS[i], exp, ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[7])
+  if redis.call('PEXPIRETIME', KEYS[i]) < exp then redis.call('PEXPIREAT', KEYS[i], exp) end
+end
+return 1`)
+
+// removeScript deletes a hold and takes it out of its nights' counts.
+// KEYS: lease, hold, held per night. ARGV: token, holdId.
+var removeScript = redis.NewScript(`
+if ARGV[1] ~= '0' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+redis.call('DEL', KEYS[2])
+for i = 3, #KEYS do redis.call('ZREM', KEYS[i], ARGV[2]) end
+return 1`)
+
+func fenceErr(err error) error {
+	if err != nil && strings.HasPrefix(err.Error(), errFenced) {
+		return keyed.ErrLeaseLost
+	}
+	return err
+}
+
+func nightKeys(rt int64, checkIn, checkOut string) []string {
+	in, _ := time.Parse(domain.DateLayout, checkIn)
+	out, _ := time.Parse(domain.DateLayout, checkOut)
+	var keys []string
+	for d := in; d.Before(out); d = d.AddDate(0, 0, 1) {
+		keys = append(keys, heldKey(rt, d.Format(domain.DateLayout)))
+	}
+	return keys
+}
+
+// put stores h (its expiry counts from now) and result under the request.
+func (s *HoldStore) put(ctx context.Context, token int64, h *Hold, requestID string, result []byte, ttl time.Duration, now time.Time) error {
+	rt := h.RoomTypeID
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	keys := append([]string{keyed.LeaseKey(SerialKey(rt)), holdKey(rt, h.HoldID), idxKey(rt, h.UserID, h.CheckIn, h.CheckOut),
+		snapKey(rt, h.ClientHoldKey, h.CheckIn, h.CheckOut), doneKey(rt, requestID)}, nightKeys(rt, h.CheckIn, h.CheckOut)...)
+	return fenceErr(putScript.Run(ctx, s.rdb, keys, token, b, h.HoldID, h.ExpiresAt.UnixMilli(), ttl.Milliseconds(),
+		result, now.UnixMilli(), (ttl + time.Hour).Milliseconds()).Err())
+}
+
+// remove deletes h and its counts.
+func (s *HoldStore) remove(ctx context.Context, token int64, h *Hold) error {
+	rt := h.RoomTypeID
+	keys := append([]string{keyed.LeaseKey(SerialKey(rt)), holdKey(rt, h.HoldID)}, nightKeys(rt, h.CheckIn, h.CheckOut)...)
+	return fenceErr(removeScript.Run(ctx, s.rdb, keys, token, h.HoldID).Err())
+}

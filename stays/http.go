@@ -1,0 +1,267 @@
+package stays
+
+import (
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/storage"
+)
+
+// API returns the stays routes as an api.Mount.
+func API(holdTTL time.Duration) api.Mount {
+	return func(v1 fiber.Router, s *api.Server) {
+		h := &HTTP{Catalog: NewCatalog(s.Pool), Holds: NewHoldStore(s.Redis), HoldTTL: holdTTL}
+		h.Mount(v1, s)
+	}
+}
+
+// Worker returns the stays write types for worker.Run.
+func Worker(holdTTL, lockWait time.Duration) func(*storage.Stores) []keyed.Type {
+	return func(st *storage.Stores) []keyed.Type {
+		w := &Writes{Holds: NewHoldStore(st.Redis), TTL: holdTTL, LockWait: lockWait}
+		return w.Types()
+	}
+}
+
+// HTTP is the stays routes' shared state.
+type HTTP struct {
+	Catalog *Catalog
+	Holds   *HoldStore
+	HoldTTL time.Duration
+}
+
+// Mount adds the stays routes: catalog and reservations (staff/admin),
+// availability, and holds.
+func (h *HTTP) Mount(v1 fiber.Router, s *api.Server) {
+	staff := api.RequireRole(domain.RoleStaff, domain.RoleAdmin)
+	v1.Post("/hotels", staff, h.createHotel)
+	v1.Patch("/hotels/:hotelId", staff, h.patchHotel)
+	v1.Post("/hotels/:hotelId/room-types", staff, h.createRoomType)
+	v1.Patch("/room-types/:roomTypeId", staff, h.patchRoomType)
+	v1.Post("/hotels/:hotelId/rooms", staff, h.createRoom)
+	v1.Patch("/rooms/:roomId", staff, h.patchRoom)
+	v1.Get("/hotels/:hotelId/reservations", staff, h.listReservations)
+	for _, action := range []string{"check-in", "check-out", "cancel"} {
+		v1.Post("/reservations/:reservationId/"+action, staff, h.transition(action))
+	}
+	h.mountHolds(v1, s)
+	h.mountAvailability(v1, s)
+}
+
+var currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
+
+func requireName(field, v string) error {
+	if strings.TrimSpace(v) == "" || len(v) > 200 {
+		return api.InvalidField(field, "%s must be 1 to 200 characters", field)
+	}
+	return nil
+}
+
+func oneOf(field, v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return api.InvalidField(field, "%s must be one of %s", field, strings.Join(allowed, ", "))
+}
+
+func (h *HTTP) createHotel(c *fiber.Ctx) error {
+	var in struct {
+		Name     string `json:"name"`
+		Timezone string `json:"timezone"`
+		Currency string `json:"currency"`
+	}
+	if err := api.Decode(c, &in); err != nil {
+		return err
+	}
+	if err := requireName("name", in.Name); err != nil {
+		return err
+	}
+	if _, err := time.LoadLocation(in.Timezone); err != nil || in.Timezone == "" {
+		return api.InvalidField("timezone", "timezone must be an IANA time zone such as Asia/Seoul")
+	}
+	if !currencyPattern.MatchString(in.Currency) {
+		return api.InvalidField("currency", "currency must be an ISO 4217 code such as KRW")
+	}
+	hotel, err := h.Catalog.CreateHotel(c.UserContext(), Hotel{Name: in.Name, Timezone: in.Timezone, Currency: in.Currency})
+	if err != nil {
+		return err
+	}
+	return c.Status(http.StatusCreated).JSON(hotel)
+}
+
+func decodeStatus(c *fiber.Ctx, allowed ...string) (string, error) {
+	var in struct {
+		Status string `json:"status"`
+	}
+	if err := api.Decode(c, &in); err != nil {
+		return "", err
+	}
+	return in.Status, oneOf("status", in.Status, allowed...)
+}
+
+func (h *HTTP) patchHotel(c *fiber.Ctx) error {
+	id, err := api.PathID(c, "hotelId")
+	if err != nil {
+		return err
+	}
+	status, err := decodeStatus(c, domain.StatusActive, domain.StatusInactive)
+	if err != nil {
+		return err
+	}
+	hotel, err := h.Catalog.SetHotelStatus(c.UserContext(), id, status)
+	if err != nil {
+		return err
+	}
+	return c.JSON(hotel)
+}
+
+func (h *HTTP) createRoomType(c *fiber.Ctx) error {
+	hotelID, err := api.PathID(c, "hotelId")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Name string `json:"name"`
+	}
+	if err := api.Decode(c, &in); err != nil {
+		return err
+	}
+	if err := requireName("name", in.Name); err != nil {
+		return err
+	}
+	rt, err := h.Catalog.CreateRoomType(c.UserContext(), RoomType{HotelID: hotelID, Name: in.Name})
+	if err != nil {
+		return err
+	}
+	return c.Status(http.StatusCreated).JSON(rt)
+}
+
+func (h *HTTP) patchRoomType(c *fiber.Ctx) error {
+	id, err := api.PathID(c, "roomTypeId")
+	if err != nil {
+		return err
+	}
+	status, err := decodeStatus(c, domain.StatusActive, domain.StatusInactive)
+	if err != nil {
+		return err
+	}
+	rt, err := h.Catalog.SetRoomTypeStatus(c.UserContext(), id, status)
+	if err != nil {
+		return err
+	}
+	return c.JSON(rt)
+}
+
+func (h *HTTP) createRoom(c *fiber.Ctx) error {
+	hotelID, err := api.PathID(c, "hotelId")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		RoomTypeID int64  `json:"roomTypeId"`
+		Number     string `json:"number"`
+	}
+	if err := api.Decode(c, &in); err != nil {
+		return err
+	}
+	if in.RoomTypeID <= 0 {
+		return api.InvalidField("roomTypeId", "roomTypeId is required")
+	}
+	if strings.TrimSpace(in.Number) == "" || len(in.Number) > 32 {
+		return api.InvalidField("number", "number must be 1 to 32 characters")
+	}
+	room, err := h.Catalog.CreateRoom(c.UserContext(), Room{HotelID: hotelID, RoomTypeID: in.RoomTypeID, Number: in.Number})
+	if err != nil {
+		return err
+	}
+	return c.Status(http.StatusCreated).JSON(room)
+}
+
+func (h *HTTP) patchRoom(c *fiber.Ctx) error {
+	id, err := api.PathID(c, "roomId")
+	if err != nil {
+		return err
+	}
+	var in struct {
+		Status             *string `json:"status"`
+		HousekeepingStatus *string `json:"housekeepingStatus"`
+	}
+	if err := api.Decode(c, &in); err != nil {
+		return err
+	}
+	if in.Status == nil && in.HousekeepingStatus == nil {
+		return api.InvalidField("status", "send status and/or housekeepingStatus")
+	}
+	if in.Status != nil {
+		if err := oneOf("status", *in.Status, domain.StatusActive, domain.StatusInactive, domain.StatusOutOfService); err != nil {
+			return err
+		}
+	}
+	if in.HousekeepingStatus != nil {
+		if err := oneOf("housekeepingStatus", *in.HousekeepingStatus, domain.HousekeepingClean, domain.HousekeepingDirty); err != nil {
+			return err
+		}
+	}
+	room, err := h.Catalog.PatchRoom(c.UserContext(), id, in.Status, in.HousekeepingStatus)
+	if err != nil {
+		return err
+	}
+	return c.JSON(room)
+}
+
+func (h *HTTP) listReservations(c *fiber.Ctx) error {
+	hotelID, err := api.PathID(c, "hotelId")
+	if err != nil {
+		return err
+	}
+	if _, err := h.Catalog.Hotel(c.UserContext(), hotelID); err != nil {
+		return err
+	}
+	status := c.Query("status")
+	if status != "" {
+		if err := oneOf("status", status, domain.StayPending, domain.StayConfirmed, domain.StayCheckedIn,
+			domain.StayCancelled, domain.StayCheckedOut); err != nil {
+			return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidFilter, "%s", err.Error())
+		}
+	}
+	limit := 100
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return api.InvalidField("limit", "limit must be between 1 and 1000")
+		}
+		limit = n
+	}
+	items, err := h.Catalog.Reservations(c.UserContext(), hotelID, status, limit)
+	if err != nil {
+		return err
+	}
+	if items == nil {
+		items = []Reservation{}
+	}
+	return c.JSON(fiber.Map{"items": items})
+}
+
+func (h *HTTP) transition(action string) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		id, err := api.PathID(c, "reservationId")
+		if err != nil {
+			return err
+		}
+		r, err := h.Catalog.Transition(c.UserContext(), id, action)
+		if err != nil {
+			return err
+		}
+		return c.JSON(r)
+	}
+}
