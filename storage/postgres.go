@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/migrations"
@@ -38,20 +36,25 @@ func OpenPostgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Poo
 	return pool, nil
 }
 
-// Migrate applies every pending migration. A Postgres advisory lock makes
-// concurrent callers (the API and the worker starting together) safe.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	return migrate(ctx, db)
-}
+// migrationLock is the advisory lock id that serializes migrators.
+const migrationLock = 0x686f6c6466617374 // "holdfast"
 
-func migrate(ctx context.Context, db *sql.DB) error {
-	locker, err := lock.NewPostgresSessionLocker()
+// Migrate applies every pending migration. Concurrent callers (the API and
+// the worker starting together, parallel tests) queue on a Postgres advisory
+// lock held by one pooled connection; the pool needs at least two.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("storage: migration lock: %w", err)
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(locker))
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationLock)); err != nil {
+		return fmt.Errorf("storage: migration lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationLock))
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
 	if err != nil {
 		return fmt.Errorf("storage: migrations: %w", err)
 	}
