@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
@@ -209,9 +210,14 @@ func holdRace(t *testing.T, s *systest.System, rt int64, users, workers int) (ho
 		}()
 	}
 	wg.Wait()
+	// Workers start with the queue paused, then all begin at once.
+	insp := asynq.NewInspectorFromRedisClient(s.Redis)
+	require.NoError(t, insp.PauseQueue(stays.Queue))
 	for i := range workers {
 		s.StartWorker(fmt.Sprintf("w%d", i))
 	}
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, insp.UnpauseQueue(stays.Queue))
 	for i, c := range clients {
 		v := c.Wait(reqs[i], 60*time.Second)
 		if v.Status == domain.StatusRejected {

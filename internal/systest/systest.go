@@ -107,6 +107,9 @@ func (s *System) StartAPI() {
 	go func() { done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount, stays.API(s.Cfg.HoldTTL)) }()
 	s.URL = "http://" + ln.Addr().String()
 	stop := func() {
+		// A connection the client dialled but never used would hold up the
+		// server's graceful shutdown until its timeout.
+		transport.CloseIdleConnections()
 		cancel()
 		select {
 		case err := <-done:
