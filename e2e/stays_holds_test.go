@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
@@ -210,14 +209,23 @@ func holdRace(t *testing.T, s *systest.System, rt int64, users, workers int) (ho
 		}()
 	}
 	wg.Wait()
-	// Workers start with the queue paused, then all begin at once.
-	insp := asynq.NewInspectorFromRedisClient(s.Redis)
-	require.NoError(t, insp.PauseQueue(stays.Queue))
+	// Every batch reads the nights' counts before granting: hold the rooms
+	// table so those reads wait, and let them all go at once. Guarded, one
+	// holder is waiting; unguarded, every worker's batches are.
+	barrier, err := s.Pool.Begin(context.Background())
+	require.NoError(t, err)
+	_, err = barrier.Exec(context.Background(), `LOCK TABLE rooms IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
 	for i := range workers {
 		s.StartWorker(fmt.Sprintf("w%d", i))
 	}
-	time.Sleep(500 * time.Millisecond)
-	require.NoError(t, insp.UnpauseQueue(stays.Queue))
+	require.Eventually(t, func() bool { // batches under way: requests moved to processing
+		var n int
+		_ = s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM requests WHERE status = 'processing'`).Scan(&n)
+		return n > 0
+	}, 20*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, barrier.Commit(context.Background()))
 	for i, c := range clients {
 		v := c.Wait(reqs[i], 60*time.Second)
 		if v.Status == domain.StatusRejected {
