@@ -41,6 +41,9 @@ type Config struct {
 	HoldTTL      time.Duration `env:"HOLD_TTL" envDefault:"10m"`
 	HoldLockWait time.Duration `env:"HOLD_LOCK_WAIT" envDefault:"5s"`
 
+	// Shop
+	ReservationTTL time.Duration `env:"RESERVATION_TTL" envDefault:"30m"`
+
 	// Worker
 	Concurrency       int           `env:"WORKER_CONCURRENCY" envDefault:"64"`
 	LeaseTTL          time.Duration `env:"LEASE_TTL" envDefault:"5s"`

@@ -71,3 +71,14 @@ func AsProblem(err error) (*Problem, bool) {
 	}
 	return nil, false
 }
+
+// Shop error codes (seed 002, SPEC §5).
+const (
+	CodeUserNotFound         = "USER_NOT_FOUND"
+	CodeCartEmpty            = "CART_EMPTY"
+	CodeOptionInactive       = "PRODUCT_OPTION_INACTIVE"
+	CodeInsufficientStock    = "INSUFFICIENT_AVAILABLE_STOCK"
+	CodeDuplicateReservation = "DUPLICATE_RESERVATION"
+	CodeReservationNotFound  = "RESERVATION_NOT_FOUND"
+	CodeReservationExpired   = "RESERVATION_EXPIRED"
+)

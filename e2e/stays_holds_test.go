@@ -191,7 +191,7 @@ func TestHoldConcurrentSameUserT4(t *testing.T) {
 // holdRace queues holds by users for the same nights before any worker runs,
 // starts workers, then confirms every hold granted; it returns the holds and
 // the reservations.
-func holdRace(t *testing.T, s *systest.System, rt int64, users, workers int) (holds, reservations int) {
+func holdRace(t *testing.T, s *systest.System, rt int64, users, workers, waiters int) (holds, reservations int) {
 	in, out := stayDates(2)
 	clients := make([]holdClient, users)
 	reqs := make([]string, users)
@@ -210,22 +210,12 @@ func holdRace(t *testing.T, s *systest.System, rt int64, users, workers int) (ho
 	}
 	wg.Wait()
 	// Every batch reads the nights' counts before granting: hold the rooms
-	// table so those reads wait, and let them all go at once. Guarded, one
-	// holder is waiting; unguarded, every worker's batches are.
-	barrier, err := s.Pool.Begin(context.Background())
-	require.NoError(t, err)
-	_, err = barrier.Exec(context.Background(), `LOCK TABLE rooms IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
+	// table so those reads wait, and let them all go at once.
+	b := holdTable(t, s, "rooms")
 	for i := range workers {
 		s.StartWorker(fmt.Sprintf("w%d", i))
 	}
-	require.Eventually(t, func() bool { // batches under way: requests moved to processing
-		var n int
-		_ = s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM requests WHERE status = 'processing'`).Scan(&n)
-		return n > 0
-	}, 20*time.Second, 10*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
-	require.NoError(t, barrier.Commit(context.Background()))
+	b.release(waiters)
 	for i, c := range clients {
 		v := c.Wait(reqs[i], 60*time.Second)
 		if v.Status == domain.StatusRejected {
@@ -249,7 +239,7 @@ func TestHoldRaceForLastRooms(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Overrides: []string{"BATCH_MAX", "8"}})
 	rt := holdFixture(t, s, 5)
-	holds, reservations := holdRace(t, s, rt, 200, 3)
+	holds, reservations := holdRace(t, s, rt, 200, 3, 1)
 	require.Equal(t, 5, holds)
 	require.Equal(t, 5, reservations)
 	var booked int
@@ -264,7 +254,7 @@ func TestHoldRaceControlWithoutGuardOversells(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Unguarded: true, Overrides: []string{"BATCH_MAX", "8"}})
 	rt := holdFixture(t, s, 5)
-	holds, reservations := holdRace(t, s, rt, 200, 3)
+	holds, reservations := holdRace(t, s, rt, 200, 3, 6)
 	t.Logf("unguarded: %d holds for 5 rooms, %d reservations", holds, reservations)
 	require.Greater(t, holds, 5, "without the guard the race should oversell holds")
 	require.Equal(t, 5, reservations)

@@ -52,7 +52,7 @@ func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.U
 			*limit = min(*limit*2, e.opt.BatchMax)
 			return leases, res, nil
 		case errors.As(err, &fenced):
-			if reissued[fenced.key] || e.opt.Unguarded {
+			if reissued[fenced.key] {
 				return leases, res, ErrLeaseLost
 			}
 			reissued[fenced.key] = true

@@ -17,6 +17,20 @@ import (
 // the lease, that holder will apply everything in the mailbox (it releases
 // only atomically with finding it empty), so Drain returns at once.
 func (e *Engine) Drain(ctx context.Context, key, queue string) error {
+	if e.opt.Unguarded {
+		ids, err := e.rdb.ZRange(ctx, mboxKey(key), 0, int64(e.opt.BatchMax-1)).Result()
+		if err != nil {
+			return err
+		}
+		for _, s := range ids {
+			if id, err := uuid.Parse(s); err == nil {
+				if err := e.applyUnguarded(ctx, id, []string{key}, queue); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	l, ok, err := e.TryAcquire(ctx, key)
 	if err != nil {
 		return err
@@ -35,7 +49,7 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		if e.stopped() || ctx.Err() != nil || !e.now().Before(deadline) {
 			return e.handOff(context.WithoutCancel(ctx), d.l, queue, 0)
 		}
-		ids, err := e.peek(ctx, d.l, e.peekSize())
+		ids, err := e.peek(ctx, d.l, e.opt.BatchMax)
 		if err == nil && len(ids) == 0 {
 			var st int
 			if st, err = e.release(ctx, d.l, true); err == nil && st != relKept {
@@ -68,13 +82,16 @@ type drain struct {
 	limit int
 }
 
-// peekSize is how much of a mailbox one step reads. Unguarded drainers (the
-// control case) read further so that concurrent ones find different requests.
-func (e *Engine) peekSize() int {
-	if e.opt.Unguarded {
-		return e.opt.BatchMax * 16
+// applyUnguarded applies one request on its own, as a handler-only design
+// would: the control case of Options.Unguarded.
+func (e *Engine) applyUnguarded(ctx context.Context, id uuid.UUID, keys []string, queue string) error {
+	all := func(open []*requests.Request, _ int) []*requests.Request { return open }
+	res, err := e.attempt(ctx, make([]Lease, len(keys)), []uuid.UUID{id}, all, 1, nil)
+	if err != nil {
+		return err
 	}
-	return e.opt.BatchMax
+	e.finish(ctx, queue, res, keys)
+	return nil
 }
 
 // step applies the next batch from the head of the mailbox: the longest run
@@ -121,11 +138,6 @@ func (d *drain) step(ctx context.Context, ids []string) (more bool, err error) {
 	e.finish(ctx, d.queue, res, []string{key})
 	if len(res.applied) == 0 && res.head != nil {
 		return d.multi(ctx, res.head)
-	}
-	if e.opt.Unguarded && len(res.applied)+len(res.gone) == 0 {
-		// Control case only: every request in view is locked by another
-		// drainer; leave them to it rather than spin.
-		return false, nil
 	}
 	return true, nil
 }
@@ -267,9 +279,6 @@ func (e *Engine) lostLease(ctx context.Context, l Lease, queue string) error {
 // batch does not lose its key midway. A holder that stalls (or whose process
 // freezes) stops extending and is fenced out once a successor commits.
 func (e *Engine) keepAlive(ctx context.Context, leases []Lease) (stop func()) {
-	if e.opt.Unguarded {
-		return func() {}
-	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -74,10 +75,11 @@ type Options struct {
 	DeferAfter   int           // backlog on a key beyond which new tasks are enqueued as scheduled (K4)
 	Worker       string        // name of this process, for logs and the probe's log
 
-	// Unguarded turns the lease and the fencing check off, so that every task
-	// applies its key's mailbox concurrently with the others. It exists only
-	// for the control cases that show the invariants breaking without the
-	// guard; nothing but those tests may set it.
+	// Unguarded turns per-key serialization off: each request's task applies
+	// that request by itself as soon as it runs, with no lease, no fence and
+	// no mailbox order — the handler-only design SPEC §3 warns against. It
+	// exists only for the control cases that show the invariants breaking
+	// without the guard; nothing but those tests may set it.
 	Unguarded bool
 }
 
@@ -335,7 +337,15 @@ func (e *Engine) handleRequest(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("request %s has no keys: %w", p.RequestID, asynq.SkipRetry)
 	}
 	q, _ := asynq.GetQueueName(ctx)
-	return e.Drain(ctx, requests.NormalizeKeys(p.Keys)[0], q)
+	keys := requests.NormalizeKeys(p.Keys)
+	if e.opt.Unguarded {
+		id, err := uuid.Parse(p.RequestID)
+		if err != nil {
+			return fmt.Errorf("request id %q: %v: %w", p.RequestID, err, asynq.SkipRetry)
+		}
+		return e.applyUnguarded(ctx, id, keys, q)
+	}
+	return e.Drain(ctx, keys[0], q)
 }
 
 func (e *Engine) handleDrain(ctx context.Context, t *asynq.Task) error {

@@ -34,9 +34,6 @@ const (
 
 // TryAcquire takes key's lease if it is free; ok is false if it is held.
 func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, err error) {
-	if e.opt.Unguarded {
-		return Lease{Key: key, Token: 0}, true, nil
-	}
 	tok, err := acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key)}, e.opt.LeaseTTL.Milliseconds()).Int64()
 	if err != nil {
 		return Lease{}, false, fmt.Errorf("keyed: acquire %s: %w", key, err)
@@ -46,9 +43,6 @@ func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, 
 
 // peek extends l and returns up to n mailbox ids in acceptance order.
 func (e *Engine) peek(ctx context.Context, l Lease, n int) ([]string, error) {
-	if e.opt.Unguarded {
-		return e.rdb.ZRange(ctx, mboxKey(l.Key), 0, int64(n-1)).Result()
-	}
 	ids, err := peekScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)},
 		l.Token, e.opt.LeaseTTL.Milliseconds(), n).StringSlice()
 	if errors.Is(err, redis.Nil) {
@@ -63,9 +57,6 @@ func (e *Engine) peek(ctx context.Context, l Lease, n int) ([]string, error) {
 // release gives l up; with ifEmpty it keeps the lease while the mailbox has
 // entries (so no entry is ever left without a holder or a task).
 func (e *Engine) release(ctx context.Context, l Lease, ifEmpty bool) (int, error) {
-	if e.opt.Unguarded {
-		return relEmpty, nil
-	}
 	mode := "force"
 	if ifEmpty {
 		mode = "ifempty"

@@ -23,6 +23,7 @@ import (
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/storage"
+	"github.com/holdfast/holdfast/worker"
 )
 
 // Task type and queue of the probe.
@@ -103,7 +104,7 @@ func Type() keyed.Type {
 }
 
 // Types is Type in the form worker.Run takes.
-func Types(*storage.Stores) []keyed.Type { return []keyed.Type{Type()} }
+func Types(*storage.Stores) worker.Module { return worker.Module{Types: []keyed.Type{Type()}} }
 
 func apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
 	outs := make([]requests.Outcome, len(b.Requests))

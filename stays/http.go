@@ -11,8 +11,8 @@ import (
 
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
-	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/storage"
+	"github.com/holdfast/holdfast/worker"
 )
 
 // API returns the stays routes as an api.Mount.
@@ -24,10 +24,10 @@ func API(holdTTL time.Duration) api.Mount {
 }
 
 // Worker returns the stays write types for worker.Run.
-func Worker(holdTTL, lockWait time.Duration) func(*storage.Stores) []keyed.Type {
-	return func(st *storage.Stores) []keyed.Type {
+func Worker(holdTTL, lockWait time.Duration) worker.Types {
+	return func(st *storage.Stores) worker.Module {
 		w := &Writes{Holds: NewHoldStore(st.Redis), TTL: holdTTL, LockWait: lockWait}
-		return w.Types()
+		return worker.Module{Types: w.Types()}
 	}
 }
 

@@ -228,6 +228,10 @@ func (w *Writes) loadNights(ctx context.Context, tx pgx.Tx, b *batch, rt int64, 
 	if len(missing) == 0 {
 		return nil
 	}
+	held, err := w.Holds.HeldCounts(ctx, []int64{rt}, missing, b.Now)
+	if err != nil {
+		return err
+	}
 	from, to := missing[0], missing[len(missing)-1].AddDate(0, 0, 1)
 	rows, err := tx.Query(ctx, `WITH active AS (SELECT id FROM rooms WHERE room_type_id = $1 AND status = 'Active')
 		SELECT (SELECT count(*) FROM active), to_char(n, 'YYYY-MM-DD'), count(s.id)
@@ -250,10 +254,6 @@ func (w *Writes) loadNights(ctx context.Context, tx pgx.Tx, b *batch, rt int64, 
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
-	}
-	held, err := w.Holds.HeldCounts(ctx, []int64{rt}, missing, b.Now)
-	if err != nil {
 		return err
 	}
 	for i, d := range missing {

@@ -37,8 +37,24 @@ type Options struct {
 	Unguarded bool
 }
 
-// Types builds write types from the process's connections.
-type Types func(st *storage.Stores) []keyed.Type
+// Module is what a vertical adds to the worker: its write types and its
+// periodic tasks.
+type Module struct {
+	Types    []keyed.Type
+	Periodic []Periodic
+}
+
+// Periodic is a task every worker's scheduler enqueues each Every; Asynq's
+// uniqueness lock lets one copy through per period across replicas, and
+// Handle must be safe to run twice at once anyway (SPEC §7).
+type Periodic struct {
+	Type   string
+	Every  time.Duration
+	Handle func(ctx context.Context) error
+}
+
+// Types builds a module from the process's connections.
+type Types func(st *storage.Stores) Module
 
 // Run applies writes of the given types until ctx ends, then shuts down
 // gracefully: it stops fetching tasks, lets each drain finish its batch and
@@ -64,10 +80,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		RedriveAfter: cfg.RedriveAfter, Worker: opt.Name, Unguarded: opt.Unguarded,
 	})
 	defer engine.Close()
-	for _, m := range modules {
-		for _, t := range m(st) {
+	var periodic []Periodic
+	for _, build := range modules {
+		m := build(st)
+		for _, t := range m.Types {
 			engine.Register(t)
 		}
+		periodic = append(periodic, m.Periodic...)
 	}
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
@@ -82,6 +101,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	})
 	mux := asynq.NewServeMux()
 	engine.Handle(mux)
+	for _, p := range periodic {
+		handle := p.Handle
+		mux.HandleFunc(p.Type, func(ctx context.Context, _ *asynq.Task) error { return handle(ctx) })
+	}
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("worker: start: %w", err)
 	}
@@ -97,6 +120,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	if _, err := sched.Register(every, tasks.NewReconcile(cfg.ReconcileInterval)); err != nil {
 		srv.Shutdown()
 		return fmt.Errorf("worker: schedule reconcile: %w", err)
+	}
+	for _, p := range periodic {
+		task := asynq.NewTask(p.Type, nil, asynq.Queue(tasks.MaintenanceQueue), asynq.MaxRetry(0),
+			asynq.Unique(max(p.Every-500*time.Millisecond, time.Second)))
+		if _, err := sched.Register(fmt.Sprintf("@every %s", p.Every), task); err != nil {
+			srv.Shutdown()
+			return fmt.Errorf("worker: schedule %s: %w", p.Type, err)
+		}
 	}
 	if err := sched.Start(); err != nil {
 		srv.Shutdown()

@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
 	"github.com/holdfast/holdfast/storage"
 )
@@ -50,7 +51,7 @@ func run(args []string) error {
 			return fmt.Errorf("unknown command %q (want token, migrate or seed)", args[0])
 		}
 	}
-	mounts := []api.Mount{stays.API(cfg.HoldTTL)}
+	mounts := []api.Mount{stays.API(cfg.HoldTTL), shop.API()}
 	if cfg.EnableProbe {
 		mounts = append(mounts, probe.Mount)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
 	"github.com/holdfast/holdfast/worker"
 )
@@ -22,7 +23,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	modules := []worker.Types{stays.Worker(cfg.HoldTTL, cfg.HoldLockWait)}
+	modules := []worker.Types{stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL)}
 	if cfg.EnableProbe {
 		modules = append(modules, probe.Types)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
 	"github.com/holdfast/holdfast/worker"
 )
@@ -104,7 +105,7 @@ func (s *System) StartAPI() {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount, stays.API(s.Cfg.HoldTTL)) }()
+	go func() { done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount, stays.API(s.Cfg.HoldTTL), shop.API()) }()
 	s.URL = "http://" + ln.Addr().String()
 	stop := func() {
 		// A connection the client dialled but never used would hold up the
@@ -151,7 +152,7 @@ func (s *System) StartWorker(name string) *Worker {
 	done := make(chan error, 1)
 	go func() {
 		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name, Unguarded: s.opts.Unguarded},
-			probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait))
+			probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait), shop.Worker(s.Cfg.ReservationTTL))
 	}()
 	var once sync.Once
 	w := &Worker{Name: name, URL: "http://" + ln.Addr().String()}
@@ -188,7 +189,7 @@ func MaybeRunWorkerProcess() {
 	ctx, stop := signalContext()
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait)); err != nil {
+	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -1,0 +1,333 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/shop"
+	"github.com/holdfast/holdfast/tasks"
+)
+
+type shopper struct {
+	*systest.Client
+	t  *testing.T
+	id int64
+}
+
+func newShopper(t *testing.T, s *systest.System, name string) shopper {
+	t.Helper()
+	admin := s.Client("admin", domain.RoleAdmin)
+	r := admin.Do("POST", "/api/v1/users", map[string]string{"name": name})
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	var u shop.User
+	r.JSON(t, &u)
+	return shopper{s.Client(strconv.FormatInt(u.UserID, 10), domain.RoleUser), t, u.UserID}
+}
+
+// newProduct creates a product with options of the given stocks (price 100 each).
+func newProduct(t *testing.T, s *systest.System, stocks ...int) []int64 {
+	t.Helper()
+	admin := s.Client("admin", domain.RoleAdmin)
+	var opts []map[string]any
+	for i, st := range stocks {
+		opts = append(opts, map[string]any{"optionCode": fmt.Sprintf("OPT-%d-%d", time.Now().UnixNano(), i), "price": 100, "stockQuantity": st})
+	}
+	r := admin.Do("POST", "/api/v1/products", map[string]any{"name": "Coffee", "options": opts})
+	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	var p shop.Product
+	r.JSON(t, &p)
+	ids := make([]int64, len(p.Options))
+	for i, o := range p.Options {
+		ids[i] = o.ProductOptionID
+	}
+	return ids
+}
+
+func (u shopper) put(option int64, qty int) {
+	u.t.Helper()
+	r := u.Do("PUT", fmt.Sprintf("/api/v1/cart/items/%d", option), map[string]int{"quantity": qty})
+	require.Equal(u.t, http.StatusOK, r.Status, "%s", r.Body)
+}
+
+func (u shopper) submit(method, path string, body any) string {
+	u.t.Helper()
+	r := u.Do(method, path, body)
+	require.Equal(u.t, http.StatusAccepted, r.Status, "%s", r.Body)
+	var a systest.Accepted
+	r.JSON(u.t, &a)
+	return a.RequestID
+}
+
+func (u shopper) order(method, path string) requests.View {
+	u.t.Helper()
+	return u.Wait(u.submit(method, path, map[string]int64{"userId": u.id}), 30*time.Second)
+}
+
+func stockOf(t *testing.T, c *systest.Client, option int64) shop.Stock {
+	t.Helper()
+	r := c.Do("GET", fmt.Sprintf("/api/v1/product-options/%d/stock", option), nil)
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	var st shop.Stock
+	r.JSON(t, &st)
+	return st
+}
+
+func rejected(t *testing.T, v requests.View, code string, status int) {
+	t.Helper()
+	require.Equal(t, domain.StatusRejected, v.Status, "%+v", v)
+	require.Equal(t, code, v.Error.Code)
+	require.Equal(t, status, v.Error.HTTPStatus)
+}
+
+// Seed 002's flow and every one of its error codes, through the API and worker.
+func TestShopCheckoutAndErrors(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	opts := newProduct(t, s, 10, 5, 3)
+	a, b, c := opts[0], opts[1], opts[2]
+	admin := s.Client("admin", domain.RoleAdmin)
+	require.Equal(t, http.StatusOK, admin.Do("PATCH", fmt.Sprintf("/api/v1/product-options/%d", c), map[string]bool{"isActive": false}).Status)
+	u, v, w := newShopper(t, s, "u"), newShopper(t, s, "v"), newShopper(t, s, "w")
+
+	rejected(t, u.order("POST", "/api/v1/orders/reserve"), domain.CodeCartEmpty, 400)
+	ghost := shopper{s.Client("999999", domain.RoleUser), t, 999999}
+	rejected(t, ghost.order("POST", "/api/v1/orders/reserve"), domain.CodeUserNotFound, 404)
+
+	u.put(a, 2)
+	u.put(b, 1)
+	res := u.order("POST", "/api/v1/orders/reserve")
+	require.Equal(t, domain.StatusSucceeded, res.Status, "%+v", res.Error)
+	var got struct{ Reservations []shop.Reservation }
+	require.NoError(t, json.Unmarshal(res.Result, &got))
+	require.Len(t, got.Reservations, 2)
+	require.Equal(t, "RESERVED", got.Reservations[0].Status)
+	require.Equal(t, 8, got.Reservations[0].AvailableStock, "available after the reservation")
+	require.Equal(t, 4, got.Reservations[1].AvailableStock)
+	require.WithinDuration(t, got.Reservations[0].ReservedAt.Add(30*time.Minute), got.Reservations[0].ExpiresAt, time.Second)
+	require.Equal(t, shop.Stock{ProductOptionID: a, StockQuantity: 10, ReservedQuantity: 2, AvailableStock: 8}, stockOf(t, u.Client, a))
+
+	rejected(t, u.order("POST", "/api/v1/orders/reserve"), domain.CodeDuplicateReservation, 409)
+
+	v.put(b, 5) // only 4 of 5 are available
+	rv := v.order("POST", "/api/v1/orders/reserve")
+	rejected(t, rv, domain.CodeInsufficientStock, 409)
+	require.EqualValues(t, b, rv.Error.Meta["productOptionId"])
+	v.put(b, 0)
+	v.put(c, 1)
+	rejected(t, v.order("POST", "/api/v1/orders/reserve"), domain.CodeOptionInactive, 400)
+
+	// Confirm deducts real stock once; the CONFIRMED rows no longer count.
+	o := u.order("POST", "/api/v1/orders")
+	require.Equal(t, domain.StatusSucceeded, o.Status, "%+v", o.Error)
+	var order shop.Order
+	require.NoError(t, json.Unmarshal(o.Result, &order))
+	require.Equal(t, int64(300), order.Total)
+	require.Len(t, order.Lines, 2)
+	require.Equal(t, shop.Stock{ProductOptionID: a, StockQuantity: 8, ReservedQuantity: 0, AvailableStock: 8}, stockOf(t, u.Client, a))
+	rejected(t, u.order("POST", "/api/v1/orders"), domain.CodeReservationNotFound, 404)
+	var cart struct{ Items []shop.CartItem }
+	u.Do("GET", "/api/v1/cart", nil).JSON(t, &cart)
+	require.Empty(t, cart.Items, "ordered lines leave the cart")
+
+	// Release gives the stock back, and is idempotent.
+	w.put(a, 3)
+	require.Equal(t, domain.StatusSucceeded, w.order("POST", "/api/v1/orders/reserve").Status)
+	require.Equal(t, 5, stockOf(t, w.Client, a).AvailableStock)
+	rel := w.order("DELETE", "/api/v1/orders/reserve")
+	require.JSONEq(t, `{"released": 1}`, string(rel.Result))
+	require.Equal(t, 8, stockOf(t, w.Client, a).AvailableStock)
+	require.JSONEq(t, `{"released": 0}`, string(w.order("DELETE", "/api/v1/orders/reserve").Result))
+
+	// Bad input and acting for someone else are refused at the API.
+	for _, body := range []string{`{"userId": "x"}`, `{"userId": -1}`, `{"userId": 1, "extra": true}`, `{"userId": 1.5}`} {
+		r := u.Do("POST", "/api/v1/orders/reserve", body)
+		require.Equal(t, http.StatusBadRequest, r.Status, body)
+		require.Equal(t, domain.CodeInvalidInput, r.ErrorCode(t))
+	}
+	r := u.Do("POST", "/api/v1/orders/reserve", map[string]int64{"userId": v.id})
+	require.Equal(t, http.StatusForbidden, r.Status)
+	require.Equal(t, http.StatusBadRequest, u.Do("PUT", fmt.Sprintf("/api/v1/cart/items/%d", a), map[string]int{"quantity": -1}).Status)
+	require.Equal(t, http.StatusNotFound, u.Do("PUT", "/api/v1/cart/items/999999", map[string]int{"quantity": 1}).Status)
+	require.Equal(t, http.StatusNotFound, u.Do("GET", "/api/v1/product-options/999999/stock", nil).Status)
+	require.Equal(t, http.StatusForbidden, u.Do("POST", "/api/v1/products", map[string]any{"name": "x"}).Status)
+	require.Equal(t, http.StatusBadRequest, admin.Do("POST", "/api/v1/products", map[string]any{"name": "x", "options": []any{}}).Status)
+	require.Equal(t, http.StatusBadRequest, admin.Do("PATCH", fmt.Sprintf("/api/v1/product-options/%d", a), map[string]int{"stockQuantity": -5}).Status)
+}
+
+// An expired reservation stops counting at once and cannot be confirmed.
+func TestShopReservationExpiry(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"RESERVATION_TTL", "1s"}})
+	a := newProduct(t, s, 5)[0]
+	u := newShopper(t, s, "u")
+	u.put(a, 5)
+	res := u.order("POST", "/api/v1/orders/reserve")
+	require.Equal(t, domain.StatusSucceeded, res.Status)
+	var got struct{ Reservations []shop.Reservation }
+	require.NoError(t, json.Unmarshal(res.Result, &got))
+	require.Equal(t, 0, stockOf(t, u.Client, a).AvailableStock)
+	time.Sleep(time.Until(got.Reservations[0].ExpiresAt) + 20*time.Millisecond)
+	require.Equal(t, 5, stockOf(t, u.Client, a).AvailableStock, "no sweeper needed")
+	rejected(t, u.order("POST", "/api/v1/orders"), domain.CodeReservationExpired, 410)
+	require.Equal(t, 5, stockOf(t, u.Client, a).StockQuantity)
+}
+
+// shopRace queues reserves by users each wanting one unit of an option with
+// stock 100 (of which preReserved are already reserved by someone else),
+// starts workers together behind a barrier on the inventory table, and
+// returns how many units end up reserved.
+func shopRace(t *testing.T, s *systest.System, users, workers, waiters, preReserved int) int {
+	a := newProduct(t, s, 100)[0]
+	if preReserved > 0 {
+		early := newShopper(t, s, "early")
+		_, err := s.Pool.Exec(context.Background(), `INSERT INTO inventory_reservations
+			(product_option_id, user_id, quantity, status, reserved_at, expires_at)
+			VALUES ($1, $2, $3, 'RESERVED', now(), now() + interval '30 minutes')`, a, early.id, preReserved)
+		require.NoError(t, err)
+	}
+	shoppers := make([]shopper, users)
+	reqs := make([]string, users)
+	var wg sync.WaitGroup
+	for i := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			shoppers[i] = newShopper(t, s, fmt.Sprintf("racer%d", i))
+			shoppers[i].put(a, 1)
+			reqs[i] = shoppers[i].submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": shoppers[i].id})
+		}()
+	}
+	wg.Wait()
+	b := holdTable(t, s, "inventory")
+	for i := range workers {
+		s.StartWorker(fmt.Sprintf("w%d", i))
+	}
+	b.release(waiters)
+	ok := 0
+	for i, u := range shoppers {
+		v := u.Wait(reqs[i], 60*time.Second)
+		if v.Status == domain.StatusSucceeded {
+			ok++
+		} else {
+			rejected(t, v, domain.CodeInsufficientStock, 409)
+		}
+	}
+	var reserved int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(quantity), 0) FROM inventory_reservations
+		WHERE product_option_id = $1 AND status = 'RESERVED'`, a).Scan(&reserved))
+	require.Equal(t, ok+preReserved, reserved)
+	return reserved
+}
+
+// 300 users for an option with stock 100: exactly 100 units reserved.
+func TestShopRace300For100(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	require.Equal(t, 100, shopRace(t, s, 300, 3, 1, 0))
+}
+
+// The control: without the per-key guard the race oversells. It is run at
+// the boundary (95 of the 100 units already reserved), where concurrent
+// readers of the same count decide the last units.
+func TestShopRaceControlWithoutGuardOversells(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Unguarded: true})
+	reserved := shopRace(t, s, 300, 3, 6, 95)
+	t.Logf("unguarded: %d units reserved of 100", reserved)
+	require.Greater(t, reserved, 100)
+}
+
+// Carts holding the same two options in opposite orders, reserved at once on
+// several workers: no deadlock, and each reservation is whole or nothing.
+func TestShopOppositeOrderCarts(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 2})
+	opts := newProduct(t, s, 20, 1000)
+	a, b := opts[0], opts[1]
+	const users = 60
+	reqs := make([]string, users)
+	us := make([]shopper, users)
+	var wg sync.WaitGroup
+	for i := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			us[i] = newShopper(t, s, fmt.Sprintf("o%d", i))
+			if i%2 == 0 {
+				us[i].put(a, 1)
+				us[i].put(b, 1)
+			} else {
+				us[i].put(b, 1)
+				us[i].put(a, 1)
+			}
+			reqs[i] = us[i].submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": us[i].id})
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for i, u := range us {
+		v := u.Wait(reqs[i], 60*time.Second)
+		if v.Status == domain.StatusSucceeded {
+			ok++
+			var got struct{ Reservations []shop.Reservation }
+			require.NoError(t, json.Unmarshal(v.Result, &got))
+			require.Len(t, got.Reservations, 2)
+		} else {
+			rejected(t, v, domain.CodeInsufficientStock, 409)
+		}
+	}
+	require.Equal(t, 20, ok)
+	var lines, bLines int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE product_option_id = $1)
+		FROM inventory_reservations WHERE status = 'RESERVED'`, b).Scan(&lines, &bLines))
+	require.Equal(t, 40, lines, "all or nothing: each reservation holds both options")
+	require.Equal(t, 20, bLines)
+}
+
+// A confirm task delivered twice (at-least-once delivery) deducts stock once.
+func TestShopConfirmDeliveredTwice(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	a := newProduct(t, s, 10)[0]
+	u := newShopper(t, s, "u")
+	u.put(a, 3)
+	require.Equal(t, domain.StatusSucceeded, u.order("POST", "/api/v1/orders/reserve").Status)
+	id := u.submit("POST", "/api/v1/orders", map[string]int64{"userId": u.id})
+	first := u.Wait(id, 30*time.Second)
+	require.Equal(t, domain.StatusSucceeded, first.Status)
+	require.Equal(t, 7, stockOf(t, u.Client, a).StockQuantity)
+
+	// Deliver the same task again, as Asynq may after a lost acknowledgement.
+	var keys []string
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT keys FROM requests WHERE id = $1`, id).Scan(&keys))
+	task, err := tasks.NewRequest(shop.TypeConfirm, shop.Queue, id, keys, 0)
+	require.NoError(t, err)
+	client := asynq.NewClientFromRedisClient(s.Redis)
+	defer client.Close()
+	_, err = client.Enqueue(task)
+	require.NoError(t, err)
+	insp := asynq.NewInspectorFromRedisClient(s.Redis)
+	require.Eventually(t, func() bool { // the redelivered task ran and finished
+		_, err := insp.GetTaskInfo(shop.Queue, id)
+		return err != nil
+	}, 20*time.Second, 20*time.Millisecond)
+
+	require.Equal(t, 7, stockOf(t, u.Client, a).StockQuantity, "stock deducted once")
+	again := u.Wait(id, time.Second)
+	require.Equal(t, first.Result, again.Result)
+	var orders int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&orders))
+	require.Equal(t, 1, orders)
+}

@@ -1,0 +1,370 @@
+package shop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/requests"
+)
+
+// Task types and queue of shop writes.
+const (
+	Queue       = "shop"
+	TypeReserve = "order.reserve"
+	TypeConfirm = "order.confirm"
+	TypeRelease = "order.release"
+)
+
+// UserKey and OptionKey are the serialization keys of the shop.
+func UserKey(id int64) string   { return "shop:user:" + strconv.FormatInt(id, 10) }
+func OptionKey(id int64) string { return "shop:opt:" + strconv.FormatInt(id, 10) }
+
+// Line is a quantity of one option.
+type Line struct {
+	ProductOptionID int64 `json:"productOptionId"`
+	Quantity        int   `json:"quantity"`
+}
+
+// ReservePayload is an order.reserve request: the cart when it was accepted.
+type ReservePayload struct {
+	UserID int64  `json:"userId"`
+	Items  []Line `json:"items"`
+}
+
+// ConfirmPayload is an order.confirm request: the reservations it confirms.
+type ConfirmPayload struct {
+	UserID         int64   `json:"userId"`
+	ReservationIDs []int64 `json:"reservationIds"`
+}
+
+// ReleasePayload is an order.release request.
+type ReleasePayload struct {
+	UserID int64 `json:"userId"`
+}
+
+// Reservation is one reserved line (seed 002 §2 response).
+type Reservation struct {
+	ReservationID   int64     `json:"reservationId"`
+	ProductOptionID int64     `json:"productOptionId"`
+	ProductName     string    `json:"productName"`
+	OptionCode      string    `json:"optionCode"`
+	Quantity        int       `json:"quantity"`
+	Status          string    `json:"status"`
+	AvailableStock  int       `json:"availableStock"`
+	ReservedAt      time.Time `json:"reservedAt"`
+	ExpiresAt       time.Time `json:"expiresAt"`
+}
+
+// Order is a confirmed checkout.
+type Order struct {
+	OrderID   int64       `json:"orderId"`
+	UserID    int64       `json:"userId"`
+	Lines     []OrderLine `json:"lines"`
+	Total     int64       `json:"total"`
+	CreatedAt time.Time   `json:"createdAt"`
+}
+
+// OrderLine is one line of an order.
+type OrderLine struct {
+	ProductOptionID int64 `json:"productOptionId"`
+	Quantity        int   `json:"quantity"`
+	UnitPrice       int64 `json:"unitPrice"`
+	LineTotal       int64 `json:"lineTotal"`
+}
+
+// Writes applies shop writes in the worker.
+type Writes struct {
+	// TTL is how long a reservation holds stock (RESERVATION_TTL, 30 min).
+	TTL time.Duration
+}
+
+// Types are the shop write types for the worker.
+func (w *Writes) Types() []keyed.Type {
+	return []keyed.Type{
+		{Name: TypeReserve, Queue: Queue, Applier: each(w.reserve)},
+		{Name: TypeConfirm, Queue: Queue, Applier: each(w.confirm)},
+		{Name: TypeRelease, Queue: Queue, Applier: each(w.release)},
+	}
+}
+
+func each(f func(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error)) keyed.ApplierFunc {
+	return func(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
+		outs := make([]requests.Outcome, len(b.Requests))
+		for i, r := range b.Requests {
+			o, err := f(ctx, tx, b.Now, r.Payload)
+			if err != nil {
+				return nil, fmt.Errorf("shop: %s %s: %w", r.Type, r.ID, err)
+			}
+			outs[i] = o
+		}
+		return outs, nil
+	}
+}
+
+func reject(status int, code, format string, args ...any) requests.Outcome {
+	return requests.Rejected(domain.NewProblem(status, code, format, args...))
+}
+
+func userExists(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE id = $1)`, id).Scan(&ok)
+	return ok, err
+}
+
+type optionRow struct {
+	id        int64
+	product   string
+	code      string
+	price     int64
+	active    bool
+	available int
+}
+
+// reserve reserves the whole cart or nothing (seed 002 §3), holding the
+// user's and every option's lease.
+func (w *Writes) reserve(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error) {
+	var p ReservePayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return requests.Failed("undecodable reserve payload"), nil
+	}
+	if ok, err := userExists(ctx, tx, p.UserID); err != nil || !ok {
+		return reject(http.StatusNotFound, domain.CodeUserNotFound, "user %d does not exist", p.UserID), err
+	}
+	if len(p.Items) == 0 {
+		return reject(http.StatusBadRequest, domain.CodeCartEmpty, "the cart is empty"), nil
+	}
+	ids := make([]int64, len(p.Items))
+	for i, l := range p.Items {
+		ids[i] = l.ProductOptionID
+	}
+	// What others hold first, then the stock: under the options' leases the
+	// order does not matter, and it keeps one snapshot of the reservations.
+	reserved := map[int64]int{}
+	rrows, err := tx.Query(ctx, `SELECT product_option_id, sum(quantity) FROM inventory_reservations
+		WHERE product_option_id = ANY($1) AND status = 'RESERVED' AND expires_at > $2 GROUP BY 1`, ids, now)
+	if err != nil {
+		return requests.Outcome{}, err
+	}
+	for rrows.Next() {
+		var id int64
+		var q int
+		if err := rrows.Scan(&id, &q); err != nil {
+			rrows.Close()
+			return requests.Outcome{}, err
+		}
+		reserved[id] = q
+	}
+	rrows.Close()
+	if err := rrows.Err(); err != nil {
+		return requests.Outcome{}, err
+	}
+	rows, err := tx.Query(ctx, `SELECT o.id, p.name, o.option_code, o.price, o.is_active, i.stock_quantity
+		FROM product_options o JOIN products p ON p.id = o.product_id JOIN inventory i ON i.product_option_id = o.id
+		WHERE o.id = ANY($1) ORDER BY o.id`, ids)
+	if err != nil {
+		return requests.Outcome{}, err
+	}
+	opts := map[int64]optionRow{}
+	for rows.Next() {
+		var o optionRow
+		if err := rows.Scan(&o.id, &o.product, &o.code, &o.price, &o.active, &o.available); err != nil {
+			rows.Close()
+			return requests.Outcome{}, err
+		}
+		o.available -= reserved[o.id]
+		opts[o.id] = o
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return requests.Outcome{}, err
+	}
+	for _, l := range p.Items {
+		if o, ok := opts[l.ProductOptionID]; !ok || !o.active {
+			return requests.Rejected(domain.NewProblem(http.StatusBadRequest, domain.CodeOptionInactive,
+				"the cart holds an inactive product option").WithMeta("productOptionId", l.ProductOptionID)), nil
+		}
+	}
+	var active int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM inventory_reservations
+		WHERE user_id = $1 AND status = 'RESERVED' AND expires_at > $2`, p.UserID, now).Scan(&active); err != nil {
+		return requests.Outcome{}, err
+	}
+	if active > 0 {
+		return reject(http.StatusConflict, domain.CodeDuplicateReservation, "an order reservation is already in progress"), nil
+	}
+	for _, l := range p.Items {
+		if opts[l.ProductOptionID].available < l.Quantity {
+			return requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeInsufficientStock,
+				"not enough available stock for product option %d", l.ProductOptionID).
+				WithMeta("productOptionId", l.ProductOptionID)), nil
+		}
+	}
+	out := make([]Reservation, 0, len(p.Items))
+	expires := now.Add(w.TTL)
+	for _, l := range p.Items {
+		o := opts[l.ProductOptionID]
+		r := Reservation{ProductOptionID: o.id, ProductName: o.product, OptionCode: o.code, Quantity: l.Quantity,
+			Status: "RESERVED", AvailableStock: o.available - l.Quantity, ReservedAt: now.UTC(), ExpiresAt: expires.UTC()}
+		if err := tx.QueryRow(ctx, `INSERT INTO inventory_reservations
+				(product_option_id, user_id, quantity, status, reserved_at, expires_at, updated_at)
+			VALUES ($1, $2, $3, 'RESERVED', $4, $5, $4) RETURNING id`, o.id, p.UserID, l.Quantity, now, expires).Scan(&r.ReservationID); err != nil {
+			return requests.Outcome{}, err
+		}
+		out = append(out, r)
+	}
+	return requests.Succeeded(map[string]any{"reservations": out}), nil
+}
+
+// confirm deducts real stock once, marks the reservations CONFIRMED and
+// creates the order.
+func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error) {
+	var p ConfirmPayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return requests.Failed("undecodable confirm payload"), nil
+	}
+	notFound := reject(http.StatusNotFound, domain.CodeReservationNotFound, "no order reservation to confirm")
+	if len(p.ReservationIDs) == 0 {
+		return notFound, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT r.id, r.product_option_id, r.quantity, r.status, r.expires_at, o.price
+		FROM inventory_reservations r JOIN product_options o ON o.id = r.product_option_id
+		WHERE r.id = ANY($1) AND r.user_id = $2 ORDER BY r.product_option_id FOR UPDATE OF r`, p.ReservationIDs, p.UserID)
+	if err != nil {
+		return requests.Outcome{}, err
+	}
+	order := Order{UserID: p.UserID, CreatedAt: now.UTC()}
+	expired := false
+	n := 0
+	for rows.Next() {
+		var id int64
+		var l OrderLine
+		var status string
+		var expiresAt time.Time
+		if err := rows.Scan(&id, &l.ProductOptionID, &l.Quantity, &status, &expiresAt, &l.UnitPrice); err != nil {
+			rows.Close()
+			return requests.Outcome{}, err
+		}
+		n++
+		if status != "RESERVED" {
+			continue
+		}
+		if !expiresAt.After(now) {
+			expired = true
+		}
+		l.LineTotal = l.UnitPrice * int64(l.Quantity)
+		order.Total += l.LineTotal
+		order.Lines = append(order.Lines, l)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return requests.Outcome{}, err
+	}
+	if n != len(p.ReservationIDs) || len(order.Lines) != n {
+		return notFound, nil
+	}
+	if expired {
+		if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = $2
+			WHERE id = ANY($1) AND status = 'RESERVED'`, p.ReservationIDs, now); err != nil {
+			return requests.Outcome{}, err
+		}
+		return reject(http.StatusGone, domain.CodeReservationExpired, "the order reservation has expired"), nil
+	}
+	// Check every line before changing anything, so a refusal leaves no trace.
+	optionIDs := make([]int64, len(order.Lines))
+	for i, l := range order.Lines {
+		optionIDs[i] = l.ProductOptionID
+	}
+	stock := map[int64]int{}
+	srows, err := tx.Query(ctx, `SELECT product_option_id, stock_quantity FROM inventory
+		WHERE product_option_id = ANY($1) ORDER BY product_option_id FOR UPDATE`, optionIDs)
+	if err != nil {
+		return requests.Outcome{}, err
+	}
+	for srows.Next() {
+		var id int64
+		var q int
+		if err := srows.Scan(&id, &q); err != nil {
+			srows.Close()
+			return requests.Outcome{}, err
+		}
+		stock[id] += q
+	}
+	srows.Close()
+	if err := srows.Err(); err != nil {
+		return requests.Outcome{}, err
+	}
+	for _, l := range order.Lines {
+		if stock[l.ProductOptionID] < l.Quantity { // stock was lowered below what was reserved
+			return requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeInsufficientStock,
+				"stock of product option %d fell below the reservation", l.ProductOptionID).
+				WithMeta("productOptionId", l.ProductOptionID)), nil
+		}
+		stock[l.ProductOptionID] -= l.Quantity
+	}
+	if _, err := tx.Exec(ctx, `UPDATE inventory i SET stock_quantity = i.stock_quantity - d.q, updated_at = $3
+		FROM unnest($1::bigint[], $2::int[]) AS d(id, q) WHERE i.product_option_id = d.id`,
+		optionIDs, quantities(order.Lines), now); err != nil {
+		return requests.Outcome{}, err
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO orders (user_id, total, created_at) VALUES ($1, $2, $3) RETURNING id`,
+		p.UserID, order.Total, now).Scan(&order.OrderID); err != nil {
+		return requests.Outcome{}, err
+	}
+	for _, l := range order.Lines {
+		if _, err := tx.Exec(ctx, `INSERT INTO order_lines (order_id, product_option_id, quantity, unit_price)
+			VALUES ($1, $2, $3, $4)`, order.OrderID, l.ProductOptionID, l.Quantity, l.UnitPrice); err != nil {
+			return requests.Outcome{}, err
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'CONFIRMED', order_id = $2, updated_at = $3
+		WHERE id = ANY($1)`, p.ReservationIDs, order.OrderID, now); err != nil {
+		return requests.Outcome{}, err
+	}
+	// What was ordered leaves the cart.
+	if _, err := tx.Exec(ctx, `DELETE FROM cart_items WHERE user_id = $1 AND product_option_id = ANY($2)`,
+		p.UserID, optionIDs); err != nil {
+		return requests.Outcome{}, err
+	}
+	return requests.Succeeded(order), nil
+}
+
+// release gives the user's active reservation back; releasing nothing is a
+// success too.
+func (w *Writes) release(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error) {
+	var p ReleasePayload
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return requests.Failed("undecodable release payload"), nil
+	}
+	tag, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'RELEASED', updated_at = $2
+		WHERE user_id = $1 AND status = 'RESERVED' AND expires_at > $2`, p.UserID, now)
+	if err != nil {
+		return requests.Outcome{}, err
+	}
+	return requests.Succeeded(map[string]any{"released": tag.RowsAffected()}), nil
+}
+
+func quantities(lines []OrderLine) []int32 {
+	out := make([]int32, len(lines))
+	for i, l := range lines {
+		out[i] = int32(l.Quantity)
+	}
+	return out
+}
+
+// keysFor are a write's serialization keys.
+func keysFor(user int64, options []int64) []string {
+	keys := []string{UserKey(user)}
+	for _, o := range slices.Compact(slices.Sorted(slices.Values(options))) {
+		keys = append(keys, OptionKey(o))
+	}
+	return keys
+}
