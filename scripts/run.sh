@@ -19,7 +19,7 @@ redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 || {
   echo "Redis is not answering at $REDIS_URL; start it first (see README)." >&2; exit 1; }
 
 "$bin/api" migrate   # creates the database if missing, applies migrations
-eval "$("$bin/api" seed)"   # demo hotel (idempotent): DEMO_HOTEL_ID, DEMO_ROOM_TYPE_ID
+eval "$("$bin/api" seed)"   # demo hotel and shop (idempotent): DEMO_HOTEL_ID, DEMO_ROOM_TYPE_ID, DEMO_SHOP_USER_ID, DEMO_OPTION_ID
 
 logs="${LOG_DIR:-bin/logs}"
 mkdir -p "$logs"
@@ -46,6 +46,7 @@ done
 user_token=$("$bin/api" token -sub demo-user -role user)
 admin_token=$("$bin/api" token -sub demo-admin -role admin)
 staff_token=$("$bin/api" token -sub demo-staff -role staff)
+shopper_token=$("$bin/api" token -sub "$DEMO_SHOP_USER_ID" -role user)
 check_in=$(date -u -d '+7 days' +%F); check_out=$(date -u -d '+9 days' +%F)
 hold_body="{\"roomTypeId\":$DEMO_ROOM_TYPE_ID,\"checkIn\":\"$check_in\",\"checkOut\":\"$check_out\",\"clientHoldKey\":\"6f1c1f9e-3c7a-4d2b-9a51-2f0a6f2b8c11\"}"
 first=$(curl -s -X POST "$api/api/v1/holds" -H "Authorization: Bearer $user_token" \
@@ -58,6 +59,7 @@ holdfast is running: API $api (logs $logs/api.log), worker http://${WORKER_ADDR}
 
   export TOKEN=$user_token
   export STAFF_TOKEN=$staff_token
+  export SHOPPER_TOKEN=$shopper_token
 
 Demo hotel $DEMO_HOTEL_ID, room type $DEMO_ROOM_TYPE_ID. Availability (staff), and the public copy:
 
@@ -70,6 +72,14 @@ Hold a room (answers 202 with a requestId), then long-poll its outcome — the h
   curl -s "$api/api/v1/requests/$request_id?wait=10s" -H "Authorization: Bearer \$TOKEN"
 
 Then: curl -s -X POST $api/api/v1/holds/<holdId>/confirm -H "Authorization: Bearer \$TOKEN"   (or DELETE …/holds/<holdId>)
+
+Shop (seed 002): put an item in the demo shopper's cart, reserve the cart for 30 minutes, read the stock:
+
+  curl -s -X PUT $api/api/v1/cart/items/$DEMO_OPTION_ID -H "Authorization: Bearer \$SHOPPER_TOKEN" -H 'Content-Type: application/json' -d '{"quantity":2}'
+  curl -s -X POST $api/api/v1/orders/reserve -H "Authorization: Bearer \$SHOPPER_TOKEN" -H 'Content-Type: application/json' -d '{"userId":$DEMO_SHOP_USER_ID}'
+  curl -s $api/api/v1/product-options/$DEMO_OPTION_ID/stock -H "Authorization: Bearer \$SHOPPER_TOKEN"
+
+Then POST $api/api/v1/orders (confirm, same body) or DELETE $api/api/v1/orders/reserve (release); poll each requestId as above.
 
 Retry any write safely with an Idempotency-Key (same key + same body = same requestId):
 
