@@ -34,7 +34,7 @@ type Config struct {
 	KeyCap      int           `env:"KEY_BACKLOG_CAP" envDefault:"200000"`
 	EnableProbe bool          `env:"HOLDFAST_PROBE" envDefault:"false"`
 	// RateLimitPerIP and RateLimitPerUser are requests per second; 0 turns a limit off.
-	RateLimitPerIP   float64 `env:"RATE_LIMIT_PER_IP" envDefault:"1000"`
+	RateLimitPerIP   float64 `env:"RATE_LIMIT_PER_IP" envDefault:"20000"`
 	RateLimitPerUser float64 `env:"RATE_LIMIT_PER_USER" envDefault:"20"`
 
 	// Stays
@@ -43,6 +43,10 @@ type Config struct {
 
 	// Shop
 	ReservationTTL time.Duration `env:"RESERVATION_TTL" envDefault:"30m"`
+
+	// Events
+	DuplicateWindow time.Duration `env:"DUPLICATE_WINDOW" envDefault:"2s"`
+	FCFSLockWait    time.Duration `env:"FCFS_LOCK_WAIT" envDefault:"30s"`
 
 	// Worker
 	Concurrency       int           `env:"WORKER_CONCURRENCY" envDefault:"64"`

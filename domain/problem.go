@@ -82,3 +82,14 @@ const (
 	CodeReservationNotFound  = "RESERVATION_NOT_FOUND"
 	CodeReservationExpired   = "RESERVATION_EXPIRED"
 )
+
+// Events error codes (seeds 003, 004, SPEC §6).
+const (
+	CodeSoldOut            = "SOLD_OUT"
+	CodeAlreadyReserved    = "ALREADY_RESERVED"
+	CodeSeatTaken          = "SEAT_TAKEN"
+	CodeEntryTokenRequired = "ENTRY_TOKEN_REQUIRED"
+	CodeInvalidPhone       = "INVALID_PHONE"
+	CodeDuplicateRequest   = "DUPLICATE_REQUEST"
+	CodeNotYourTurn        = "NOT_YOUR_TURN"
+)

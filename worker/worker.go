@@ -40,8 +40,9 @@ type Options struct {
 // Module is what a vertical adds to the worker: its write types and its
 // periodic tasks.
 type Module struct {
-	Types    []keyed.Type
-	Periodic []Periodic
+	Types      []keyed.Type
+	Periodic   []Periodic
+	Collectors []prometheus.Collector // the vertical's own metrics, on the worker's /metrics
 }
 
 // Periodic is a task every worker's scheduler enqueues each Every; Asynq's
@@ -87,6 +88,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 			engine.Register(t)
 		}
 		periodic = append(periodic, m.Periodic...)
+		reg.MustRegister(m.Collectors...)
 	}
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{

@@ -19,6 +19,7 @@ import (
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
@@ -51,7 +52,7 @@ func run(args []string) error {
 			return fmt.Errorf("unknown command %q (want token, migrate or seed)", args[0])
 		}
 	}
-	mounts := []api.Mount{stays.API(cfg.HoldTTL), shop.API()}
+	mounts := []api.Mount{stays.API(cfg.HoldTTL), shop.API(), events.API(cfg.DuplicateWindow)}
 	if cfg.EnableProbe {
 		mounts = append(mounts, probe.Mount)
 	}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
@@ -23,7 +24,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	modules := []worker.Types{stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL)}
+	modules := []worker.Types{stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait)}
 	if cfg.EnableProbe {
 		modules = append(modules, probe.Types)
 	}

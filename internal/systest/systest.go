@@ -27,6 +27,7 @@ import (
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/probe"
@@ -105,7 +106,9 @@ func (s *System) StartAPI() {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount, stays.API(s.Cfg.HoldTTL), shop.API()) }()
+	go func() {
+		done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount, stays.API(s.Cfg.HoldTTL), shop.API(), events.API(s.Cfg.DuplicateWindow))
+	}()
 	s.URL = "http://" + ln.Addr().String()
 	stop := func() {
 		// A connection the client dialled but never used would hold up the
@@ -152,7 +155,7 @@ func (s *System) StartWorker(name string) *Worker {
 	done := make(chan error, 1)
 	go func() {
 		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name, Unguarded: s.opts.Unguarded},
-			probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait), shop.Worker(s.Cfg.ReservationTTL))
+			probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait), shop.Worker(s.Cfg.ReservationTTL), events.Worker(s.Cfg.FCFSLockWait))
 	}()
 	var once sync.Once
 	w := &Worker{Name: name, URL: "http://" + ln.Addr().String()}
@@ -189,7 +192,7 @@ func MaybeRunWorkerProcess() {
 	ctx, stop := signalContext()
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL)); err != nil {
+	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
