@@ -74,6 +74,15 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 	return e, storage.Translate("events: create event", err)
 }
 
+// Event reads an event's settings.
+func (c *Catalog) Event(ctx context.Context, id int64) (Event, error) {
+	e := Event{EventID: id}
+	err := c.pool.QueryRow(ctx, `SELECT name, total_seats, max_concurrent, token_ttl_seconds, entry_token_required,
+			fcfs_entry_token_required, created_at FROM events WHERE id = $1`, id).
+		Scan(&e.Name, &e.TotalSeats, &e.MaxConcurrent, &e.TokenTTLSeconds, &e.EntryTokenRequired, &e.FCFSEntryTokenRequired, &e.CreatedAt)
+	return e, storage.Translate("events: event", err)
+}
+
 // Public reads an event's public view.
 func (c *Catalog) Public(ctx context.Context, id int64) (Public, error) {
 	p := Public{EventID: id}

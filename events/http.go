@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -27,21 +28,28 @@ var e164 = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
 // API returns the events routes as an api.Mount.
 func API(duplicateWindow time.Duration) api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
-		h := &handlers{catalog: NewCatalog(s.Pool), s: s, window: duplicateWindow}
 		cfg := s.Config()
+		h := &handlers{catalog: NewCatalog(s.Pool), s: s, window: duplicateWindow, room: NewRoom(s.Redis, cfg.JWTSecret)}
 		perUser := api.RateLimit(s.Redis, s.Log, "user", cfg.RateLimitPerUser, func(c *fiber.Ctx) string { return api.Principal(c).UserID })
 		v1.Post("/events", api.RequireRole(domain.RoleAdmin), h.create)
 		v1.Get("/events/:eventId/seats", h.seats)
 		v1.Post("/events/:eventId/seats/fcfs", api.LimitPerIP(s), perUser, h.fcfs)
 		v1.Get("/public/events/:eventId", api.LimitPerIP(s), h.public)
+		v1.Post("/events/:eventId/queue", api.LimitPerIP(s), h.enterQueue)
+		v1.Get("/events/:eventId/queue/status", h.queueStatus)
+		v1.Post("/events/:eventId/queue/token", h.issueToken)
+		v1.Delete("/events/:eventId/queue/token", h.leave)
+		v1.Post("/events/:eventId/seats/:seatId/reservation", api.LimitPerIP(s), perUser, h.book)
 	}
 }
 
-// Worker returns the events write types and counters for worker.Run.
-func Worker(fcfsLockWait time.Duration) worker.Types {
-	return func(*storage.Stores) worker.Module {
+// Worker returns the events write types and counters for worker.Run; the
+// entry-token secret is JWT_SECRET.
+func Worker(fcfsLockWait time.Duration, secret string) worker.Types {
+	return func(st *storage.Stores) worker.Module {
 		f := NewFCFS(fcfsLockWait)
-		return worker.Module{Types: []keyed.Type{f.Type()}, Collectors: []prometheus.Collector{f.Outcomes}}
+		rw := &RoomWrites{Room: NewRoom(st.Redis, secret)}
+		return worker.Module{Types: append([]keyed.Type{f.Type()}, rw.Types()...), Collectors: []prometheus.Collector{f.Outcomes}}
 	}
 }
 
@@ -49,6 +57,7 @@ type handlers struct {
 	catalog *Catalog
 	s       *api.Server
 	window  time.Duration
+	room    *Room
 }
 
 func (h *handlers) create(c *fiber.Ctx) error {
@@ -184,4 +193,109 @@ func (h *handlers) fcfs(c *fiber.Ctx) error {
 		return err
 	}
 	return h.s.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(id)}, Payload: body})
+}
+
+func (h *handlers) event(c *fiber.Ctx) (Event, error) {
+	id, err := api.PathID(c, "eventId")
+	if err != nil {
+		return Event{}, err
+	}
+	return h.catalog.Event(c.UserContext(), id)
+}
+
+func (h *handlers) enterQueue(c *fiber.Ctx) error {
+	id, err := api.PathID(c, "eventId")
+	if err != nil {
+		return err
+	}
+	if len(c.Body()) > 0 {
+		if err := api.Decode(c, &struct{}{}); err != nil {
+			return err
+		}
+	}
+	body, err := json.Marshal(QueuePayload{EventID: id})
+	if err != nil {
+		return err
+	}
+	return h.s.Accept(c, requests.Submission{Type: TypeQueueEnter, Queue: Queue, Keys: []string{QueueKey(id)}, Payload: body})
+}
+
+func (h *handlers) queueStatus(c *fiber.Ctx) error {
+	e, err := h.event(c)
+	if err != nil {
+		return err
+	}
+	st, err := h.room.Status(c.UserContext(), e, api.Principal(c).UserID, time.Now())
+	if err != nil {
+		return err
+	}
+	return c.JSON(st)
+}
+
+func (h *handlers) issueToken(c *fiber.Ctx) error {
+	e, err := h.event(c)
+	if err != nil {
+		return err
+	}
+	tok, exp, rank, ok, err := h.room.Issue(c.UserContext(), e, api.Principal(c).UserID, time.Now())
+	if errors.Is(err, ErrNotQueued) {
+		return domain.NewProblem(http.StatusConflict, domain.CodeNotYourTurn, "join the queue first").WithMeta("status", "not_queued")
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return domain.NewProblem(http.StatusConflict, domain.CodeNotYourTurn, "it is not your turn yet").
+			WithMeta("rank", rank).WithMeta("aheadCount", rank)
+	}
+	return c.JSON(fiber.Map{"entryToken": tok, "expiresAt": exp})
+}
+
+func (h *handlers) leave(c *fiber.Ctx) error {
+	e, err := h.event(c)
+	if err != nil {
+		return err
+	}
+	if err := h.room.Leave(c.UserContext(), e.EventID, api.Principal(c).UserID); err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"left": true})
+}
+
+// EntryTokenHeader carries the waiting room's entry token to seat booking.
+const EntryTokenHeader = "X-Entry-Token"
+
+func (h *handlers) book(c *fiber.Ctx) error {
+	e, err := h.event(c)
+	if err != nil {
+		return err
+	}
+	seat, err := api.PathID(c, "seatId")
+	if err != nil {
+		return err
+	}
+	if len(c.Body()) > 0 {
+		if err := api.Decode(c, &struct{}{}); err != nil {
+			return err
+		}
+	}
+	user := api.Principal(c).UserID
+	if e.EntryTokenRequired {
+		tok := c.Get(EntryTokenHeader)
+		valid := tok != "" && h.room.VerifyToken(tok, e.EventID, user)
+		if valid {
+			if valid, err = h.room.Valid(c.UserContext(), e.EventID, user, time.Now()); err != nil {
+				return err
+			}
+		}
+		if !valid {
+			return domain.NewProblem(http.StatusForbidden, domain.CodeEntryTokenRequired,
+				"a valid entry token from the waiting room is required (header %s)", EntryTokenHeader)
+		}
+	}
+	body, err := json.Marshal(BookPayload{EventID: e.EventID, SeatID: seat})
+	if err != nil {
+		return err
+	}
+	return h.s.Accept(c, requests.Submission{Type: TypeSeatBook, Queue: Queue, Keys: []string{EventKey(e.EventID)}, Payload: body})
 }

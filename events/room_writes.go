@@ -1,0 +1,142 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/requests"
+)
+
+// Task types of the waiting room and seat booking.
+const (
+	TypeQueueEnter = "queue.enter"
+	TypeSeatBook   = "seat.book"
+)
+
+// QueuePayload is a queue.enter request.
+type QueuePayload struct {
+	EventID int64 `json:"eventId"`
+}
+
+// BookPayload is a seat.book request.
+type BookPayload struct {
+	EventID int64 `json:"eventId"`
+	SeatID  int64 `json:"seatId"`
+}
+
+// BookResult is a booked seat.
+type BookResult struct {
+	ReservationID int64  `json:"reservationId"`
+	EventID       int64  `json:"eventId"`
+	SeatID        int64  `json:"seatId"`
+	UserID        string `json:"userId"`
+}
+
+// RoomWrites applies queue entries and seat bookings in the worker.
+type RoomWrites struct {
+	Room *Room
+}
+
+// Types are the waiting room's write types.
+func (w *RoomWrites) Types() []keyed.Type {
+	return []keyed.Type{
+		{Name: TypeQueueEnter, Queue: Queue, Applier: keyed.ApplierFunc(w.enter)},
+		{Name: TypeSeatBook, Queue: Queue, Applier: keyed.ApplierFunc(w.book)},
+	}
+}
+
+// enter queues each user at its request's acceptance seq: queue order is
+// the order the API accepted the entries.
+func (w *RoomWrites) enter(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
+	outs := make([]requests.Outcome, len(b.Requests))
+	for i, r := range b.Requests {
+		var p QueuePayload
+		if err := json.Unmarshal(r.Payload, &p); err != nil {
+			outs[i] = requests.Failed("undecodable queue payload")
+			continue
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE id = $1)`, p.EventID).Scan(&exists); err != nil {
+			return nil, err
+		}
+		if !exists {
+			outs[i] = requests.Rejected(domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such event"))
+			continue
+		}
+		rank, err := w.Room.enter(ctx, p.EventID, b.Fences[QueueKey(p.EventID)], r.UserID, r.Seq, b.Now)
+		if err != nil {
+			return nil, err
+		}
+		if rank < 0 {
+			outs[i] = requests.Succeeded(map[string]any{"status": "entered"})
+			continue
+		}
+		outs[i] = requests.Succeeded(map[string]any{"status": "waiting", "rank": rank, "aheadCount": rank})
+	}
+	return outs, nil
+}
+
+// book reserves chosen seats, in acceptance order, on one event; success
+// gives the caller's entry token back.
+func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
+	outs := make([]requests.Outcome, len(b.Requests))
+	for i, r := range b.Requests {
+		var p BookPayload
+		if err := json.Unmarshal(r.Payload, &p); err != nil {
+			outs[i] = requests.Failed("undecodable booking payload")
+			continue
+		}
+		reject := func(status int, code, msg string) requests.Outcome {
+			return requests.Rejected(domain.NewProblem(status, code, "%s", msg))
+		}
+		var reserved bool
+		err := tx.QueryRow(ctx, `SELECT reserved FROM seats WHERE id = $1 AND event_id = $2`, p.SeatID, p.EventID).Scan(&reserved)
+		if errors.Is(err, pgx.ErrNoRows) {
+			outs[i] = reject(http.StatusNotFound, domain.CodeNotFound, "no such seat in this event")
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var mine int64
+		err = tx.QueryRow(ctx, `SELECT seat_id FROM seat_reservations WHERE event_id = $1 AND user_id = $2`, p.EventID, r.UserID).Scan(&mine)
+		if err == nil {
+			outs[i] = requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeAlreadyReserved,
+				"you already hold a seat for this event").WithMeta("seatId", mine))
+			continue
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		if reserved {
+			var left bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE event_id = $1 AND NOT reserved)`, p.EventID).Scan(&left); err != nil {
+				return nil, err
+			}
+			if !left {
+				outs[i] = reject(http.StatusConflict, domain.CodeSoldOut, "no seat is left")
+			} else {
+				outs[i] = reject(http.StatusConflict, domain.CodeSeatTaken, "this seat is taken")
+			}
+			continue
+		}
+		if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = $1`, p.SeatID, b.Now); err != nil {
+			return nil, err
+		}
+		res := BookResult{EventID: p.EventID, SeatID: p.SeatID, UserID: r.UserID}
+		if err := tx.QueryRow(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, created_at)
+			VALUES ($1, $2, $3, $4) RETURNING id`, p.EventID, p.SeatID, r.UserID, b.Now).Scan(&res.ReservationID); err != nil {
+			return nil, err
+		}
+		ev, user := p.EventID, r.UserID
+		b.AfterCommit(func(ctx context.Context) { _ = w.Room.Leave(ctx, ev, user) })
+		outs[i] = requests.Succeeded(res)
+	}
+	return outs, nil
+}
