@@ -47,6 +47,7 @@ type Config struct {
 	// Events
 	DuplicateWindow time.Duration `env:"DUPLICATE_WINDOW" envDefault:"2s"`
 	FCFSLockWait    time.Duration `env:"FCFS_LOCK_WAIT" envDefault:"30s"`
+	EventsReconcile time.Duration `env:"EVENTS_RECONCILE_INTERVAL" envDefault:"10s"`
 
 	// Worker
 	Concurrency       int           `env:"WORKER_CONCURRENCY" envDefault:"64"`

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/internal/systest"
@@ -42,4 +43,8 @@ func (b *barrier) release(waiters int) {
 	}, 30*time.Second, 10*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
 	require.NoError(b.t, b.tx.Commit(context.Background()))
+}
+
+func redisZ(at time.Time, member string) redis.Z {
+	return redis.Z{Score: float64(at.UnixMilli()), Member: member}
 }

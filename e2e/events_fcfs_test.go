@@ -131,9 +131,9 @@ func TestFCFSScenarios(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	require.Equal(t, domain.CodeDuplicateRequest, r.ErrorCode(t))
 	require.NotEmpty(t, r.Header.Get("Retry-After"))
-	v = fcfs(t, carol, 999999, nil) // accepted, then rejected by the worker
-	require.Equal(t, domain.CodeNotFound, v.Error.Code)
-	require.Equal(t, http.StatusNotFound, v.Error.HTTPStatus)
+	r = carol.Do("POST", "/api/v1/events/999999/seats/fcfs", nil)
+	require.Equal(t, http.StatusNotFound, r.Status)
+	require.Equal(t, domain.CodeNotFound, r.ErrorCode(t))
 
 	var list struct{ Items []events.Seat }
 	alice.Do("GET", fmt.Sprintf("/api/v1/events/%d/seats?status=available", e.EventID), nil).JSON(t, &list)

@@ -195,6 +195,17 @@ func TestWaitingRoomStatusAndBooking(t *testing.T) {
 	first.Do("GET", base+"/queue/status", nil).JSON(t, &st)
 	require.Equal(t, "not_queued", st.Status)
 
+	// With every seat taken, booking a taken seat is SOLD_OUT.
+	_, err := s.Pool.Exec(context.Background(), `UPDATE seats SET reserved = true WHERE event_id = $1`, e.EventID)
+	require.NoError(t, err)
+	var tok2 struct{ EntryToken string }
+	second.Do("POST", base+"/queue/token", nil).JSON(t, &tok2)
+	r = second.Do("POST", book, nil, events.EntryTokenHeader, tok2.EntryToken)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	r.JSON(t, &a)
+	v = second.Wait(a.RequestID, 20*time.Second)
+	require.Equal(t, domain.CodeSoldOut, v.Error.Code)
+
 	// Leaving frees the slot for the third.
 	require.Equal(t, http.StatusOK, second.Do("DELETE", base+"/queue/token", nil).Status)
 	r = users[2].Do("POST", base+"/queue/token", nil)

@@ -55,8 +55,6 @@ func TestK5WorkerKilledMidWork(t *testing.T) {
 	const n = 600
 	submitMany(t, s, 8, n, func(i int) probe.Payload { return probe.Payload{Keys: keyOf(i), SleepMs: 5} })
 	victim := s.StartWorkerProcess("victim")
-	survivor := s.StartWorkerProcess("survivor")
-	_ = survivor
 
 	// Kill the victim while it is applying: once some but not all are done.
 	require.Eventually(t, func() bool {
@@ -64,6 +62,7 @@ func TestK5WorkerKilledMidWork(t *testing.T) {
 		_ = s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM probe_log WHERE worker = 'victim'`).Scan(&victims)
 		return victims > 20
 	}, 60*time.Second, 5*time.Millisecond)
+	s.StartWorkerProcess("survivor")
 	require.NoError(t, victim.Kill())
 	killedAt := time.Now()
 	open := n - s.Statuses()[domain.StatusSucceeded]

@@ -42,6 +42,8 @@ type FCFS struct {
 	LockWait time.Duration
 	// Outcomes counts results by outcome, as seed 004 §14 asks.
 	Outcomes *prometheus.CounterVec
+	// Counts, when set, has each batch's event recounted after commit.
+	Counts *Counts
 }
 
 // NewFCFS returns the FCFS writer with its counter.
@@ -118,6 +120,10 @@ func (f *FCFS) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests
 		taken[r.UserID] = seat
 		outs[i] = requests.Succeeded(FCFSResult{SeatID: seat, ReservedBy: r.UserID, Phone: p.Phone})
 		f.Outcomes.WithLabelValues("success").Inc()
+	}
+	if f.Counts != nil && eventID != 0 {
+		ev := eventID
+		b.AfterCommit(func(ctx context.Context) { _, _ = f.Counts.Recount(ctx, ev) })
 	}
 	return outs, nil
 }

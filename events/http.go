@@ -1,8 +1,11 @@
 package events
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -29,12 +32,14 @@ var e164 = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
 func API(duplicateWindow time.Duration) api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
 		cfg := s.Config()
-		h := &handlers{catalog: NewCatalog(s.Pool), s: s, window: duplicateWindow, room: NewRoom(s.Redis, cfg.JWTSecret)}
+		h := &handlers{catalog: NewCatalog(s.Pool), s: s, window: duplicateWindow, room: NewRoom(s.Redis, cfg.JWTSecret),
+			counts: NewCounts(s.Pool, s.Redis)}
 		perUser := api.RateLimit(s.Redis, s.Log, "user", cfg.RateLimitPerUser, func(c *fiber.Ctx) string { return api.Principal(c).UserID })
 		v1.Post("/events", api.RequireRole(domain.RoleAdmin), h.create)
 		v1.Get("/events/:eventId/seats", h.seats)
 		v1.Post("/events/:eventId/seats/fcfs", api.LimitPerIP(s), perUser, h.fcfs)
 		v1.Get("/public/events/:eventId", api.LimitPerIP(s), h.public)
+		v1.Get("/public/events/:eventId/stream", api.LimitPerIP(s), h.stream)
 		v1.Post("/events/:eventId/queue", api.LimitPerIP(s), h.enterQueue)
 		v1.Get("/events/:eventId/queue/status", h.queueStatus)
 		v1.Post("/events/:eventId/queue/token", h.issueToken)
@@ -45,11 +50,18 @@ func API(duplicateWindow time.Duration) api.Mount {
 
 // Worker returns the events write types and counters for worker.Run; the
 // entry-token secret is JWT_SECRET.
-func Worker(fcfsLockWait time.Duration, secret string) worker.Types {
+func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Types {
 	return func(st *storage.Stores) worker.Module {
+		counts := NewCounts(st.Pool, st.Redis)
 		f := NewFCFS(fcfsLockWait)
-		rw := &RoomWrites{Room: NewRoom(st.Redis, secret)}
-		return worker.Module{Types: append([]keyed.Type{f.Type()}, rw.Types()...), Collectors: []prometheus.Collector{f.Outcomes}}
+		f.Counts = counts
+		rw := &RoomWrites{Room: NewRoom(st.Redis, secret), Counts: counts}
+		return worker.Module{
+			Types:      append([]keyed.Type{f.Type()}, rw.Types()...),
+			Collectors: append([]prometheus.Collector{f.Outcomes}, counts.Collectors()...),
+			Periodic: []worker.Periodic{{Type: TypeReconcile, Every: reconcileEvery,
+				Handle: func(ctx context.Context) error { return counts.Reconcile(ctx, time.Now()) }}},
+		}
 	}
 }
 
@@ -58,6 +70,7 @@ type handlers struct {
 	s       *api.Server
 	window  time.Duration
 	room    *Room
+	counts  *Counts
 }
 
 func (h *handlers) create(c *fiber.Ctx) error {
@@ -129,11 +142,15 @@ func (h *handlers) public(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	p, err := h.catalog.Public(c.UserContext(), id)
+	e, err := h.catalog.Event(c.UserContext(), id)
 	if err != nil {
 		return err
 	}
-	return c.JSON(p)
+	n, err := h.counts.Remaining(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(Public{EventID: id, Name: e.Name, TotalSeats: e.TotalSeats, RemainingSeats: int(n)})
 }
 
 func (h *handlers) seats(c *fiber.Ctx) error {
@@ -168,6 +185,15 @@ func (h *handlers) fcfs(c *fiber.Ctx) error {
 		return err
 	}
 	p := FCFSPayload{EventID: id}
+	e, err := h.catalog.Event(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	if e.FCFSEntryTokenRequired {
+		if err := h.requireEntry(c, e); err != nil {
+			return err
+		}
+	}
 	if in.Phone != nil {
 		if !e164.MatchString(*in.Phone) {
 			return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidPhone,
@@ -279,18 +305,9 @@ func (h *handlers) book(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	user := api.Principal(c).UserID
 	if e.EntryTokenRequired {
-		tok := c.Get(EntryTokenHeader)
-		valid := tok != "" && h.room.VerifyToken(tok, e.EventID, user)
-		if valid {
-			if valid, err = h.room.Valid(c.UserContext(), e.EventID, user, time.Now()); err != nil {
-				return err
-			}
-		}
-		if !valid {
-			return domain.NewProblem(http.StatusForbidden, domain.CodeEntryTokenRequired,
-				"a valid entry token from the waiting room is required (header %s)", EntryTokenHeader)
+		if err := h.requireEntry(c, e); err != nil {
+			return err
 		}
 	}
 	body, err := json.Marshal(BookPayload{EventID: e.EventID, SeatID: seat})
@@ -298,4 +315,69 @@ func (h *handlers) book(c *fiber.Ctx) error {
 		return err
 	}
 	return h.s.Accept(c, requests.Submission{Type: TypeSeatBook, Queue: Queue, Keys: []string{EventKey(e.EventID)}, Payload: body})
+}
+
+// requireEntry refuses a request without a valid entry token of this event
+// and caller, whose slot is still held.
+func (h *handlers) requireEntry(c *fiber.Ctx, e Event) error {
+	user := api.Principal(c).UserID
+	tok := c.Get(EntryTokenHeader)
+	valid := tok != "" && h.room.VerifyToken(tok, e.EventID, user)
+	if valid {
+		var err error
+		if valid, err = h.room.Valid(c.UserContext(), e.EventID, user, time.Now()); err != nil {
+			return err
+		}
+	}
+	if !valid {
+		return domain.NewProblem(http.StatusForbidden, domain.CodeEntryTokenRequired,
+			"a valid entry token from the waiting room is required (header %s)", EntryTokenHeader)
+	}
+	return nil
+}
+
+// stream sends the event's remaining seats as Server-Sent Events: one now,
+// then one whenever the count changes (checked every 500 ms), with a comment
+// line as a keep-alive every 5 s, until the client goes away (a write fails)
+// or the server shuts down.
+func (h *handlers) stream(c *fiber.Ctx) error {
+	id, err := api.PathID(c, "eventId")
+	if err != nil {
+		return err
+	}
+	if _, err := h.catalog.Event(c.UserContext(), id); err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, "text/event-stream")
+	c.Set(fiber.HeaderCacheControl, "no-cache")
+	c.Set(fiber.HeaderConnection, "keep-alive")
+	counts, shutdown := h.counts, c.Context().Done()
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		ctx := context.Background()
+		last := int64(-1)
+		beat := time.Now()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			n, err := counts.Remaining(ctx, id)
+			switch {
+			case err == nil && n != last:
+				last = n
+				if _, err := fmt.Fprintf(w, "event: remaining\ndata: {\"eventId\":%d,\"remainingSeats\":%d}\n\n", id, n); err != nil || w.Flush() != nil {
+					return
+				}
+			case time.Since(beat) > 5*time.Second:
+				beat = time.Now()
+				if _, err := w.WriteString(": keep-alive\n\n"); err != nil || w.Flush() != nil {
+					return
+				}
+			}
+			select {
+			case <-shutdown:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return nil
 }

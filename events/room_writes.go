@@ -40,7 +40,8 @@ type BookResult struct {
 
 // RoomWrites applies queue entries and seat bookings in the worker.
 type RoomWrites struct {
-	Room *Room
+	Room   *Room
+	Counts *Counts // when set, events that lose seats are recounted after commit
 }
 
 // Types are the waiting room's write types.
@@ -135,7 +136,12 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 			return nil, err
 		}
 		ev, user := p.EventID, r.UserID
-		b.AfterCommit(func(ctx context.Context) { _ = w.Room.Leave(ctx, ev, user) })
+		b.AfterCommit(func(ctx context.Context) {
+			_ = w.Room.Leave(ctx, ev, user)
+			if w.Counts != nil {
+				_, _ = w.Counts.Recount(ctx, ev)
+			}
+		})
 		outs[i] = requests.Succeeded(res)
 	}
 	return outs, nil

@@ -81,6 +81,15 @@ Shop (seed 002): put an item in the demo shopper's cart, reserve the cart for 30
 
 Then POST $api/api/v1/orders (confirm, same body) or DELETE $api/api/v1/orders/reserve (release); poll each requestId as above.
 
+Events (seeds 003, 004): the public seat count, a first-come-first-served seat, the waiting room:
+
+  curl -s $api/api/v1/public/events/$DEMO_EVENT_ID
+  curl -s -X POST $api/api/v1/events/$DEMO_EVENT_ID/seats/fcfs -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -d '{"phone":"+821012345678"}'
+  curl -s -X POST $api/api/v1/events/$DEMO_EVENT_ID/queue -H "Authorization: Bearer \$STAFF_TOKEN"
+  curl -s $api/api/v1/events/$DEMO_EVENT_ID/queue/status -H "Authorization: Bearer \$STAFF_TOKEN"
+
+Then POST …/queue/token for an entry token, and POST …/seats/<seatId>/reservation with header X-Entry-Token; live counts: curl -N …/public/events/$DEMO_EVENT_ID/stream
+
 Retry any write safely with an Idempotency-Key (same key + same body = same requestId):
 
   curl -s -X POST $api/api/v1/probe -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -H 'Idempotency-Key: make-run-demo' -d '{"keys":["demo"]}'

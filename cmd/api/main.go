@@ -108,7 +108,11 @@ func seed(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("export DEMO_HOTEL_ID=%d DEMO_ROOM_TYPE_ID=%d DEMO_SHOP_USER_ID=%d DEMO_OPTION_ID=%d\n",
-		d.HotelID, d.RoomTypeIDs[0], sd.UserID, sd.OptionID)
+	ev, err := events.SeedDemo(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("export DEMO_HOTEL_ID=%d DEMO_ROOM_TYPE_ID=%d DEMO_SHOP_USER_ID=%d DEMO_OPTION_ID=%d DEMO_EVENT_ID=%d\n",
+		d.HotelID, d.RoomTypeIDs[0], sd.UserID, sd.OptionID, ev)
 	return nil
 }

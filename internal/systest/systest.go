@@ -155,7 +155,7 @@ func (s *System) StartWorker(name string) *Worker {
 	done := make(chan error, 1)
 	go func() {
 		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name, Unguarded: s.opts.Unguarded},
-			probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait), shop.Worker(s.Cfg.ReservationTTL), events.Worker(s.Cfg.FCFSLockWait, s.Cfg.JWTSecret))
+			probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait), shop.Worker(s.Cfg.ReservationTTL), events.Worker(s.Cfg.FCFSLockWait, s.Cfg.EventsReconcile, s.Cfg.JWTSecret))
 	}()
 	var once sync.Once
 	w := &Worker{Name: name, URL: "http://" + ln.Addr().String()}
@@ -192,7 +192,7 @@ func MaybeRunWorkerProcess() {
 	ctx, stop := signalContext()
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait, cfg.JWTSecret)); err != nil {
+	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait, cfg.EventsReconcile, cfg.JWTSecret)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
