@@ -213,3 +213,19 @@ func TestSeatReservationUniqueness(t *testing.T) {
 	require.Equal(t, 1, race(func(int) int64 { return seats[30] }, func(i int) string { return fmt.Sprintf("u%d", i) }))
 	require.Equal(t, 20, race(func(i int) int64 { return seats[40+i] }, func(i int) string { return fmt.Sprintf("v%d", i) }))
 }
+
+// FCFS writes are rate limited per user (RATE_LIMIT_PER_USER), with 429
+// RATE_LIMITED and Retry-After; other users are not affected.
+func TestFCFSRateLimitedPerUser(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Overrides: []string{"RATE_LIMIT_PER_USER", "1", "DUPLICATE_WINDOW", "0s"}})
+	e := newEvent(t, s, map[string]any{"name": "Limited", "seatCount": 5})
+	path := fmt.Sprintf("/api/v1/events/%d/seats/fcfs", e.EventID)
+	eager := s.Client("eager", domain.RoleUser)
+	require.Equal(t, http.StatusAccepted, eager.Do("POST", path, nil).Status)
+	r := eager.Do("POST", path, nil)
+	require.Equal(t, http.StatusTooManyRequests, r.Status)
+	require.Equal(t, domain.CodeRateLimited, r.ErrorCode(t))
+	require.NotEmpty(t, r.Header.Get("Retry-After"))
+	require.Equal(t, http.StatusAccepted, s.Client("calm", domain.RoleUser).Do("POST", path, nil).Status)
+}
