@@ -95,3 +95,11 @@ func PathID(c *fiber.Ctx, name string) (int64, error) {
 	}
 	return id, nil
 }
+
+// RequireName checks a display name: 1 to 200 characters, not blank.
+func RequireName(field, v string) error {
+	if strings.TrimSpace(v) == "" || len(v) > 200 {
+		return InvalidField(field, "%s must be 1 to 200 characters", field)
+	}
+	return nil
+}

@@ -86,8 +86,8 @@ func (h *handlers) create(c *fiber.Ctx) error {
 	if err := api.Decode(c, &in); err != nil {
 		return err
 	}
-	if strings.TrimSpace(in.Name) == "" || len(in.Name) > 200 {
-		return api.InvalidField("name", "name must be 1 to 200 characters")
+	if err := api.RequireName("name", in.Name); err != nil {
+		return err
 	}
 	e := Event{Name: in.Name, MaxConcurrent: 800, TokenTTLSeconds: 300, EntryTokenRequired: true}
 	switch {

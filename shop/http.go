@@ -42,8 +42,8 @@ func (h *handlers) createUser(c *fiber.Ctx) error {
 	if err := api.Decode(c, &in); err != nil {
 		return err
 	}
-	if strings.TrimSpace(in.Name) == "" || len(in.Name) > 200 {
-		return api.InvalidField("name", "name must be 1 to 200 characters")
+	if err := api.RequireName("name", in.Name); err != nil {
+		return err
 	}
 	u, err := h.catalog.CreateUser(c.UserContext(), in.Name)
 	if err != nil {
@@ -65,8 +65,8 @@ func (h *handlers) createProduct(c *fiber.Ctx) error {
 	if err := api.Decode(c, &in); err != nil {
 		return err
 	}
-	if strings.TrimSpace(in.Name) == "" || len(in.Name) > 200 {
-		return api.InvalidField("name", "name must be 1 to 200 characters")
+	if err := api.RequireName("name", in.Name); err != nil {
+		return err
 	}
 	if len(in.Options) == 0 || len(in.Options) > 50 {
 		return api.InvalidField("options", "a product has 1 to 50 options")

@@ -58,13 +58,6 @@ func (h *HTTP) Mount(v1 fiber.Router, s *api.Server) {
 
 var currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
 
-func requireName(field, v string) error {
-	if strings.TrimSpace(v) == "" || len(v) > 200 {
-		return api.InvalidField(field, "%s must be 1 to 200 characters", field)
-	}
-	return nil
-}
-
 func oneOf(field, v string, allowed ...string) error {
 	for _, a := range allowed {
 		if v == a {
@@ -83,7 +76,7 @@ func (h *HTTP) createHotel(c *fiber.Ctx) error {
 	if err := api.Decode(c, &in); err != nil {
 		return err
 	}
-	if err := requireName("name", in.Name); err != nil {
+	if err := api.RequireName("name", in.Name); err != nil {
 		return err
 	}
 	if _, err := time.LoadLocation(in.Timezone); err != nil || in.Timezone == "" {
@@ -136,7 +129,7 @@ func (h *HTTP) createRoomType(c *fiber.Ctx) error {
 	if err := api.Decode(c, &in); err != nil {
 		return err
 	}
-	if err := requireName("name", in.Name); err != nil {
+	if err := api.RequireName("name", in.Name); err != nil {
 		return err
 	}
 	rt, err := h.Catalog.CreateRoomType(c.UserContext(), RoomType{HotelID: hotelID, Name: in.Name})
