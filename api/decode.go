@@ -22,6 +22,9 @@ func DecodeJSON(body []byte, v any) error {
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
+	if bytes.Contains(body, []byte(`\u0000`)) { // Postgres text cannot hold NUL
+		return domain.Invalid("text must not contain NUL characters")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

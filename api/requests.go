@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,6 +40,9 @@ func (s *Server) Accept(c *fiber.Ctx, sub requests.Submission) error {
 	}
 	sub.IdempotencyKey = key
 	sub.Route = c.Method() + " " + c.Route().Path
+	if key != "" {
+		sub.Fingerprint = fingerprint(c)
+	}
 	sub.TraceID = traceID(c)
 	r, created, err := s.Intake.Accept(c.UserContext(), sub)
 	if err != nil {
@@ -137,4 +142,18 @@ func parseWait(v string, maxWait time.Duration) (time.Duration, error) {
 		return 0, InvalidField("wait", "wait must be between 0s and %s", maxWait)
 	}
 	return d, nil
+}
+
+// fingerprint is what the client sent: method, path and the body in a
+// canonical form (decoded and re-encoded, so key order and spacing do not
+// matter).
+func fingerprint(c *fiber.Ctx) []byte {
+	body := c.Body()
+	var v any
+	if len(bytes.TrimSpace(body)) > 0 && json.Unmarshal(body, &v) == nil {
+		if canon, err := json.Marshal(v); err == nil {
+			body = canon
+		}
+	}
+	return append([]byte(c.Method()+" "+c.Path()+"\n"), body...)
 }

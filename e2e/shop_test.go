@@ -61,9 +61,9 @@ func (u shopper) put(option int64, qty int) {
 	require.Equal(u.t, http.StatusOK, r.Status, "%s", r.Body)
 }
 
-func (u shopper) submit(method, path string, body any) string {
+func (u shopper) submit(method, path string, body any, headers ...string) string {
 	u.t.Helper()
-	r := u.Do(method, path, body)
+	r := u.Do(method, path, body, headers...)
 	require.Equal(u.t, http.StatusAccepted, r.Status, "%s", r.Body)
 	var a systest.Accepted
 	r.JSON(u.t, &a)
@@ -330,4 +330,46 @@ func TestShopConfirmDeliveredTwice(t *testing.T) {
 	var orders int
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&orders))
 	require.Equal(t, 1, orders)
+}
+
+// Fixes from review: a confirm sent right after its reserve confirms it; a
+// lapsed reservation answers RESERVATION_EXPIRED even after the tidy-up ran;
+// reserving again after a lapse and confirming takes the new reservation; a
+// retried confirm with its Idempotency-Key replays; NUL text is a 400.
+func TestShopConfirmEdges(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"RESERVATION_TTL", "1s"}})
+	a := newProduct(t, s, 10)[0]
+	u := newShopper(t, s, "u")
+	u.put(a, 1)
+	reserve := u.submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": u.id})
+	confirm := u.submit("POST", "/api/v1/orders", map[string]int64{"userId": u.id}, "Idempotency-Key", "pay-1")
+	require.Equal(t, domain.StatusSucceeded, u.Wait(reserve, 20*time.Second).Status)
+	v := u.Wait(confirm, 20*time.Second)
+	require.Equal(t, domain.StatusSucceeded, v.Status, "%+v", v.Error)
+	r := u.Do("POST", "/api/v1/orders", map[string]int64{"userId": u.id}, "Idempotency-Key", "pay-1")
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	var again systest.Accepted
+	r.JSON(t, &again)
+	require.Equal(t, confirm, again.RequestID, "a retried confirm replays")
+	require.Equal(t, 9, stockOf(t, u.Client, a).StockQuantity)
+
+	// Lapse, tidy-up, then confirm: RESERVATION_EXPIRED, not NOT_FOUND.
+	u.put(a, 2)
+	require.Equal(t, domain.StatusSucceeded, u.order("POST", "/api/v1/orders/reserve").Status)
+	time.Sleep(1100 * time.Millisecond)
+	_, err := shop.NewCatalog(s.Pool).ExpireReservations(context.Background(), time.Now())
+	require.NoError(t, err)
+	rejected(t, u.order("POST", "/api/v1/orders"), domain.CodeReservationExpired, 410)
+
+	// Reserve again after a lapse the tidy-up has not seen: the new one is confirmed.
+	require.Equal(t, domain.StatusSucceeded, u.order("POST", "/api/v1/orders/reserve").Status)
+	time.Sleep(1100 * time.Millisecond)
+	require.Equal(t, domain.StatusSucceeded, u.order("POST", "/api/v1/orders/reserve").Status)
+	o := u.order("POST", "/api/v1/orders")
+	require.Equal(t, domain.StatusSucceeded, o.Status, "%+v", o.Error)
+	require.Equal(t, 7, stockOf(t, u.Client, a).StockQuantity)
+
+	r = s.Client("admin", domain.RoleAdmin).Do("POST", "/api/v1/users", `{"name": "nul\u0000name"}`)
+	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
 }

@@ -82,11 +82,6 @@ func (f *FCFS) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests
 				return nil, err
 			}
 		}
-		if f.LockWait > 0 && b.Now.Sub(r.AcceptedAt) > f.LockWait {
-			outs[i] = f.reject("contention", http.StatusConflict, domain.CodeContention,
-				"the event was too busy to serve this request within %s; try again", f.LockWait)
-			continue
-		}
 		seat, ok := taken[r.UserID]
 		if !ok {
 			err := tx.QueryRow(ctx, `SELECT seat_id FROM seat_reservations WHERE event_id = $1 AND user_id = $2`, p.EventID, r.UserID).Scan(&seat)
@@ -103,6 +98,12 @@ func (f *FCFS) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests
 		}
 		if len(free) == 0 {
 			outs[i] = f.reject("sold_out", http.StatusConflict, domain.CodeSoldOut, "no seat is left")
+			continue
+		}
+		// Only a request that would have got a seat is told it waited too long.
+		if f.LockWait > 0 && b.Now.Sub(r.AcceptedAt) > f.LockWait {
+			outs[i] = f.reject("contention", http.StatusConflict, domain.CodeContention,
+				"the event was too busy to serve this request within %s; try again", f.LockWait)
 			continue
 		}
 		seat, free = free[0], free[1:]

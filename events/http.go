@@ -202,9 +202,11 @@ func (h *handlers) fcfs(c *fiber.Ctx) error {
 		p.Phone = *in.Phone
 	}
 	// Seed 004 §9's dup:req: one request per user and event per window.
-	if h.window > 0 {
-		user := api.Principal(c).UserID
-		fresh, err := h.s.Redis.SetNX(c.UserContext(), "hf:dup:fcfs:"+strconv.FormatInt(id, 10)+":"+user, 1, h.window).Result()
+	// A retry carrying an Idempotency-Key is a replay, not a duplicate.
+	var dupKey string
+	if h.window > 0 && c.Get(api.IdempotencyHeader) == "" {
+		dupKey = "hf:dup:fcfs:" + strconv.FormatInt(id, 10) + ":" + api.Principal(c).UserID
+		fresh, err := h.s.Redis.SetNX(c.UserContext(), dupKey, 1, h.window).Result()
 		if err != nil {
 			return err
 		}
@@ -218,7 +220,11 @@ func (h *handlers) fcfs(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return h.s.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(id)}, Payload: body})
+	err = h.s.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(id)}, Payload: body})
+	if err != nil && dupKey != "" { // not accepted: the window must not lock the user out
+		h.s.Redis.Del(context.WithoutCancel(c.UserContext()), dupKey)
+	}
+	return err
 }
 
 func (h *handlers) event(c *fiber.Ctx) (Event, error) {

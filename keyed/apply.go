@@ -65,6 +65,8 @@ func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.U
 			continue
 		case ctx.Err() != nil:
 			return leases, res, err
+		case errors.Is(err, ErrLeaseLost): // an applier's own fenced script
+			return leases, res, ErrLeaseLost
 		case errors.Is(err, errOvertaking):
 			// An earlier request on these keys never reached its mailbox: put
 			// it there (it sorts first by seq) and let the caller re-read.

@@ -21,7 +21,11 @@ type Submission struct {
 	Payload        json.RawMessage // what the worker's applier decodes
 	Route          string          // scope of the idempotency key
 	IdempotencyKey string          // optional
-	TraceID        string
+	// Fingerprint identifies what the client sent (method, path, canonical
+	// body): a replay of the key must match it. Without it the payload is
+	// compared, which a vertical may have filled from server state.
+	Fingerprint []byte
+	TraceID     string
 }
 
 // Dispatcher hands a durable request to the queue. The keyed engine

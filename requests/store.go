@@ -54,7 +54,11 @@ func bodyHash(s *Submission) []byte {
 	h := sha256.New()
 	h.Write([]byte(s.Type))
 	h.Write([]byte{0})
-	h.Write(s.Payload)
+	if s.Fingerprint != nil {
+		h.Write(s.Fingerprint)
+	} else {
+		h.Write(s.Payload)
+	}
 	return h.Sum(nil)
 }
 

@@ -182,25 +182,6 @@ func (c *Catalog) cartSnapshot(ctx context.Context, userID int64) ([]Line, error
 	return lines, storage.Translate("shop: cart snapshot", err)
 }
 
-// activeReservations are the user's RESERVED rows (expired ones included, so
-// confirm can tell RESERVATION_EXPIRED) and their options.
-func (c *Catalog) reservedRows(ctx context.Context, userID int64) (ids, options []int64, err error) {
-	rows, err := c.pool.Query(ctx, `SELECT id, product_option_id FROM inventory_reservations
-		WHERE user_id = $1 AND status = 'RESERVED' ORDER BY id`, userID)
-	if err != nil {
-		return nil, nil, storage.Translate("shop: reserved rows", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, opt int64
-		if err := rows.Scan(&id, &opt); err != nil {
-			return nil, nil, storage.Translate("shop: reserved rows", err)
-		}
-		ids, options = append(ids, id), append(options, opt)
-	}
-	return ids, options, storage.Translate("shop: reserved rows", rows.Err())
-}
-
 // ExpireReservations marks RESERVED rows past their expiry EXPIRED: state
 // tidy-up only, since availability already ignores them (SPEC §7).
 func (c *Catalog) ExpireReservations(ctx context.Context, now time.Time) (int64, error) {

@@ -3,10 +3,11 @@
 // whole cart (POST /orders/reserve), then the order that deducts stock
 // (POST /orders) or the release (DELETE /orders/reserve).
 //
-// Reserve, confirm and release are async writes serialized on the user and
-// on every product option they touch (keys "shop:user:{id}", "shop:opt:{id}"),
-// taken all-or-nothing in sorted order, so two carts holding the same options
-// in opposite order never deadlock.
+// Reserve is an async write serialized on the user and on every product
+// option in the cart (keys "shop:user:{id}", "shop:opt:{id}"), taken
+// all-or-nothing in sorted order, so two carts holding the same options in
+// opposite order never deadlock. Confirm and release hold the user's key:
+// neither can lower any option's available stock.
 //
 // Decisions the seed leaves open: a reserve covers the cart as it was when
 // the API accepted the request (that is what fixes its keys); "active" means

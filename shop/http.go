@@ -76,8 +76,8 @@ func (h *handlers) createProduct(c *fiber.Ctx) error {
 		if strings.TrimSpace(o.OptionCode) == "" || len(o.OptionCode) > 64 {
 			return api.InvalidField("optionCode", "optionCode must be 1 to 64 characters")
 		}
-		if o.Price < 0 || o.StockQuantity < 0 || o.StockQuantity > 1_000_000_000 {
-			return api.InvalidField("options", "price and stockQuantity must not be negative")
+		if o.Price < 0 || o.Price > 1_000_000_000_000 || o.StockQuantity < 0 || o.StockQuantity > 1_000_000_000 {
+			return api.InvalidField("options", "price (at most 10^12) and stockQuantity must not be negative")
 		}
 		p.Options = append(p.Options, Option{OptionCode: o.OptionCode, Price: o.Price,
 			StockQuantity: o.StockQuantity, IsActive: o.IsActive == nil || *o.IsActive})
@@ -230,14 +230,7 @@ func (h *handlers) confirm(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ids, options, err := h.catalog.reservedRows(c.UserContext(), user)
-	if err != nil {
-		return err
-	}
-	if ids == nil {
-		ids = []int64{}
-	}
-	return h.accept(c, TypeConfirm, user, options, ConfirmPayload{UserID: user, ReservationIDs: ids})
+	return h.accept(c, TypeConfirm, user, nil, ConfirmPayload{UserID: user})
 }
 
 func (h *handlers) release(c *fiber.Ctx) error {

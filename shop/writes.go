@@ -40,10 +40,10 @@ type ReservePayload struct {
 	Items  []Line `json:"items"`
 }
 
-// ConfirmPayload is an order.confirm request: the reservations it confirms.
+// ConfirmPayload is an order.confirm request: it confirms the user's latest
+// reservation as it stands when the request is applied.
 type ConfirmPayload struct {
-	UserID         int64   `json:"userId"`
-	ReservationIDs []int64 `json:"reservationIds"`
+	UserID int64 `json:"userId"`
 }
 
 // ReleasePayload is an order.release request.
@@ -146,8 +146,10 @@ func (w *Writes) reserve(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 	for i, l := range p.Items {
 		ids[i] = l.ProductOptionID
 	}
-	// What others hold first, then the stock: under the options' leases the
-	// order does not matter, and it keeps one snapshot of the reservations.
+	// What others hold first, then the stock — in this order. A confirm holds
+	// only its user's key and may commit between the two reads; it lowers
+	// stock and the reserved sum together, so read this way availability can
+	// only look smaller than it is (a refusal at the boundary), never larger.
 	reserved := map[int64]int{}
 	rrows, err := tx.Query(ctx, `SELECT product_option_id, sum(quantity) FROM inventory_reservations
 		WHERE product_option_id = ANY($1) AND status = 'RESERVED' AND expires_at > $2 GROUP BY 1`, ids, now)
@@ -193,9 +195,15 @@ func (w *Writes) reserve(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 				"the cart holds an inactive product option").WithMeta("productOptionId", l.ProductOptionID)), nil
 		}
 	}
+	// Rows that lapsed are marked so before a new reservation is made: a
+	// confirm then only ever sees the newest group.
+	if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = $2
+		WHERE user_id = $1 AND status = 'RESERVED' AND expires_at <= $2`, p.UserID, now); err != nil {
+		return requests.Outcome{}, err
+	}
 	var active int
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM inventory_reservations
-		WHERE user_id = $1 AND status = 'RESERVED' AND expires_at > $2`, p.UserID, now).Scan(&active); err != nil {
+		WHERE user_id = $1 AND status = 'RESERVED'`, p.UserID).Scan(&active); err != nil {
 		return requests.Outcome{}, err
 	}
 	if active > 0 {
@@ -224,26 +232,27 @@ func (w *Writes) reserve(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 	return requests.Succeeded(map[string]any{"reservations": out}), nil
 }
 
-// confirm deducts real stock once, marks the reservations CONFIRMED and
-// creates the order.
+// confirm deducts real stock once, marks the reservation CONFIRMED and
+// creates the order. It holds only the user's key: confirming leaves every
+// option's available stock unchanged (stock and reserved both drop by the
+// quantity), and the stock rows are locked while they are deducted.
 func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error) {
 	var p ConfirmPayload
 	if err := json.Unmarshal(payload, &p); err != nil {
 		return requests.Failed("undecodable confirm payload"), nil
 	}
 	notFound := reject(http.StatusNotFound, domain.CodeReservationNotFound, "no order reservation to confirm")
-	if len(p.ReservationIDs) == 0 {
-		return notFound, nil
-	}
+	// The user's latest reservation: the rows of its newest reserve.
 	rows, err := tx.Query(ctx, `SELECT r.id, r.product_option_id, r.quantity, r.status, r.expires_at, o.price
 		FROM inventory_reservations r JOIN product_options o ON o.id = r.product_option_id
-		WHERE r.id = ANY($1) AND r.user_id = $2 ORDER BY r.product_option_id FOR UPDATE OF r`, p.ReservationIDs, p.UserID)
+		WHERE r.user_id = $1 AND r.reserved_at = (SELECT max(reserved_at) FROM inventory_reservations WHERE user_id = $1)
+		ORDER BY r.product_option_id FOR UPDATE OF r`, p.UserID)
 	if err != nil {
 		return requests.Outcome{}, err
 	}
 	order := Order{UserID: p.UserID, CreatedAt: now.UTC()}
-	expired := false
-	n := 0
+	var ids []int64
+	expired, used := false, false
 	for rows.Next() {
 		var id int64
 		var l OrderLine
@@ -253,12 +262,12 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 			rows.Close()
 			return requests.Outcome{}, err
 		}
-		n++
-		if status != "RESERVED" {
-			continue
-		}
-		if !expiresAt.After(now) {
+		ids = append(ids, id)
+		switch {
+		case status == "EXPIRED" || (status == "RESERVED" && !expiresAt.After(now)):
 			expired = true
+		case status != "RESERVED": // confirmed or released already
+			used = true
 		}
 		l.LineTotal = l.UnitPrice * int64(l.Quantity)
 		order.Total += l.LineTotal
@@ -268,12 +277,12 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 	if err := rows.Err(); err != nil {
 		return requests.Outcome{}, err
 	}
-	if n != len(p.ReservationIDs) || len(order.Lines) != n {
+	if len(ids) == 0 || used {
 		return notFound, nil
 	}
 	if expired {
 		if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = $2
-			WHERE id = ANY($1) AND status = 'RESERVED'`, p.ReservationIDs, now); err != nil {
+			WHERE id = ANY($1) AND status = 'RESERVED'`, ids, now); err != nil {
 			return requests.Outcome{}, err
 		}
 		return reject(http.StatusGone, domain.CodeReservationExpired, "the order reservation has expired"), nil
@@ -326,7 +335,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'CONFIRMED', order_id = $2, updated_at = $3
-		WHERE id = ANY($1)`, p.ReservationIDs, order.OrderID, now); err != nil {
+		WHERE id = ANY($1)`, ids, order.OrderID, now); err != nil {
 		return requests.Outcome{}, err
 	}
 	// What was ordered leaves the cart.
