@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -71,6 +72,12 @@ type handlers struct {
 	window  time.Duration
 	room    *Room
 	counts  *Counts
+	events  sync.Map // event id → cachedEvent: settings never change after creation
+}
+
+type cachedEvent struct {
+	e  Event
+	at time.Time
 }
 
 func (h *handlers) create(c *fiber.Ctx) error {
@@ -142,7 +149,7 @@ func (h *handlers) public(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	e, err := h.catalog.Event(c.UserContext(), id)
+	e, err := h.eventByID(c.UserContext(), id)
 	if err != nil {
 		return err
 	}
@@ -185,7 +192,7 @@ func (h *handlers) fcfs(c *fiber.Ctx) error {
 		return err
 	}
 	p := FCFSPayload{EventID: id}
-	e, err := h.catalog.Event(c.UserContext(), id)
+	e, err := h.eventByID(c.UserContext(), id)
 	if err != nil {
 		return err
 	}
@@ -232,7 +239,20 @@ func (h *handlers) event(c *fiber.Ctx) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	return h.catalog.Event(c.UserContext(), id)
+	return h.eventByID(c.UserContext(), id)
+}
+
+// eventByID reads an event's settings, from a cache of a few seconds: the
+// write paths of a rush read them on every request.
+func (h *handlers) eventByID(ctx context.Context, id int64) (Event, error) {
+	if v, ok := h.events.Load(id); ok && time.Since(v.(cachedEvent).at) < 5*time.Second {
+		return v.(cachedEvent).e, nil
+	}
+	e, err := h.catalog.Event(ctx, id)
+	if err == nil {
+		h.events.Store(id, cachedEvent{e: e, at: time.Now()})
+	}
+	return e, err
 }
 
 func (h *handlers) enterQueue(c *fiber.Ctx) error {
@@ -351,7 +371,7 @@ func (h *handlers) stream(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if _, err := h.catalog.Event(c.UserContext(), id); err != nil {
+	if _, err := h.eventByID(c.UserContext(), id); err != nil {
 		return err
 	}
 	c.Set(fiber.HeaderContentType, "text/event-stream")
