@@ -187,3 +187,23 @@ func Vars(pgURL, redisURL string, overrides ...string) map[string]string {
 	}
 	return vars
 }
+
+// RedisServerWithConfig starts a private redis-server from a configuration
+// file (port, bind and data directory overridden for the test) and returns
+// its URL and a client.
+func RedisServerWithConfig(t testing.TB, conf string) (string, redis.UniversalClient) {
+	t.Helper()
+	port := FreePort(t)
+	cmd := exec.Command("redis-server", conf, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", t.TempDir())
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	var c redis.UniversalClient
+	require.Eventually(t, func() bool {
+		var err error
+		c, err = storage.OpenRedis(context.Background(), url)
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	t.Cleanup(func() { _ = c.Close() })
+	return url, c
+}
