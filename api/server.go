@@ -93,9 +93,6 @@ func isPublic(path string) bool {
 	return len(path) >= len(p) && path[:len(p)] == p && (len(path) == len(p) || path[len(p)] == '/')
 }
 
-// App exposes the Fiber app (tests use App().Test).
-func (s *Server) App() *fiber.App { return s.app }
-
 // Serve answers on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)

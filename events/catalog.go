@@ -83,18 +83,9 @@ func (c *Catalog) Event(ctx context.Context, id int64) (Event, error) {
 	return e, storage.Translate("events: event", err)
 }
 
-// Public reads an event's public view.
-func (c *Catalog) Public(ctx context.Context, id int64) (Public, error) {
-	p := Public{EventID: id}
-	err := c.pool.QueryRow(ctx, `SELECT name, total_seats,
-			(SELECT count(*) FROM seats WHERE event_id = $1 AND NOT reserved)
-		FROM events WHERE id = $1`, id).Scan(&p.Name, &p.TotalSeats, &p.RemainingSeats)
-	return p, storage.Translate("events: public", err)
-}
-
 // Seats lists an event's seats: status "" for all, or available/reserved.
 func (c *Catalog) Seats(ctx context.Context, id int64, status string) ([]Seat, error) {
-	if _, err := c.Public(ctx, id); err != nil {
+	if _, err := c.Event(ctx, id); err != nil {
 		return nil, err
 	}
 	rows, err := c.pool.Query(ctx, `SELECT id, label, CASE WHEN reserved THEN 'reserved' ELSE 'available' END

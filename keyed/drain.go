@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -235,7 +234,7 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, keys []st
 		pipe.ZRem(ctx, mboxKey(k), members...)
 	}
 	if len(done) > 0 {
-		pipe.Publish(ctx, requests.DoneChannel, strings.Join(done, ","))
+		pipe.Publish(ctx, requests.DoneChannel, requests.DoneMessage(done))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		e.log.Warn("mailbox cleanup failed", "keys", keys, "err", err)

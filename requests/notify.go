@@ -16,21 +16,9 @@ import (
 // batch). It only speeds up long-polls; they re-read Postgres regardless.
 const DoneChannel = "holdfast:requests:done"
 
-// Publish announces that ids are terminal.
-func Publish(ctx context.Context, rdb redis.UniversalClient, ids []uuid.UUID) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	b.Grow(len(ids) * 37)
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(id.String())
-	}
-	return rdb.Publish(ctx, DoneChannel, b.String()).Err()
-}
+// DoneMessage is the DoneChannel message announcing that ids are terminal;
+// Notifier parses it.
+func DoneMessage(ids []string) string { return strings.Join(ids, ",") }
 
 // Notifier fans DoneChannel messages out to local long-poll waiters.
 type Notifier struct {

@@ -99,11 +99,6 @@ func (c *Catalog) CreateRoomType(ctx context.Context, rt RoomType) (RoomType, er
 	return rt, storage.Translate("stays: create room type", err)
 }
 
-// RoomType returns a room type with its hotel.
-func (c *Catalog) RoomType(ctx context.Context, id int64) (RoomType, Hotel, error) {
-	return getRoomType(ctx, c.pool, id)
-}
-
 func getRoomType(ctx context.Context, q querier, id int64) (RoomType, Hotel, error) {
 	var rt RoomType
 	var h Hotel

@@ -143,9 +143,6 @@ type Worker struct {
 	stop func()
 }
 
-// Stop shuts the worker down gracefully and waits for it.
-func (w *Worker) Stop() { w.stop() }
-
 // StartWorker runs worker.Run in process with the probe type.
 func (s *System) StartWorker(name string) *Worker {
 	t := s.t

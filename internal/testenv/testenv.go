@@ -118,13 +118,27 @@ func Redis(t testing.TB) (string, redis.UniversalClient) {
 }
 
 // RedisServer starts a private redis-server on a free loopback port (for
-// tests that FLUSHALL or stop Redis) and returns its URL and a client.
+// tests that FLUSHALL or stop Redis), keeping nothing on disk, and returns
+// its URL and a client.
 func RedisServer(t testing.TB, extraArgs ...string) (string, redis.UniversalClient) {
 	t.Helper()
+	return startRedis(t, append([]string{"--save", "", "--appendonly", "no"}, extraArgs...)...)
+}
+
+// RedisServerWithConfig starts a private redis-server from a configuration
+// file (port, bind and data directory overridden for the test).
+func RedisServerWithConfig(t testing.TB, conf string) (string, redis.UniversalClient) {
+	t.Helper()
+	return startRedis(t, conf)
+}
+
+// startRedis runs redis-server with args, then a free loopback port and a
+// temporary directory, and waits until it answers.
+func startRedis(t testing.TB, args ...string) (string, redis.UniversalClient) {
+	t.Helper()
 	port := FreePort(t)
-	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, extraArgs...)
+	args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", t.TempDir())
 	cmd := exec.Command("redis-server", args...)
-	cmd.Dir = t.TempDir()
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
@@ -186,24 +200,4 @@ func Vars(pgURL, redisURL string, overrides ...string) map[string]string {
 		vars[overrides[i]] = overrides[i+1]
 	}
 	return vars
-}
-
-// RedisServerWithConfig starts a private redis-server from a configuration
-// file (port, bind and data directory overridden for the test) and returns
-// its URL and a client.
-func RedisServerWithConfig(t testing.TB, conf string) (string, redis.UniversalClient) {
-	t.Helper()
-	port := FreePort(t)
-	cmd := exec.Command("redis-server", conf, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", t.TempDir())
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	var c redis.UniversalClient
-	require.Eventually(t, func() bool {
-		var err error
-		c, err = storage.OpenRedis(context.Background(), url)
-		return err == nil
-	}, 10*time.Second, 20*time.Millisecond)
-	t.Cleanup(func() { _ = c.Close() })
-	return url, c
 }
