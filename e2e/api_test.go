@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/base64"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -182,7 +183,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	anon.Token = ""
 	require.Equal(t, http.StatusOK, anon.Do("GET", "/healthz", nil).Status)
 	require.Equal(t, http.StatusOK, anon.Do("GET", "/readyz", nil).Status)
-	s.Client("u", domain.RoleUser).Probe(probe.Payload{Keys: []string{"m"}})
+	u := s.Client("u", domain.RoleUser)
+	u.Wait(u.Probe(probe.Payload{Keys: []string{"m"}}), 20*time.Second)
 	m := anon.Do("GET", "/metrics", nil)
 	require.Equal(t, http.StatusOK, m.Status)
 	require.Contains(t, string(m.Body), "holdfast_requests_accepted_total")
@@ -190,8 +192,12 @@ func TestHealthAndReadiness(t *testing.T) {
 
 	wm, err := http.Get(w.URL + "/metrics")
 	require.NoError(t, err)
+	workerMetrics, err := io.ReadAll(wm.Body)
 	wm.Body.Close()
+	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, wm.StatusCode)
+	require.Contains(t, string(workerMetrics), "holdfast_keyed_batch_size")
+	require.NotContains(t, string(workerMetrics), "asynq_queue_size", "Asynq's queue metrics have one collector, in the API")
 
 	// Redis goes away: not ready (503 envelope), still live.
 	_ = rdb.Shutdown(t.Context()).Err() // the server closes the connection as it goes

@@ -169,6 +169,12 @@ func TestWaitingRoomStatusAndBooking(t *testing.T) {
 	r = first.Do("POST", base+"/queue/token", nil)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	r.JSON(t, &tok)
+	// One admission in the last minute, no free slot: second is next, in
+	// (0 - 0 + 1) / (1 per 60 s) = 60 s.
+	second.Do("GET", base+"/queue/status", nil).JSON(t, &st)
+	require.Equal(t, "waiting", st.Status)
+	require.NotNil(t, st.EtaSeconds)
+	require.Equal(t, int64(60), *st.EtaSeconds)
 	first.Do("GET", base+"/queue/status", nil).JSON(t, &st)
 	require.Equal(t, "entered", st.Status)
 	require.NotEmpty(t, st.EntryToken, "polling while entered refreshes the token")
