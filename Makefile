@@ -21,6 +21,15 @@ test: ## Run every test with -race against real Postgres and Redis
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
 
+bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS baselines; print the table (~5 min)
+	$(GO) build -o bin/load ./cmd/load
+	$(GO) build -o bin/baseline ./cmd/baseline
+	@scripts/bench.sh
+
+benchgo: ## Go benchmarks of the hot paths: intake, keyed batch apply, availability query
+	$(GO) test -run '^$$' -bench 'Intake|BatchApply' -benchtime 5000x ./keyed
+	$(GO) test -run '^$$' -bench Availability31Nights -benchtime 300x ./stays
+
 fuzz: ## Fuzz the request decoding path for FUZZTIME (default 30s) per target
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./probe
 	$(GO) test -run '^$$' -fuzz FuzzWriteOverHTTP -fuzztime $${FUZZTIME:-30s} ./e2e
@@ -28,4 +37,4 @@ fuzz: ## Fuzz the request decoding path for FUZZTIME (default 30s) per target
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build run migrate test fuzz clean
+.PHONY: help build run migrate test bench benchgo fuzz clean

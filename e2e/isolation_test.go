@@ -17,8 +17,10 @@ import (
 
 // K4: with 10,000 requests queued on one key, requests on other keys of the
 // same queue finish within 1 s (p99) while the backlog drains.
+//
+// Not parallel: the bar is a latency on two cores, so it is measured while
+// holdfast alone uses them, before the parallel wave of other systems starts.
 func TestK4HotKeyDoesNotHoldUpOthers(t *testing.T) {
-	t.Parallel()
 	s := systest.Start(t, systest.Options{})
 	const backlog = 10_000
 	// Every hot request sleeps 1 ms inside its transaction, so the key needs

@@ -234,10 +234,15 @@ func holdRace(t *testing.T, s *systest.System, rt int64, users, workers, waiters
 	return holds, reservations
 }
 
+// raceOverrides keep the hold races about rooms: small batches, and a lock
+// wait long enough that a loaded machine does not turn a create into
+// CONTENTION (HOLD_LOCK_WAIT has its own test).
+var raceOverrides = []string{"BATCH_MAX", "8", "HOLD_LOCK_WAIT", "2m"}
+
 // 200 users race for the last 5 rooms: exactly 5 holds, 5 reservations.
 func TestHoldRaceForLastRooms(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Overrides: []string{"BATCH_MAX", "8"}})
+	s := systest.Start(t, systest.Options{Overrides: raceOverrides})
 	rt := holdFixture(t, s, 5)
 	holds, reservations := holdRace(t, s, rt, 200, 3, 1)
 	require.Equal(t, 5, holds)
@@ -252,7 +257,7 @@ func TestHoldRaceForLastRooms(t *testing.T) {
 // within the rooms.
 func TestHoldRaceControlWithoutGuardOversells(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Unguarded: true, Overrides: []string{"BATCH_MAX", "8"}})
+	s := systest.Start(t, systest.Options{Unguarded: true, Overrides: raceOverrides})
 	rt := holdFixture(t, s, 5)
 	holds, reservations := holdRace(t, s, rt, 200, 3, 6)
 	t.Logf("unguarded: %d holds for 5 rooms, %d reservations", holds, reservations)

@@ -59,38 +59,65 @@ func (f *FCFS) Type() keyed.Type {
 }
 
 // apply hands out seats to a batch of requests on one event: the free seats
-// are read once, in seat-id order, and given in acceptance order.
+// are read once, in seat-id order, and given in acceptance order. The work is
+// set-based, a fixed handful of statements per batch whatever its size: one
+// read of the seats, one of who already holds a seat, then one update and one
+// insert for all the grants.
 func (f *FCFS) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
 	outs := make([]requests.Outcome, len(b.Requests))
-	var eventID int64
-	var free []int64
-	taken := map[string]int64{} // user → seat, in this event
+	payloads := make([]FCFSPayload, len(b.Requests))
 	for i, r := range b.Requests {
-		var p FCFSPayload
-		if err := json.Unmarshal(r.Payload, &p); err != nil {
+		if err := json.Unmarshal(r.Payload, &payloads[i]); err != nil {
 			outs[i] = requests.Failed("undecodable fcfs payload")
+		}
+	}
+	// One key is one event, so a batch is one run; runs are handled in
+	// order should a batch ever mix events.
+	for start := 0; start < len(b.Requests); {
+		end := start + 1
+		for end < len(b.Requests) && payloads[end].EventID == payloads[start].EventID {
+			end++
+		}
+		if err := f.applyRun(ctx, tx, b, payloads, outs, start, end); err != nil {
+			return nil, err
+		}
+		start = end
+	}
+	return outs, nil
+}
+
+// applyRun applies requests [start, end) of b, all for one event.
+func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads []FCFSPayload, outs []requests.Outcome, start, end int) error {
+	eventID := payloads[start].EventID
+	var users []string
+	for i := start; i < end; i++ {
+		if outs[i].Status == "" {
+			users = append(users, b.Requests[i].UserID)
+		}
+	}
+	if len(users) == 0 {
+		return nil
+	}
+	free, taken, err := f.load(ctx, tx, eventID, users)
+	if errors.Is(err, pgx.ErrNoRows) {
+		for i := start; i < end; i++ {
+			if outs[i].Status == "" {
+				outs[i] = f.reject("not_found", http.StatusNotFound, domain.CodeNotFound, "no such event")
+			}
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var seats []int64
+	var holders, phones []string
+	for i := start; i < end; i++ {
+		if outs[i].Status != "" {
 			continue
 		}
-		if eventID != p.EventID { // one key, one event; load it once
-			var err error
-			if eventID, free, err = f.load(ctx, tx, p.EventID, len(b.Requests)); err != nil {
-				if errors.Is(err, pgx.ErrNoRows) {
-					outs[i] = f.reject("not_found", http.StatusNotFound, domain.CodeNotFound, "no such event")
-					eventID = 0
-					continue
-				}
-				return nil, err
-			}
-		}
-		seat, ok := taken[r.UserID]
-		if !ok {
-			err := tx.QueryRow(ctx, `SELECT seat_id FROM seat_reservations WHERE event_id = $1 AND user_id = $2`, p.EventID, r.UserID).Scan(&seat)
-			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return nil, err
-			}
-			ok = err == nil
-		}
-		if ok {
+		r, p := b.Requests[i], payloads[i]
+		if seat, ok := taken[r.UserID]; ok {
 			outs[i] = requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeAlreadyReserved,
 				"you already hold a seat for this event").WithMeta("seatId", seat))
 			f.Outcomes.WithLabelValues("already_reserved").Inc()
@@ -106,41 +133,59 @@ func (f *FCFS) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests
 				"the event was too busy to serve this request within %s; try again", f.LockWait)
 			continue
 		}
+		var seat int64
 		seat, free = free[0], free[1:]
-		if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = $1`, seat, b.Now); err != nil {
-			return nil, err
-		}
-		var phone *string
-		if p.Phone != "" {
-			phone = &p.Phone
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, phone, created_at)
-			VALUES ($1, $2, $3, $4, $5)`, p.EventID, seat, r.UserID, phone, b.Now); err != nil {
-			return nil, err
-		}
 		taken[r.UserID] = seat
+		seats, holders, phones = append(seats, seat), append(holders, r.UserID), append(phones, p.Phone)
 		outs[i] = requests.Succeeded(FCFSResult{SeatID: seat, ReservedBy: r.UserID, Phone: p.Phone})
 		f.Outcomes.WithLabelValues("success").Inc()
 	}
-	if f.Counts != nil && eventID != 0 {
-		ev := eventID
-		b.AfterCommit(func(ctx context.Context) { _, _ = f.Counts.Recount(ctx, ev) })
+	if len(seats) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = ANY($1)`, seats, b.Now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, phone, created_at)
+			SELECT $1, s, u, nullif(p, ''), $5 FROM unnest($2::bigint[], $3::text[], $4::text[]) AS g(s, u, p)`,
+			eventID, seats, holders, phones, b.Now); err != nil {
+			return err
+		}
 	}
-	return outs, nil
+	if f.Counts != nil {
+		b.AfterCommit(func(ctx context.Context) { _, _ = f.Counts.Recount(ctx, eventID) })
+	}
+	return nil
 }
 
-// load reads up to n free seats of an event in seat-id order.
-func (f *FCFS) load(ctx context.Context, tx pgx.Tx, eventID int64, n int) (int64, []int64, error) {
+// load reads, for the users of a batch, up to one free seat each in seat-id
+// order and the seats some of them already hold. pgx.ErrNoRows means no such
+// event.
+func (f *FCFS) load(ctx context.Context, tx pgx.Tx, eventID int64, users []string) (free []int64, taken map[string]int64, err error) {
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT true FROM events WHERE id = $1`, eventID).Scan(&exists); err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
-	rows, err := tx.Query(ctx, `SELECT id FROM seats WHERE event_id = $1 AND NOT reserved ORDER BY id LIMIT $2`, eventID, n)
+	rows, err := tx.Query(ctx, `SELECT id FROM seats WHERE event_id = $1 AND NOT reserved ORDER BY id LIMIT $2`, eventID, len(users))
 	if err != nil {
-		return 0, nil, fmt.Errorf("events: free seats: %w", err)
+		return nil, nil, fmt.Errorf("events: free seats: %w", err)
 	}
-	free, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	return eventID, free, err
+	if free, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		return nil, nil, fmt.Errorf("events: free seats: %w", err)
+	}
+	rows, err = tx.Query(ctx, `SELECT user_id, seat_id FROM seat_reservations WHERE event_id = $1 AND user_id = ANY($2)`, eventID, users)
+	if err != nil {
+		return nil, nil, fmt.Errorf("events: seats held: %w", err)
+	}
+	defer rows.Close()
+	taken = map[string]int64{}
+	for rows.Next() {
+		var u string
+		var s int64
+		if err := rows.Scan(&u, &s); err != nil {
+			return nil, nil, err
+		}
+		taken[u] = s
+	}
+	return free, taken, rows.Err()
 }
 
 func (f *FCFS) reject(outcome string, status int, code, format string, args ...any) requests.Outcome {

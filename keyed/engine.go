@@ -103,7 +103,7 @@ func (o *Options) defaults() {
 		o.QueueCap = 1_000_000
 	}
 	if o.DeferAfter <= 0 {
-		o.DeferAfter = 512
+		o.DeferAfter = 64
 	}
 	if o.Worker == "" {
 		o.Worker = "worker"
@@ -113,6 +113,8 @@ func (o *Options) defaults() {
 // Engine is the per-key serialization engine. The API uses it to admit and
 // dispatch requests; the worker to apply them.
 type Engine struct {
+	// local marks the keys a drain of this process holds (key → *drain).
+	local  sync.Map
 	pool   *pgxpool.Pool
 	rdb    redis.UniversalClient
 	client *asynq.Client

@@ -45,11 +45,12 @@ type Intake struct {
 	disp  Dispatcher
 	log   *slog.Logger
 	now   func() time.Time
+	group *groupCommit
 }
 
 // NewIntake wires intake.
 func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
-	return &Intake{store: store, disp: disp, log: log, now: time.Now}
+	return &Intake{store: store, disp: disp, log: log, now: time.Now, group: &groupCommit{store: store}}
 }
 
 // Accept makes sub durable and dispatches it. created is false when an
@@ -69,7 +70,12 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	if err != nil {
 		return nil, false, fmt.Errorf("requests: new id: %w", err)
 	}
-	r, created, err = in.store.Insert(ctx, &sub, id, in.now().UTC())
+	if sub.IdempotencyKey == "" {
+		r, err = in.group.insert(ctx, &sub, id, in.now().UTC())
+		created = true
+	} else {
+		r, created, err = in.store.Insert(ctx, &sub, id, in.now().UTC())
+	}
 	if err != nil {
 		return nil, false, err
 	}

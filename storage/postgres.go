@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/migrations"
@@ -24,6 +25,12 @@ func OpenPostgres(ctx context.Context, url string, maxConns int32) (*pgxpool.Poo
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	// Request ids are google/uuid values; without this codec pgx encodes
+	// each through its text form and an error it builds and drops.
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		pgxuuid.Register(c.TypeMap())
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

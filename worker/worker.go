@@ -199,7 +199,9 @@ func healthMux(pool *pgxpool.Pool, rdb redis.UniversalClient, reg *prometheus.Re
 	return mux
 }
 
-// asynqLogger routes Asynq's logs into slog.
+// AsynqLogger routes Asynq's logs into l.
+func AsynqLogger(l *slog.Logger) asynq.Logger { return asynqLogger{l} }
+
 type asynqLogger struct{ l *slog.Logger }
 
 func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }

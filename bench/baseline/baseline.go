@@ -1,0 +1,320 @@
+// Package baseline is the comparison point for `make bench`: the first-come-
+// first-served seat grab of seed 004 built the way a team would build it
+// without holdfast, synchronously inside each HTTP request. Redis INCR, a
+// lookup of the caller's seat, then up to MaxAttempts conditional UPDATEs on
+// Postgres (after each that finds nothing, a cheap check whether any seat is
+// still free decides between sold_out and another try), and the answer in
+// the seed's §5 shape. The caller is named by the X-User-Id header, which is
+// what reserved_by records; the seed's gateway de-duplication is left out.
+// It is deliberately the seed's design, flaws included; it is not part of
+// holdfast.
+package baseline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// Mode selects what the server does.
+type Mode string
+
+const (
+	// Literal allocates with the seed's UPDATE made valid Postgres as
+	// literally as possible: concurrent requests pick the same first free
+	// seat, all but one update nothing, and they retry.
+	Literal Mode = "literal"
+	// SkipLocked is Literal with FOR UPDATE SKIP LOCKED in the subquery, so
+	// concurrent requests pick different seats.
+	SkipLocked Mode = "skiplocked"
+	// Enqueue serves only POST /enqueue, which enqueues one no-op Asynq task
+	// and answers 202: an HTTP handler that does nothing but enqueue.
+	Enqueue Mode = "enqueue"
+)
+
+// ParseMode reads a mode name.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case Literal, SkipLocked, Enqueue:
+		return m, nil
+	}
+	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked or enqueue)", s)
+}
+
+const (
+	// ReservePath is the seed's endpoint.
+	ReservePath = "/api/v1/seats/reservation/fcfs"
+	// EnqueuePath is the enqueue mode's endpoint.
+	EnqueuePath = "/enqueue"
+	// UserHeader names the caller; it is what reserved_by records.
+	UserHeader = "X-User-Id"
+	// SequenceKey is the seed's Redis counter of attempts (§9), for
+	// monitoring only.
+	SequenceKey = "fcfs:seat:sequence"
+	// ContentionKey counts the UPDATEs that found nothing while seats were
+	// left, each followed by a retry (the seed's optional contention metric).
+	ContentionKey = "fcfs:seat:contention"
+	// MaxAttempts bounds the conditional UPDATEs per request (seed §5.4).
+	MaxAttempts = 5
+	// DefaultQueue is the Asynq queue of the enqueue mode.
+	DefaultQueue = "baseline-enqueue"
+	// TaskType is the type of the enqueue mode's no-op tasks.
+	TaskType = "baseline:noop"
+)
+
+// Reason says why a reservation did not succeed (seed §6).
+type Reason string
+
+// The seed's reason codes.
+const (
+	SoldOut         Reason = "sold_out"
+	AlreadyReserved Reason = "already_reserved"
+	Contention      Reason = "contention"
+)
+
+// Reply is the seed's §5 answer, always sent with 200.
+type Reply struct {
+	Success    bool    `json:"success"`
+	SeatID     *int64  `json:"seat_id"`
+	ReservedBy *string `json:"reserved_by"`
+	Reason     *Reason `json:"reason"`
+}
+
+// Options configure a Server. Zero values take the defaults.
+type Options struct {
+	Mode            Mode          // required
+	Schema          string        // Postgres schema holding seats; default DefaultSchema
+	Queue           string        // enqueue mode's queue; default DefaultQueue
+	ShutdownTimeout time.Duration // default 10s
+	Log             *slog.Logger  // 5xx answers are logged here; nil discards
+}
+
+// Server is the baseline's HTTP server.
+type Server struct {
+	opt    Options
+	pool   *pgxpool.Pool
+	rdb    redis.UniversalClient
+	client *asynq.Client
+	app    *fiber.App
+	sql    queries
+}
+
+// queries are the statements, with the schema spelled out so that they do
+// not depend on the connection's search_path.
+type queries struct {
+	seatOf  string // the seat a user holds
+	take    string // the conditional UPDATE of the mode
+	soldOut string // whether no seat is free
+}
+
+func newQueries(schema string, mode Mode) queries {
+	seats := pgx.Identifier{schema, "seats"}.Sanitize()
+	lock := ""
+	if mode == SkipLocked {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	return queries{
+		seatOf: `SELECT id FROM ` + seats + ` WHERE reserved_by = $1 AND status`,
+		take: `UPDATE ` + seats + ` SET status = true, reserved_by = $1, phone = $2, updated_at = now()
+			WHERE id = (SELECT id FROM ` + seats + ` WHERE status = false ORDER BY id LIMIT 1` + lock + `)
+			AND status = false RETURNING id`,
+		soldOut: `SELECT NOT EXISTS (SELECT 1 FROM ` + seats + ` WHERE status = false)`,
+	}
+}
+
+// New builds the server. The seat modes need pool and rdb; the enqueue mode
+// needs only rdb, and pool may be nil.
+func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, error) {
+	if _, err := ParseMode(string(opt.Mode)); err != nil {
+		return nil, err
+	}
+	if rdb == nil || (pool == nil && opt.Mode != Enqueue) {
+		return nil, fmt.Errorf("baseline: mode %s needs Postgres and Redis", opt.Mode)
+	}
+	if opt.Schema == "" {
+		opt.Schema = DefaultSchema
+	}
+	if opt.Queue == "" {
+		opt.Queue = DefaultQueue
+	}
+	if opt.ShutdownTimeout <= 0 {
+		opt.ShutdownTimeout = 10 * time.Second
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Server{opt: opt, pool: pool, rdb: rdb, sql: newQueries(opt.Schema, opt.Mode)}
+	s.app = fiber.New(fiber.Config{
+		AppName:               "holdfast-baseline",
+		DisableStartupMessage: true,
+		ErrorHandler:          s.errorHandler,
+	})
+	s.app.Use(recover.New())
+	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
+	if opt.Mode == Enqueue {
+		s.client = asynq.NewClientFromRedisClient(rdb)
+		s.app.Post(EnqueuePath, s.enqueue)
+	} else {
+		s.app.Post(ReservePath, s.reserve)
+	}
+	return s, nil
+}
+
+// Serve answers on ln until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.app.Listener(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.opt.ShutdownTimeout)
+	defer cancel()
+	if err := s.app.ShutdownWithContext(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return <-errc
+}
+
+// Close removes the enqueue mode's queue: its tasks exist only to be
+// counted, nothing processes them. It does nothing in the seat modes.
+func (s *Server) Close() error {
+	if s.opt.Mode != Enqueue {
+		return nil
+	}
+	err := asynq.NewInspectorFromRedisClient(s.rdb).DeleteQueue(s.opt.Queue, true)
+	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		return fmt.Errorf("baseline: delete queue %s: %w", s.opt.Queue, err)
+	}
+	return nil
+}
+
+func (s *Server) enqueue(c *fiber.Ctx) error {
+	info, err := s.client.EnqueueContext(c.UserContext(), asynq.NewTask(TaskType, nil, asynq.Queue(s.opt.Queue)))
+	if err != nil {
+		return fmt.Errorf("baseline: enqueue: %w", err)
+	}
+	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"taskId": info.ID})
+}
+
+func (s *Server) reserve(c *fiber.Ctx) error {
+	user := strings.Clone(c.Get(UserHeader))
+	if user == "" {
+		return fiber.NewError(fiber.StatusBadRequest, UserHeader+" header is required")
+	}
+	var body struct {
+		Phone *string `json:"phone"`
+	}
+	if len(c.Body()) > 0 { // the seed allows an empty body (§4)
+		if err := json.Unmarshal(c.Body(), &body); err != nil {
+			return fiber.NewError(fiber.StatusBadRequest, `body must be {"phone": "..."}`)
+		}
+	}
+	reply, err := s.reserveSeat(c.UserContext(), user, body.Phone)
+	if err != nil {
+		return err
+	}
+	return c.JSON(reply)
+}
+
+// reserveSeat is the seed's flow (§7) for one request: count it in Redis,
+// answer already_reserved if the user holds a seat, else try the conditional
+// UPDATE up to MaxAttempts times, stopping at sold_out and counting each
+// retry in Redis.
+func (s *Server) reserveSeat(ctx context.Context, user string, phone *string) (Reply, error) {
+	if err := s.rdb.Incr(ctx, SequenceKey).Err(); err != nil {
+		return Reply{}, fmt.Errorf("baseline: count attempt: %w", err)
+	}
+	held, err := s.seatOf(ctx, user)
+	if err != nil {
+		return Reply{}, err
+	}
+	if held != nil {
+		return alreadyReserved(held, user), nil
+	}
+	for range MaxAttempts {
+		var id int64
+		err := s.pool.QueryRow(ctx, s.sql.take, user, phone).Scan(&id)
+		switch {
+		case err == nil:
+			return Reply{Success: true, SeatID: &id, ReservedBy: &user}, nil
+		case isUniqueViolation(err): // the same user won a seat in a concurrent request
+			if held, err = s.seatOf(ctx, user); err != nil {
+				return Reply{}, err
+			}
+			return alreadyReserved(held, user), nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return Reply{}, fmt.Errorf("baseline: take seat: %w", err)
+		}
+		var soldOut bool
+		if err := s.pool.QueryRow(ctx, s.sql.soldOut).Scan(&soldOut); err != nil {
+			return Reply{}, fmt.Errorf("baseline: check sold out: %w", err)
+		}
+		if soldOut {
+			return Reply{Reason: ptr(SoldOut)}, nil
+		}
+		if err := s.rdb.Incr(ctx, ContentionKey).Err(); err != nil {
+			return Reply{}, fmt.Errorf("baseline: count contention: %w", err)
+		}
+	}
+	return Reply{ReservedBy: &user, Reason: ptr(Contention)}, nil
+}
+
+// seatOf returns the seat the user holds, or nil.
+func (s *Server) seatOf(ctx context.Context, user string) (*int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, s.sql.seatOf, user).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("baseline: find user's seat: %w", err)
+	}
+	return &id, nil
+}
+
+// alreadyReserved answers with the user's seat; seat_id is null if a unique
+// violation left no seat to show (not expected: the violation waits for the
+// winning transaction to commit).
+func alreadyReserved(seat *int64, user string) Reply {
+	return Reply{SeatID: seat, ReservedBy: &user, Reason: ptr(AlreadyReserved)}
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// errorHandler answers errors in the seed's §5.5 envelope and logs 5xx.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	status, code, msg := fiber.StatusInternalServerError, "internal_error", err.Error()
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &fe) && fe.Code < 500:
+		status, msg = fe.Code, fe.Message
+		code = "validation_failed"
+		if fe.Code == fiber.StatusNotFound || fe.Code == fiber.StatusMethodNotAllowed {
+			code = "not_found"
+		}
+	default:
+		s.opt.Log.Error("baseline: request failed", "method", c.Method(), "path", c.Path(), "err", err)
+	}
+	return c.Status(status).JSON(fiber.Map{"error": fiber.Map{"code": code, "message": msg}})
+}
+
+func ptr[T any](v T) *T { return &v }

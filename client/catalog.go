@@ -1,0 +1,125 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+)
+
+// Catalog calls are synchronous and need a staff or admin token (SPEC §2.1).
+
+// NewEvent describes an event to create. Give SeatCount or Seats (labels).
+// Nil pointers take the API's defaults.
+type NewEvent struct {
+	Name                   string   `json:"name"`
+	SeatCount              int      `json:"seatCount,omitempty"`
+	Seats                  []string `json:"seats,omitempty"`
+	MaxConcurrent          *int     `json:"maxConcurrent,omitempty"`
+	TokenTTLSeconds        *int     `json:"tokenTtlSeconds,omitempty"`
+	EntryTokenRequired     *bool    `json:"entryTokenRequired,omitempty"`
+	FCFSEntryTokenRequired *bool    `json:"fcfsEntryTokenRequired,omitempty"`
+}
+
+// Event is a created event.
+type Event struct {
+	EventID                int64  `json:"eventId"`
+	Name                   string `json:"name"`
+	TotalSeats             int    `json:"totalSeats"`
+	MaxConcurrent          int    `json:"maxConcurrent"`
+	TokenTTLSeconds        int    `json:"tokenTtlSeconds"`
+	EntryTokenRequired     bool   `json:"entryTokenRequired"`
+	FCFSEntryTokenRequired bool   `json:"fcfsEntryTokenRequired"`
+}
+
+// CreateEvent creates an event with its seats (admin).
+func (c *Client) CreateEvent(ctx context.Context, e NewEvent) (Event, error) {
+	var out Event
+	err := c.Do(ctx, http.MethodPost, "/api/v1/events", e, &out)
+	return out, err
+}
+
+// Hotel is a created hotel.
+type Hotel struct {
+	HotelID  int64  `json:"hotelId"`
+	Name     string `json:"name"`
+	Timezone string `json:"timezone"`
+	Currency string `json:"currency"`
+	Status   string `json:"status"`
+}
+
+// CreateHotel creates a hotel (staff).
+func (c *Client) CreateHotel(ctx context.Context, name, timezone, currency string) (Hotel, error) {
+	var out Hotel
+	err := c.Do(ctx, http.MethodPost, "/api/v1/hotels",
+		map[string]string{"name": name, "timezone": timezone, "currency": currency}, &out)
+	return out, err
+}
+
+// RoomType is a created room type.
+type RoomType struct {
+	RoomTypeID int64  `json:"roomTypeId"`
+	HotelID    int64  `json:"hotelId"`
+	Name       string `json:"name"`
+	Status     string `json:"status"`
+}
+
+// CreateRoomType adds a room type to a hotel (staff).
+func (c *Client) CreateRoomType(ctx context.Context, hotelID int64, name string) (RoomType, error) {
+	var out RoomType
+	err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/api/v1/hotels/%d/room-types", hotelID), map[string]string{"name": name}, &out)
+	return out, err
+}
+
+// Room is a created room.
+type Room struct {
+	RoomID     int64  `json:"roomId"`
+	RoomTypeID int64  `json:"roomTypeId"`
+	Number     string `json:"number"`
+}
+
+// CreateRoom adds a room of a room type to a hotel (staff).
+func (c *Client) CreateRoom(ctx context.Context, hotelID, roomTypeID int64, number string) (Room, error) {
+	var out Room
+	err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/api/v1/hotels/%d/rooms", hotelID),
+		map[string]any{"roomTypeId": roomTypeID, "number": number}, &out)
+	return out, err
+}
+
+// User is a shop user; a user's JWT sub is its UserID.
+type User struct {
+	UserID int64  `json:"userId"`
+	Name   string `json:"name"`
+}
+
+// CreateUser creates a shop user (admin).
+func (c *Client) CreateUser(ctx context.Context, name string) (User, error) {
+	var out User
+	err := c.Do(ctx, http.MethodPost, "/api/v1/users", map[string]string{"name": name}, &out)
+	return out, err
+}
+
+// NewOption describes a product option to create.
+type NewOption struct {
+	OptionCode    string `json:"optionCode"`
+	Price         int64  `json:"price"`
+	StockQuantity int    `json:"stockQuantity"`
+	IsActive      bool   `json:"isActive"`
+}
+
+// Product is a created product.
+type Product struct {
+	ProductID int64  `json:"productId"`
+	Name      string `json:"name"`
+	Options   []struct {
+		ProductOptionID int64  `json:"productOptionId"`
+		OptionCode      string `json:"optionCode"`
+		StockQuantity   int    `json:"stockQuantity"`
+	} `json:"options"`
+}
+
+// CreateProduct creates a product with its options (admin).
+func (c *Client) CreateProduct(ctx context.Context, name string, options ...NewOption) (Product, error) {
+	var out Product
+	err := c.Do(ctx, http.MethodPost, "/api/v1/products", map[string]any{"name": name, "options": options}, &out)
+	return out, err
+}

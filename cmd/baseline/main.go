@@ -1,0 +1,125 @@
+// Command baseline serves the comparison point for `make bench`: seed 004's
+// first-come-first-served seat grab done synchronously inside each HTTP
+// request, deliberately the seed's design (see package bench/baseline), or
+// an HTTP handler that only enqueues an Asynq task. It is not part of
+// holdfast and never runs in production.
+//
+// Settings are flags; each defaults to the environment variable named in
+// its usage (baseline -h), else to a local default:
+//
+//	baseline -mode skiplocked -seats 1000
+//	BASELINE_MODE=enqueue baseline
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/bench/baseline"
+	"github.com/holdfast/holdfast/storage"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err) // package errors name their package already
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	defSeats, err := envInt("BASELINE_SEATS", 0)
+	if err != nil {
+		return err
+	}
+	defConns, err := envInt("PG_MAX_CONNS", 20)
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
+	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked or enqueue (BASELINE_MODE)")
+	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
+	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
+	redisURL := fs.String("redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")
+	seats := fs.Int("seats", defSeats, "recreate the schema with this many free seats at start; 0 keeps it (BASELINE_SEATS)")
+	maxConns := fs.Int("pg-max-conns", defConns, "Postgres pool size (PG_MAX_CONNS)")
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	mode, err := baseline.ParseMode(*modeName)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// The same connection settings as holdfast's binaries, so that the
+	// comparison is between designs, not pool sizes.
+	rdb, err := storage.OpenRedis(ctx, *redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	var pool *pgxpool.Pool
+	if mode != baseline.Enqueue {
+		if err := storage.EnsureDatabase(ctx, *dbURL); err != nil {
+			return err
+		}
+		if pool, err = storage.OpenPostgres(ctx, *dbURL, int32(*maxConns)); err != nil {
+			return err
+		}
+		defer pool.Close()
+		if *seats > 0 {
+			if err := baseline.Setup(ctx, pool, baseline.DefaultSchema, *seats); err != nil {
+				return err
+			}
+		}
+	}
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: mode, Log: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := srv.Close(); err != nil {
+			log.Warn("close", "err", err)
+		}
+	}()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("baseline listening on %s mode=%s\n", ln.Addr(), mode)
+	return srv.Serve(ctx, ln)
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/holdfast/holdfast/bench/floor"
+	"github.com/holdfast/holdfast/loadtest"
+)
+
+// floorCmd measures raw Asynq (enqueue + no-op processing) on REDIS_URL and
+// prints the result as JSON.
+func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opt floor.Options
+	fs.StringVar(&opt.RedisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")
+	fs.IntVar(&opt.Tasks, "tasks", 40000, "no-op tasks to enqueue and process")
+	fs.IntVar(&opt.Concurrency, "concurrency", 64, "Asynq server concurrency (holdfast's worker default)")
+	if err := fs.Parse(args); err != nil {
+		return 2, nil
+	}
+	res, err := floor.Run(ctx, opt)
+	if err != nil {
+		return 1, err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return 0, enc.Encode(res)
+}
+
+// tableCmd reads a make bench directory (floor.json, enqueue.json,
+// literal.json, skiplocked.json, rush.json, intake.json, machine.txt) and
+// prints the comparison table. It exits 1 when a target is not met.
+func tableCmd(args []string, stdout io.Writer) (int, error) {
+	if len(args) != 1 {
+		return 2, fmt.Errorf("usage: load table DIR")
+	}
+	dir := args[0]
+	read := func(name string, v any) error {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(b, v)
+	}
+	var b loadtest.Bench
+	machine, err := os.ReadFile(filepath.Join(dir, "machine.txt"))
+	if err != nil {
+		return 1, err
+	}
+	b.Machine = strings.TrimSpace(string(machine))
+	if err := read("floor.json", &b.AsynqFloor); err != nil {
+		return 1, err
+	}
+	for name, dst := range map[string]**loadtest.Report{"enqueue.json": &b.EnqueueFloor, "literal.json": &b.Literal,
+		"skiplocked.json": &b.SkipLocked, "rush.json": &b.Rush, "intake.json": &b.Intake} {
+		*dst = new(loadtest.Report)
+		if err := read(name, *dst); err != nil {
+			return 1, err
+		}
+	}
+	if !b.WriteTable(stdout) {
+		return 1, nil
+	}
+	return 0, nil
+}

@@ -1,0 +1,128 @@
+// Command load drives a running holdfast with a rush of virtual users and
+// reports throughput, latency, outcomes, peak memory and an invariant
+// verdict.
+//
+//	load [flags] SCENARIO
+//	load floor [-redis URL] [-tasks N]   raw Asynq throughput, as JSON
+//	load table DIR                       the make bench table from a run's JSON files
+//
+// Scenarios: fcfs-rush, waiting-room-rush, hold-storm, cart-checkout,
+// availability-read. The tool mints its own tokens, so it needs the API's
+// JWT_SECRET (from the environment or -secret). It exits 1 when an
+// invariant is violated.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/holdfast/holdfast/loadtest"
+)
+
+func main() {
+	code, err := run(os.Args[1:], os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+	}
+	os.Exit(code)
+}
+
+func run(args []string, stdout, stderr io.Writer) (int, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) > 0 {
+		switch args[0] {
+		case "floor":
+			return floorCmd(ctx, args[1:], stdout, stderr)
+		case "table":
+			return tableCmd(args[1:], stdout)
+		}
+	}
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: load [flags] SCENARIO | load floor [flags] | load table DIR\n\nscenarios: %s\n\nflags:\n", strings.Join(loadtest.Names(), ", "))
+		fs.PrintDefaults()
+	}
+	var opt loadtest.Options
+	fs.StringVar(&opt.BaseURL, "url", envOr("HOLDFAST_URL", "http://127.0.0.1:8080"), "API base URL (HOLDFAST_URL)")
+	fs.StringVar(&opt.Secret, "secret", os.Getenv("JWT_SECRET"), "the API's JWT secret (JWT_SECRET)")
+	fs.IntVar(&opt.Concurrency, "concurrency", 200, "virtual clients at once")
+	fs.IntVar(&opt.Users, "users", 0, "journeys (0: the scenario's default)")
+	fs.IntVar(&opt.Seats, "seats", 0, "seats of the event for fcfs-rush and waiting-room-rush (0: default)")
+	fs.Uint64Var(&opt.Seed, "seed", 1, "seed of the random choices")
+	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")
+	apiMetrics := fs.String("api-metrics", "auto", "the API's /metrics for peak memory ('auto': URL/metrics, '' to skip)")
+	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:9090/metrics"), "the worker's /metrics for peak memory ('' to skip)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	htmlFile := fs.String("html", "", "also write an HTML report with charts to this file")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, nil
+		}
+		return 2, nil
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2, nil
+	}
+	if opt.Secret == "" {
+		return 2, errors.New("set JWT_SECRET (or -secret) to the API's secret")
+	}
+	opt.MetricsURLs = map[string]string{}
+	switch *apiMetrics {
+	case "auto":
+		opt.MetricsURLs["api"] = strings.TrimRight(opt.BaseURL, "/") + "/metrics"
+	case "":
+	default:
+		opt.MetricsURLs["api"] = *apiMetrics
+	}
+	if *workerMetrics != "" {
+		opt.MetricsURLs["worker"] = *workerMetrics
+	}
+	if !*asJSON {
+		opt.Progress = stderr
+	}
+	rep, err := loadtest.Run(ctx, fs.Arg(0), opt)
+	if err != nil {
+		return 1, err
+	}
+	if *asJSON {
+		if err := rep.WriteJSON(stdout); err != nil {
+			return 1, err
+		}
+	} else {
+		rep.WriteText(stdout)
+	}
+	if *htmlFile != "" {
+		f, err := os.Create(*htmlFile)
+		if err != nil {
+			return 1, err
+		}
+		if err := rep.WriteHTML(f); err != nil {
+			f.Close()
+			return 1, err
+		}
+		if err := f.Close(); err != nil {
+			return 1, err
+		}
+	}
+	if !rep.OK {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/probe"
+)
+
+// TestIntakeGroupCommit: concurrent writes are made durable together, many
+// in one transaction (Postgres's xmin tells rows of one transaction apart),
+// each with its own acceptance seq, every one stored with its own payload.
+// The control is the same writes sent one at a time: a transaction each.
+func TestIntakeGroupCommit(t *testing.T) {
+	// Not parallel: it runs before the parallel wave, so its load does not
+	// add to the timing-sensitive tests there (K4).
+	s := systest.Start(t, systest.Options{})
+	c := s.Client("grouper", domain.RoleUser)
+	txns := func() (rows, txs int) {
+		require.NoError(t, s.Pool.QueryRow(context.Background(),
+			`SELECT count(*), count(DISTINCT xmin::text) FROM requests`).Scan(&rows, &txs))
+		return rows, txs
+	}
+
+	for i := range 20 {
+		c.Probe(probe.Payload{Keys: []string{fmt.Sprintf("serial-%d", i)}})
+	}
+	rows, txs := txns()
+	require.Equal(t, 20, rows)
+	require.Equal(t, 20, txs, "one at a time, each write is its own transaction")
+
+	const n = 400
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for g := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < n; i += 50 {
+				ids[i] = c.Probe(probe.Payload{Keys: []string{fmt.Sprintf("k-%d", i)}})
+			}
+		}()
+	}
+	wg.Wait()
+	rows, txs = txns()
+	require.Equal(t, 20+n, rows)
+	require.Less(t, txs-20, n/2, "concurrent writes share transactions")
+	t.Logf("%d concurrent writes in %d transactions", n, txs-20)
+
+	var distinctSeq, matching int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT seq),
+		count(*) FILTER (WHERE keys[1] = $2 || (payload->'keys'->>0) AND status = 'queued') FROM requests WHERE id = ANY($1::uuid[])`,
+		ids, probe.SerialKey("")).Scan(&distinctSeq, &matching))
+	require.Equal(t, n, distinctSeq)
+	require.Equal(t, n, matching, "each request keeps its own keys and payload")
+}

@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/loadtest"
+)
+
+// TestLoadScenarios runs every scenario of the load tool, small, against a
+// real API and worker, and checks its report: every journey ended, the
+// invariants hold and the outcomes are the ones the scenario implies.
+func TestLoadScenarios(t *testing.T) {
+	// Not parallel: it runs before the parallel wave, so its load does not
+	// add to the timing-sensitive tests there (K4).
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
+	run := func(name string, opt loadtest.Options) *loadtest.Report {
+		t.Helper()
+		opt.BaseURL, opt.Secret = s.URL, s.Cfg.JWTSecret
+		opt.MetricsURLs = map[string]string{"api": s.URL + "/metrics"}
+		rep, err := loadtest.Run(context.Background(), name, opt)
+		require.NoError(t, err)
+		var text bytes.Buffer
+		rep.WriteText(&text)
+		t.Log(text.String())
+		require.True(t, rep.OK, "violations: %v", rep.Violations)
+		require.Empty(t, rep.Errors)
+		require.Positive(t, rep.PeakRSSMiB["api"])
+		return rep
+	}
+	t.Run("fcfs-rush", func(t *testing.T) {
+		rep := run("fcfs-rush", loadtest.Options{Concurrency: 20, Users: 120, Seats: 50})
+		require.Equal(t, 50, rep.Outcomes["fcfs succeeded"])
+		require.Equal(t, 70, rep.Outcomes["fcfs rejected SOLD_OUT"])
+		require.Equal(t, 120, rep.Accepted)
+		require.Equal(t, 120, rep.AcceptToDone.Count)
+	})
+	t.Run("fcfs-rush intake", func(t *testing.T) {
+		rep := run("fcfs-rush", loadtest.Options{Concurrency: 20, Users: 100, Seats: 100, Intake: true})
+		require.Equal(t, 100, rep.Outcomes["fcfs succeeded"])
+	})
+	t.Run("waiting-room-rush", func(t *testing.T) {
+		rep := run("waiting-room-rush", loadtest.Options{Concurrency: 20, Users: 60, Seats: 40})
+		require.Equal(t, 60, rep.Outcomes["queue.enter succeeded"])
+		require.Equal(t, 40, rep.Outcomes["seat.book succeeded"])
+	})
+	t.Run("hold-storm", func(t *testing.T) {
+		rep := run("hold-storm", loadtest.Options{Concurrency: 20, Users: 150})
+		require.Equal(t, 150, rep.Outcomes["hold.create succeeded"]+rep.Outcomes["hold.create rejected NOT_AVAILABLE"])
+		require.Positive(t, rep.Outcomes["hold.confirm succeeded"])
+	})
+	t.Run("cart-checkout", func(t *testing.T) {
+		rep := run("cart-checkout", loadtest.Options{Concurrency: 10, Users: 40})
+		require.Equal(t, 40, rep.Outcomes["order.reserve succeeded"]+rep.Outcomes["order.reserve rejected INSUFFICIENT_AVAILABLE_STOCK"])
+		require.Positive(t, rep.Outcomes["order.confirm succeeded"])
+	})
+	t.Run("availability-read", func(t *testing.T) {
+		rep := run("availability-read", loadtest.Options{Concurrency: 8, Users: 80})
+		require.Equal(t, 80, rep.Reads.Count)
+		var html bytes.Buffer
+		require.NoError(t, rep.WriteHTML(&html))
+		require.True(t, strings.Contains(html.String(), "<polyline"), "the HTML report draws its charts")
+	})
+}

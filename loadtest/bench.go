@@ -1,0 +1,123 @@
+package loadtest
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/holdfast/holdfast/bench/floor"
+)
+
+// Bench is one make bench run: the floors, the synchronous baselines and
+// holdfast, all measured on the same machine in the same run.
+type Bench struct {
+	Machine      string       // one line: date, CPU, core count, versions
+	AsynqFloor   floor.Result // raw Asynq enqueue + no-op processing
+	EnqueueFloor *Report      // enqueue-floor: an HTTP handler that only enqueues
+	Literal      *Report      // baseline-fcfs against the seed's literal UPDATE
+	SkipLocked   *Report      // baseline-fcfs with FOR UPDATE SKIP LOCKED
+	Rush         *Report      // fcfs-rush, clients waiting for each outcome
+	Intake       *Report      // fcfs-rush -intake: submissions only, then outcomes
+}
+
+// Targets of the issue that make bench checks (ratios against floors from
+// the same run).
+const (
+	targetOfAsynq      = 0.5  // fcfs-rush completed/s vs Asynq's no-op processing
+	targetOfSkipLocked = 5.0  // fcfs-rush completed/s vs the SKIP LOCKED baseline
+	targetOfEnqueue    = 0.5  // intake 202s/s vs the enqueue-only handler
+	targetSubmitP99Ms  = 50.0 // intake p99 submit latency
+	targetRSSMiB       = 150.0
+)
+
+// WriteTable prints the run as a Markdown table with the ratios and a
+// verdict per target; ok is true when every target is met.
+func (b *Bench) WriteTable(w io.Writer) (ok bool) {
+	fmt.Fprintf(w, "make bench — %s\n\n", b.Machine)
+	fmt.Fprintln(w, "| run | load | per second | latency p50 / p99 (ms) | invariants |")
+	fmt.Fprintln(w, "|---|---|---:|---|---|")
+	fmt.Fprintf(w, "| floor: Asynq enqueue + no-op processing | %d tasks, %d workers | %.0f processed | – | %d duplicates |\n",
+		b.AsynqFloor.Tasks, b.AsynqFloor.Concurrency, b.AsynqFloor.ProcessedPerSec, b.AsynqFloor.Duplicates)
+	row := func(name, what string, r *Report, rate float64, lat Percentiles) {
+		verdict := "OK"
+		if !r.OK {
+			verdict = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f / %.1f | %s |\n", name, what, rate, lat.P50, lat.P99, verdict)
+	}
+	load := func(r *Report) string {
+		seats := ""
+		if n := r.Outcomes["fcfs succeeded"] + r.Outcomes["fcfs.sync succeeded"]; n > 0 {
+			seats = fmt.Sprintf(", %d seats won", n)
+		}
+		return fmt.Sprintf("%d users, %d clients%s", r.Journeys, r.Concurrency, seats)
+	}
+	row("floor: HTTP handler that only enqueues", load(b.EnqueueFloor), b.EnqueueFloor, b.EnqueueFloor.AcceptedPerSec, b.EnqueueFloor.Submit)
+	row("baseline: seed 004 UPDATE, synchronous", load(b.Literal)+soldOutNote(b.Literal), b.Literal, b.Literal.CompletedPerSec, b.Literal.Submit)
+	row("baseline: … FOR UPDATE SKIP LOCKED", load(b.SkipLocked), b.SkipLocked, b.SkipLocked.CompletedPerSec, b.SkipLocked.Submit)
+	row("holdfast fcfs-rush: outcomes", load(b.Rush), b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
+	row("holdfast fcfs-rush -intake: 202s", load(b.Intake), b.Intake, b.Intake.AcceptedPerSec, b.Intake.Submit)
+
+	ok = true
+	check := func(name string, got, want float64, atLeast bool, unit string) {
+		pass := got >= want
+		if !atLeast {
+			pass = got < want
+		}
+		ok = ok && pass
+		mark := "met"
+		if !pass {
+			mark = "NOT met"
+		}
+		cmp := "≥"
+		if !atLeast {
+			cmp = "<"
+		}
+		fmt.Fprintf(w, "| %s | %.2f%s | %s %.2f%s | %s |\n", name, got, unit, cmp, want, unit, mark)
+	}
+	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
+	fmt.Fprintln(w, "|---|---:|---:|---|")
+	check("fcfs-rush outcomes/s ÷ Asynq floor", ratio(b.Rush.CompletedPerSec, b.AsynqFloor.ProcessedPerSec), targetOfAsynq, true, "×")
+	check("fcfs-rush outcomes/s ÷ SKIP LOCKED baseline", ratio(b.Rush.CompletedPerSec, b.SkipLocked.CompletedPerSec), targetOfSkipLocked, true, "×")
+	check("fcfs-rush outcomes/s ÷ seed's literal baseline", ratio(b.Rush.CompletedPerSec, b.Literal.CompletedPerSec), 1, true, "×")
+	check("intake 202s/s ÷ enqueue-only floor", ratio(b.Intake.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec), targetOfEnqueue, true, "×")
+	check("intake p99 submit latency", b.Intake.Submit.P99, targetSubmitP99Ms, false, " ms")
+	for _, run := range []struct {
+		name string
+		r    *Report
+	}{{"fcfs-rush", b.Rush}, {"fcfs-rush -intake", b.Intake}} {
+		for _, p := range []string{"api", "worker"} {
+			if v, found := run.r.PeakRSSMiB[p]; found {
+				check(fmt.Sprintf("%s peak resident memory, %s", p, run.name), v, targetRSSMiB, false, " MiB")
+			}
+		}
+	}
+	violations := 0
+	for _, r := range []*Report{b.EnqueueFloor, b.SkipLocked, b.Rush, b.Intake} {
+		violations += len(r.Violations)
+	}
+	check("invariant violations (holdfast, floors, SKIP LOCKED)", float64(violations), 1, false, "")
+	return ok
+}
+
+// soldOutNote says how many users the literal baseline told SOLD_OUT or
+// CONTENTION although seats were left: its known false sold-outs.
+func soldOutNote(r *Report) string {
+	var parts []string
+	for k, v := range r.Outcomes {
+		if strings.HasSuffix(k, "CONTENTION") {
+			parts = append(parts, fmt.Sprintf("%d CONTENTION", v))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}

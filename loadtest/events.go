@@ -1,0 +1,285 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/holdfast/holdfast/client"
+)
+
+// violations collects invariant violations found during a run.
+type violations struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (v *violations) add(format string, args ...any) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.list) < 20 {
+		v.list = append(v.list, fmt.Sprintf(format, args...))
+	}
+}
+
+func (v *violations) all() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.list...)
+}
+
+// seatBook records who got which seat and finds duplicates either way.
+type seatBook struct {
+	mu      sync.Mutex
+	bySeat  map[int64]string
+	byUser  map[string]int64
+	soldOut int
+	bad     violations
+}
+
+func newSeatBook() *seatBook {
+	return &seatBook{bySeat: map[int64]string{}, byUser: map[string]int64{}}
+}
+
+func (b *seatBook) won(user string, seat int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if other, ok := b.bySeat[seat]; ok {
+		b.bad.add("seat %d given to %s and to %s", seat, other, user)
+	}
+	if other, ok := b.byUser[user]; ok {
+		b.bad.add("user %s got seats %d and %d", user, other, seat)
+	}
+	b.bySeat[seat] = user
+	b.byUser[user] = seat
+}
+
+func (b *seatBook) sold() {
+	b.mu.Lock()
+	b.soldOut++
+	b.mu.Unlock()
+}
+
+// check compares what the clients were told with the seats the API lists as
+// still available: every seat is either won by exactly one user or free, no
+// more seats were given than exist, and nobody was told SOLD_OUT while a
+// seat stayed free.
+func (b *seatBook) check(ctx context.Context, e *Env, eventID int64, seats, users int) ([]string, error) {
+	free, err := e.Admin.Seats(ctx, eventID, "available")
+	if err != nil {
+		return nil, err
+	}
+	out := b.bad.all()
+	won := len(b.bySeat)
+	if won > seats {
+		out = append(out, fmt.Sprintf("oversold: %d seats given for %d", won, seats))
+	}
+	if won+len(free) != seats {
+		out = append(out, fmt.Sprintf("%d seats won + %d listed free != %d seats", won, len(free), seats))
+	}
+	for _, s := range free {
+		if u, ok := b.bySeat[s.SeatID]; ok {
+			out = append(out, fmt.Sprintf("seat %d listed free but given to %s", s.SeatID, u))
+		}
+	}
+	if b.soldOut > 0 && len(free) > 0 {
+		out = append(out, fmt.Sprintf("%d users told SOLD_OUT while %d seats stayed free", b.soldOut, len(free)))
+	}
+	if want := min(seats, users); won != want && b.soldOut > 0 {
+		out = append(out, fmt.Sprintf("%d seats given, want %d", won, want))
+	}
+	return out, nil
+}
+
+// fcfsRush: Users users grab the next free seat of one event with Seats
+// seats, each exactly once.
+type fcfsRush struct {
+	eventID int64
+	seats   int
+	users   int
+	book    *seatBook
+	// pending holds the accepted requests of an intake-only run.
+	mu      sync.Mutex
+	pending []pendingWrite
+}
+
+type pendingWrite struct {
+	c    *client.Client
+	user string
+	acc  client.Accepted
+	at   time.Time
+}
+
+func (s *fcfsRush) Setup(ctx context.Context, e *Env) (int, error) {
+	s.seats, s.users = orDefault(e.Opt.Seats, 1000), orDefault(e.Opt.Users, 2000)
+	s.book = newSeatBook()
+	ev, err := e.Admin.CreateEvent(ctx, client.NewEvent{Name: "fcfs rush " + e.RunID, SeatCount: s.seats})
+	if err != nil {
+		return 0, err
+	}
+	s.eventID = ev.EventID
+	return s.users, nil
+}
+
+func orDefault(v, d int) int {
+	if v > 0 {
+		return v
+	}
+	return d
+}
+
+func (s *fcfsRush) Journey(ctx context.Context, e *Env, i int) error {
+	c, user, err := e.User(i)
+	if err != nil {
+		return err
+	}
+	phone := fmt.Sprintf("+8210%08d", i%100_000_000)
+	submit := func(ctx context.Context) (client.Accepted, error) { return c.FCFS(ctx, s.eventID, phone) }
+	if e.Opt.Intake {
+		acc, at, err := e.submit(ctx, "fcfs", submit)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.pending = append(s.pending, pendingWrite{c: c, user: user, acc: acc, at: at})
+		s.mu.Unlock()
+		return nil
+	}
+	out, err := e.Write(ctx, c, "fcfs", submit)
+	if err != nil {
+		return err
+	}
+	return s.record(user, out)
+}
+
+func (s *fcfsRush) record(user string, out client.Outcome) error {
+	var r client.FCFSResult
+	switch err := out.Decode(&r); {
+	case err == nil:
+		s.book.won(user, r.SeatID)
+	case client.IsCode(err, "SOLD_OUT"):
+		s.book.sold()
+	case client.IsCode(err, "CONTENTION"):
+	default:
+		return fmt.Errorf("fcfs for %s: %w", user, err)
+	}
+	return nil
+}
+
+// Finish follows an intake-only run's requests to their outcomes.
+func (s *fcfsRush) Finish(ctx context.Context, e *Env) error {
+	s.mu.Lock()
+	pending := s.pending
+	s.mu.Unlock()
+	return forEach(len(pending), e.Opt.Concurrency, func(i int) error {
+		p := pending[i]
+		out, err := e.await(ctx, p.c, "fcfs", p.acc, p.at)
+		if err != nil {
+			return err
+		}
+		return s.record(p.user, out)
+	})
+}
+
+func (s *fcfsRush) Check(ctx context.Context, e *Env) ([]string, error) {
+	return s.book.check(ctx, e, s.eventID, s.seats, s.users)
+}
+
+// forEach runs f(0..n-1) on up to workers goroutines and returns the first
+// error.
+func forEach(n, workers int, f func(i int) error) error {
+	var g errgroup.Group
+	g.SetLimit(max(1, workers))
+	for i := range n {
+		g.Go(func() error { return f(i) })
+	}
+	return g.Wait()
+}
+
+// waitingRoomRush: users join an event's waiting room, wait for their turn,
+// claim an entry token, pick a free seat from the listing and book it,
+// trying other seats when theirs was taken, until booked or sold out.
+type waitingRoomRush struct {
+	eventID int64
+	seats   int
+	users   int
+	book    *seatBook
+}
+
+func (s *waitingRoomRush) Setup(ctx context.Context, e *Env) (int, error) {
+	s.seats, s.users = orDefault(e.Opt.Seats, 500), orDefault(e.Opt.Users, 1000)
+	s.book = newSeatBook()
+	maxConcurrent, ttl, required := 100, 60, true
+	ev, err := e.Admin.CreateEvent(ctx, client.NewEvent{Name: "waiting room " + e.RunID, SeatCount: s.seats,
+		MaxConcurrent: &maxConcurrent, TokenTTLSeconds: &ttl, EntryTokenRequired: &required})
+	if err != nil {
+		return 0, err
+	}
+	s.eventID = ev.EventID
+	return s.users, nil
+}
+
+func (s *waitingRoomRush) Journey(ctx context.Context, e *Env, i int) error {
+	c, user, err := e.User(i)
+	if err != nil {
+		return err
+	}
+	out, err := e.Write(ctx, c, "queue.enter", func(ctx context.Context) (client.Accepted, error) { return c.EnterQueue(ctx, s.eventID) })
+	if err != nil {
+		return err
+	}
+	if err := out.Err(); err != nil {
+		return fmt.Errorf("queue.enter for %s: %w", user, err)
+	}
+	var tok client.EntryToken
+	for {
+		err := e.Read("queue.token", func() (err error) { tok, err = c.IssueToken(ctx, s.eventID); return err })
+		if err == nil {
+			break
+		}
+		if !client.IsCode(err, "NOT_YOUR_TURN") {
+			return fmt.Errorf("token for %s: %w", user, err)
+		}
+		select { // a browser polls its place every so often
+		case <-time.After(time.Duration(200+e.IntN(200)) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var free []client.Seat
+	if err := e.Read("seats", func() (err error) { free, err = c.Seats(ctx, s.eventID, "available"); return err }); err != nil {
+		return err
+	}
+	for len(free) > 0 {
+		k := e.IntN(len(free))
+		seat := free[k]
+		free[k] = free[len(free)-1]
+		free = free[:len(free)-1]
+		out, err := e.Write(ctx, c, "seat.book", func(ctx context.Context) (client.Accepted, error) {
+			return c.BookSeat(ctx, s.eventID, seat.SeatID, tok.EntryToken)
+		})
+		if err != nil {
+			return err
+		}
+		var b client.Booking
+		switch err := out.Decode(&b); {
+		case err == nil:
+			s.book.won(user, b.SeatID)
+			return nil // a booking releases the token
+		case client.IsCode(err, "SEAT_TAKEN"):
+		case client.IsCode(err, "SOLD_OUT"):
+			free = nil
+		default:
+			return fmt.Errorf("booking for %s: %w", user, err)
+		}
+	}
+	s.book.sold()
+	return c.Do(ctx, "DELETE", fmt.Sprintf("/api/v1/events/%d/queue/token", s.eventID), nil, nil)
+}
+
+func (s *waitingRoomRush) Check(ctx context.Context, e *Env) ([]string, error) {
+	return s.book.check(ctx, e, s.eventID, s.seats, s.users)
+}

@@ -1,0 +1,239 @@
+// Package loadtest drives a running holdfast over HTTP with many virtual
+// users, follows every request to a terminal state, checks the scenario's
+// invariants at the end and reports throughput, latency, outcomes and the
+// peak memory of the API and the worker.
+//
+// A scenario sets up its own fixtures through the API (with an admin token it
+// mints from the shared JWT secret), then runs Users journeys on Concurrency
+// virtual clients. A client runs one journey at a time: it submits a write,
+// long-polls its outcome and only then moves on, as a person at a browser
+// would. The tool talks to the API only through package client.
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/client"
+	"github.com/holdfast/holdfast/domain"
+)
+
+// Options configure a run. Zero values take the scenario's defaults.
+type Options struct {
+	BaseURL     string        // the API, e.g. http://127.0.0.1:8080
+	Secret      string        // JWT_SECRET of the API, to mint tokens
+	Concurrency int           // virtual clients running at once
+	Users       int           // journeys in all
+	Seats       int           // fcfs-rush, waiting-room-rush: seats of the event
+	Duration    time.Duration // availability-read: how long to read
+	Seed        uint64        // random choices (room types, dates, carts)
+	// MetricsURLs are scraped for process_resident_memory_bytes while the
+	// scenario runs, by name ("api", "worker").
+	MetricsURLs map[string]string
+	Progress    io.Writer // a progress bar is drawn here when non-nil
+	// Intake, for fcfs-rush, only submits: clients do not wait for outcomes
+	// while submitting, so the report's accepted/s is the API's intake rate.
+	// Every request is still followed to its terminal state afterwards.
+	Intake bool
+}
+
+// Scenario is one kind of rush.
+type Scenario interface {
+	// Setup creates the fixtures through the API and returns the number of
+	// journeys to run.
+	Setup(ctx context.Context, e *Env) (int, error)
+	// Journey runs user i's journey.
+	Journey(ctx context.Context, e *Env, i int) error
+	// Check verifies the invariants once every journey has ended; each
+	// returned string is a violation.
+	Check(ctx context.Context, e *Env) ([]string, error)
+}
+
+// Scenarios are the scenarios by name.
+var Scenarios = map[string]func() Scenario{
+	"fcfs-rush":         func() Scenario { return &fcfsRush{} },
+	"waiting-room-rush": func() Scenario { return &waitingRoomRush{} },
+	"hold-storm":        func() Scenario { return &holdStorm{} },
+	"cart-checkout":     func() Scenario { return &cartCheckout{} },
+	"availability-read": func() Scenario { return &availabilityRead{} },
+	// Comparison points for make bench, served by cmd/baseline.
+	"baseline-fcfs": func() Scenario { return &baselineFCFS{} },
+	"enqueue-floor": func() Scenario { return enqueueFloor{} },
+}
+
+// Names lists the scenarios in order.
+func Names() []string {
+	out := make([]string, 0, len(Scenarios))
+	for n := range Scenarios {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Env is what a scenario works with.
+type Env struct {
+	Opt   Options
+	Admin *client.Client // an admin principal
+	Rec   *Recorder
+	// RunID makes this run's user ids and fixture names unique, so runs can
+	// share a database.
+	RunID  string
+	base   *client.Client
+	signer *auth.Signer
+	rngMu  sync.Mutex
+	rng    *rand.Rand
+}
+
+// As returns a client acting as user sub with role.
+func (e *Env) As(sub string, role domain.Role) (*client.Client, error) {
+	tok, err := e.signer.Issue(sub, role, time.Now(), 2*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	return e.base.WithToken(tok), nil
+}
+
+// User returns a client for the run's user i (a role "user" principal).
+func (e *Env) User(i int) (*client.Client, string, error) {
+	sub := fmt.Sprintf("%s-%d", e.RunID, i)
+	c, err := e.As(sub, domain.RoleUser)
+	return c, sub, err
+}
+
+// IntN is a random int in [0, n), from the run's seeded source.
+func (e *Env) IntN(n int) int {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	return e.rng.IntN(n)
+}
+
+// Write submits one write (retrying on 429 after its Retry-After), waits
+// for its outcome and records both. A transport error or a 4xx other than
+// 429 is returned; business outcomes are in the Outcome.
+func (e *Env) Write(ctx context.Context, c *client.Client, kind string, submit func(context.Context) (client.Accepted, error)) (client.Outcome, error) {
+	acc, at, err := e.submit(ctx, kind, submit)
+	if err != nil {
+		return client.Outcome{}, err
+	}
+	return e.await(ctx, c, kind, acc, at)
+}
+
+func (e *Env) submit(ctx context.Context, kind string, submit func(context.Context) (client.Accepted, error)) (client.Accepted, time.Time, error) {
+	for {
+		start := time.Now()
+		acc, err := submit(ctx)
+		took := time.Since(start)
+		if err == nil {
+			e.Rec.Accepted(kind, start, took)
+			return acc, start, nil
+		}
+		var ae *client.Error
+		if errors.As(err, &ae) && ae.HTTPStatus == 429 {
+			e.Rec.Throttled(ae.Code)
+			wait := max(ae.RetryAfter, 50*time.Millisecond)
+			select {
+			case <-time.After(wait):
+				continue
+			case <-ctx.Done():
+				return acc, start, ctx.Err()
+			}
+		}
+		e.Rec.SubmitError(kind, err)
+		return acc, start, err
+	}
+}
+
+func (e *Env) await(ctx context.Context, c *client.Client, kind string, acc client.Accepted, submitted time.Time) (client.Outcome, error) {
+	out, err := c.Wait(ctx, acc.RequestID)
+	if err != nil {
+		e.Rec.Lost(kind, acc.RequestID, err)
+		return out, err
+	}
+	e.Rec.Terminal(kind, submitted, out)
+	return out, nil
+}
+
+// Read times one synchronous call and records it.
+func (e *Env) Read(kind string, call func() error) error {
+	start := time.Now()
+	err := call()
+	e.Rec.Read(kind, start, time.Since(start), err)
+	return err
+}
+
+// Run sets up the scenario, runs its journeys and checks its invariants.
+func Run(ctx context.Context, name string, opt Options) (*Report, error) {
+	mk, ok := Scenarios[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown scenario %q (have %s)", name, strings.Join(Names(), ", "))
+	}
+	if opt.Concurrency <= 0 {
+		opt.Concurrency = 200
+	}
+	e := &Env{Opt: opt, Rec: NewRecorder(), RunID: fmt.Sprintf("lt%x", time.Now().UnixNano()&0xffffffffff),
+		base: client.New(opt.BaseURL, ""), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
+	var err error
+	if e.Admin, err = e.As(e.RunID+"-admin", domain.RoleAdmin); err != nil {
+		return nil, err
+	}
+	sc := mk()
+	total, err := sc.Setup(ctx, e)
+	if err != nil {
+		return nil, fmt.Errorf("%s setup: %w", name, err)
+	}
+	mem := watchMemory(ctx, opt.MetricsURLs)
+	e.Rec.Start()
+	bar := newProgress(opt.Progress, name, total)
+	var next, failed atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	for range min(opt.Concurrency, max(total, 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= total || ctx.Err() != nil {
+					return
+				}
+				if err := sc.Journey(ctx, e, i); err != nil {
+					failed.Add(1)
+					errOnce.Do(func() { firstErr = err })
+				}
+				bar.Step()
+			}
+		}()
+	}
+	wg.Wait()
+	if f, ok := sc.(interface {
+		Finish(context.Context, *Env) error
+	}); ok {
+		if err := f.Finish(ctx, e); err != nil {
+			failed.Add(1)
+			errOnce.Do(func() { firstErr = err })
+		}
+	}
+	e.Rec.Stop()
+	bar.Done()
+	peaks := mem.stop()
+	violations, err := sc.Check(ctx, e)
+	if err != nil {
+		return nil, fmt.Errorf("%s check: %w", name, err)
+	}
+	if n := failed.Load(); n > 0 {
+		violations = append(violations, fmt.Sprintf("%d journeys ended in an error; the first: %v", n, firstErr))
+	}
+	violations = append(violations, e.Rec.LostViolations()...)
+	return e.Rec.Report(name, opt, total, peaks, violations), nil
+}

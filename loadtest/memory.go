@@ -1,0 +1,87 @@
+package loadtest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// memoryWatch scrapes process_resident_memory_bytes from each process's
+// /metrics twice a second and keeps the peak, in MiB.
+type memoryWatch struct {
+	mu     sync.Mutex
+	peaks  map[string]float64
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func watchMemory(ctx context.Context, urls map[string]string) *memoryWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	m := &memoryWatch{peaks: map[string]float64{}, cancel: cancel}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for name, url := range urls {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			t := time.NewTicker(500 * time.Millisecond)
+			defer t.Stop()
+			for {
+				if v, err := residentMemory(ctx, hc, url); err == nil {
+					m.mu.Lock()
+					m.peaks[name] = max(m.peaks[name], v/(1<<20))
+					m.mu.Unlock()
+				}
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	return m
+}
+
+func (m *memoryWatch) stop() map[string]float64 {
+	m.cancel()
+	m.wg.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]float64{}
+	for k, v := range m.peaks {
+		out[k] = round(v, 1)
+	}
+	return out
+}
+
+// residentMemory reads the process collector's gauge from a Prometheus text
+// exposition.
+func residentMemory(ctx context.Context, hc *http.Client, url string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errNoGauge
+}
+
+var errNoGauge = errors.New("no process_resident_memory_bytes in the exposition")

@@ -1,0 +1,185 @@
+package loadtest
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is the result of one run; its JSON form is what --json prints.
+type Report struct {
+	Scenario    string  `json:"scenario"`
+	Date        string  `json:"date"`
+	Concurrency int     `json:"concurrency"`
+	Journeys    int     `json:"journeys"`
+	Seconds     float64 `json:"seconds"`
+	// Accepted is the number of 202s; AcceptedPerSec divides it by the
+	// seconds from the first submit to the last 202.
+	Accepted       int     `json:"accepted"`
+	AcceptedPerSec float64 `json:"acceptedPerSec"`
+	// Completed counts outcomes the clients saw (writes reaching a terminal
+	// state, and successful reads); CompletedPerSec divides it by the whole
+	// measured phase.
+	Completed       int               `json:"completed"`
+	CompletedPerSec float64           `json:"completedPerSec"`
+	Submit          Percentiles       `json:"submitLatency"`
+	AcceptToDone    Percentiles       `json:"acceptToTerminalLatency"`
+	ClientRoundTrip Percentiles       `json:"clientRoundTripLatency"`
+	Reads           Percentiles       `json:"readLatency"`
+	Outcomes        map[string]int    `json:"outcomes"`
+	Throttled       map[string]int    `json:"throttled"`
+	Errors          map[string]int    `json:"errors"`
+	ErrorSamples    map[string]string `json:"errorSamples,omitempty"`
+	// PeakRSSMiB is the highest resident memory scraped from each process's
+	// /metrics during the run.
+	PeakRSSMiB map[string]float64 `json:"peakRssMiB"`
+	Violations []string           `json:"violations"`
+	OK         bool               `json:"ok"`
+
+	AcceptedSeries  []int     `json:"acceptedPerSecondSeries"`
+	CompletedSeries []int     `json:"completedPerSecondSeries"`
+	SubmitCDF       []float64 `json:"-"`
+	DoneCDF         []float64 `json:"-"`
+}
+
+// Report summarises the run.
+func (r *Recorder) Report(scenario string, opt Options, journeys int, peaks map[string]float64, violations []string) *Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	secs := r.end.Sub(r.start).Seconds()
+	submit, server := sorted(r.submit), sorted(r.server)
+	rep := &Report{
+		Scenario: scenario, Date: r.start.UTC().Format(time.RFC3339), Concurrency: opt.Concurrency,
+		Journeys: journeys, Seconds: round(secs, 3),
+		Accepted: len(r.submit), Completed: len(r.client) + len(r.reads),
+		Submit: percentiles(submit), AcceptToDone: percentiles(server),
+		ClientRoundTrip: percentiles(sorted(r.client)), Reads: percentiles(sorted(r.reads)),
+		Outcomes: maps.Clone(r.outcomes), Throttled: maps.Clone(r.throttled), Errors: maps.Clone(r.errors),
+		ErrorSamples: maps.Clone(r.firstErr), PeakRSSMiB: peaks, Violations: violations, OK: len(violations) == 0,
+		AcceptedSeries: slices.Clone(r.accepted), CompletedSeries: slices.Clone(r.completed),
+		SubmitCDF: cdf(submit), DoneCDF: cdf(server),
+	}
+	if rep.Violations == nil {
+		rep.Violations = []string{}
+	}
+	if secs > 0 {
+		rep.CompletedPerSec = round(float64(rep.Completed)/secs, 1)
+		if d := r.lastAccept.Sub(r.start).Seconds(); d > 0 && rep.Accepted > 0 {
+			rep.AcceptedPerSec = round(float64(rep.Accepted)/d, 1)
+		}
+	}
+	return rep
+}
+
+func round(v float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	return float64(int64(v*p+0.5)) / p
+}
+
+// WriteText prints the report for people.
+func (rep *Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "scenario %s: %d journeys, %d clients, %.1f s\n", rep.Scenario, rep.Journeys, rep.Concurrency, rep.Seconds)
+	if rep.Accepted > 0 {
+		fmt.Fprintf(w, "  accepted   %8d   %9.1f /s   submit p50 %.1f ms  p95 %.1f ms  p99 %.1f ms\n",
+			rep.Accepted, rep.AcceptedPerSec, rep.Submit.P50, rep.Submit.P95, rep.Submit.P99)
+	}
+	fmt.Fprintf(w, "  completed  %8d   %9.1f /s\n", rep.Completed, rep.CompletedPerSec)
+	if rep.AcceptToDone.Count > 0 {
+		fmt.Fprintf(w, "  accept→terminal p50 %.1f ms  p99 %.1f ms   (client round trip p50 %.1f ms  p99 %.1f ms)\n",
+			rep.AcceptToDone.P50, rep.AcceptToDone.P99, rep.ClientRoundTrip.P50, rep.ClientRoundTrip.P99)
+	}
+	if rep.Reads.Count > 0 {
+		fmt.Fprintf(w, "  reads p50 %.1f ms  p95 %.1f ms  p99 %.1f ms\n", rep.Reads.P50, rep.Reads.P95, rep.Reads.P99)
+	}
+	printCounts(w, "outcomes", rep.Outcomes)
+	printCounts(w, "429s", rep.Throttled)
+	printCounts(w, "errors", rep.Errors)
+	for _, k := range slices.Sorted(maps.Keys(rep.ErrorSamples)) {
+		fmt.Fprintf(w, "    e.g. %s: %s\n", k, rep.ErrorSamples[k])
+	}
+	if len(rep.PeakRSSMiB) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(rep.PeakRSSMiB)) {
+			parts = append(parts, fmt.Sprintf("%s %.0f MiB", k, rep.PeakRSSMiB[k]))
+		}
+		fmt.Fprintf(w, "  peak resident memory: %s\n", strings.Join(parts, ", "))
+	}
+	if rep.OK {
+		fmt.Fprintln(w, "  invariants: OK (no oversell, no duplicate, nothing lost)")
+		return
+	}
+	fmt.Fprintf(w, "  invariants: %d VIOLATIONS\n", len(rep.Violations))
+	for _, v := range rep.Violations {
+		fmt.Fprintf(w, "    - %s\n", v)
+	}
+}
+
+func printCounts(w io.Writer, title string, m map[string]int) {
+	if len(m) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  %s:\n", title)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(w, "    %-48s %8d\n", k, m[k])
+	}
+}
+
+// WriteJSON prints the report as indented JSON.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+//go:embed report.html.tmpl
+var htmlReport string
+
+var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+	"series": polyline, "sorted": func(m map[string]int) []string { return slices.Sorted(maps.Keys(m)) },
+}).Parse(htmlReport))
+
+// WriteHTML writes a self-contained HTML page with the report, a
+// throughput-over-time chart and latency distribution charts.
+func (rep *Report) WriteHTML(w io.Writer) error {
+	return htmlTmpl.Execute(w, rep)
+}
+
+// chartW and chartH are the SVG charts' drawing area.
+const chartW, chartH = 640.0, 200.0
+
+// polyline scales ys (ints or floats) to the chart and returns the points
+// attribute of an SVG polyline; ymax 0 scales to the data's maximum.
+func polyline(ys any, ymax float64) template.HTMLAttr {
+	var vals []float64
+	switch v := ys.(type) {
+	case []int:
+		for _, x := range v {
+			vals = append(vals, float64(x))
+		}
+	case []float64:
+		vals = v
+	}
+	if ymax <= 0 {
+		for _, v := range vals {
+			ymax = max(ymax, v)
+		}
+	}
+	if len(vals) == 0 || ymax <= 0 {
+		return ""
+	}
+	var b strings.Builder
+	step := chartW / float64(max(len(vals)-1, 1))
+	for i, v := range vals {
+		fmt.Fprintf(&b, "%.1f,%.1f ", float64(i)*step, chartH-v/ymax*chartH)
+	}
+	return template.HTMLAttr(`points="` + strings.TrimSpace(b.String()) + `"`)
+}

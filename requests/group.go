@@ -1,0 +1,156 @@
+package requests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/storage"
+)
+
+// groupCommit makes concurrent submissions durable together: one INSERT
+// and one commit for every submission waiting at that moment, instead of one
+// each. There is no background goroutine: a waiting submission leads a
+// flush when fewer than maxLeaders flushes run, and a leader that has
+// flushed maxRounds batches hands its place to the next waiter, so no
+// client waits behind an endless stream of others.
+type groupCommit struct {
+	store   *Store
+	mu      sync.Mutex
+	queue   []*pending
+	leaders int
+}
+
+const (
+	maxLeaders = 4   // flushes in flight at once
+	maxBatch   = 256 // submissions per INSERT
+	maxRounds  = 3   // batches one leader flushes before handing on
+)
+
+type pending struct {
+	sub  *Submission
+	id   uuid.UUID
+	now  time.Time
+	r    *Request
+	err  error
+	wake chan bool // true: stored (see r, err); false: lead a flush
+}
+
+// insert stores sub (which has no idempotency key) with the others waiting.
+func (g *groupCommit) insert(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time) (*Request, error) {
+	p := &pending{sub: sub, id: id, now: now, wake: make(chan bool, 1)}
+	g.mu.Lock()
+	lead := g.leaders < maxLeaders
+	if lead {
+		g.leaders++
+	} else {
+		g.queue = append(g.queue, p)
+	}
+	g.mu.Unlock()
+	if lead || !<-p.wake {
+		g.lead(context.WithoutCancel(ctx), p)
+	}
+	return p.r, p.err
+}
+
+// lead flushes first (whose own submission it is) with whatever waits, then
+// more batches while any wait, up to maxRounds; then it gives its place up.
+func (g *groupCommit) lead(ctx context.Context, first *pending) {
+	batch := []*pending{first}
+	for round := 1; ; round++ {
+		g.mu.Lock()
+		n := min(len(g.queue), maxBatch-len(batch))
+		batch = append(batch, g.queue[:n]...)
+		g.queue = g.queue[n:]
+		g.mu.Unlock()
+		g.flush(ctx, batch, first)
+		g.mu.Lock()
+		if len(g.queue) == 0 {
+			g.leaders--
+			g.mu.Unlock()
+			return
+		}
+		if round == maxRounds {
+			next := g.queue[0]
+			g.queue = g.queue[1:]
+			g.mu.Unlock()
+			next.wake <- false // the leader's place passes to next
+			return
+		}
+		g.mu.Unlock()
+		batch = batch[:0]
+	}
+}
+
+// flush stores batch and wakes its waiters (all but self, the leader).
+func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rs, err := g.store.insertMany(ctx, batch)
+	for i, p := range batch {
+		if err != nil {
+			p.err = err
+		} else {
+			p.r = rs[i]
+		}
+		if p != self {
+			p.wake <- true
+		}
+	}
+}
+
+// insertMany stores submissions without idempotency keys in one statement;
+// seq follows the batch's order.
+func (s *Store) insertMany(ctx context.Context, batch []*pending) ([]*Request, error) {
+	n := len(batch)
+	ids := make([]uuid.UUID, n)
+	types, queues, users, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	keys, payloads := make([]string, n), make([]string, n)
+	at := make([]time.Time, n)
+	for i, p := range batch {
+		k, err := json.Marshal(p.sub.Keys)
+		if err != nil {
+			return nil, fmt.Errorf("requests: encode keys: %w", err)
+		}
+		ids[i], types[i], queues[i], users[i], traces[i] = p.id, p.sub.Type, p.sub.Queue, p.sub.UserID, p.sub.TraceID
+		keys[i], payloads[i], at[i] = string(k), string(p.sub.Payload), p.now
+	}
+	rows, err := s.pool.Query(ctx, `
+		INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at)
+		SELECT u.id, u.type, u.queue, u.user_id, ARRAY(SELECT jsonb_array_elements_text(u.keys)), u.payload, u.trace_id, u.at
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[], $8::timestamptz[])
+			WITH ORDINALITY AS u(id, type, queue, user_id, keys, payload, trace_id, at, ord)
+		ORDER BY u.ord
+		RETURNING id, seq`, ids, types, queues, users, keys, payloads, traces, at)
+	if err != nil {
+		return nil, storage.Translate("requests: insert batch", err)
+	}
+	seqs := make(map[uuid.UUID]int64, n)
+	for rows.Next() {
+		var id uuid.UUID
+		var seq int64
+		if err := rows.Scan(&id, &seq); err != nil {
+			rows.Close()
+			return nil, storage.Translate("requests: insert batch", err)
+		}
+		seqs[id] = seq
+	}
+	if err := rows.Err(); err != nil {
+		return nil, storage.Translate("requests: insert batch", err)
+	}
+	out := make([]*Request, n)
+	for i, p := range batch {
+		seq, ok := seqs[p.id]
+		if !ok {
+			return nil, fmt.Errorf("requests: insert batch: no seq for %s", p.id)
+		}
+		out[i] = &Request{ID: p.id, Seq: seq, Type: p.sub.Type, Queue: p.sub.Queue, UserID: p.sub.UserID, Keys: p.sub.Keys,
+			Payload: p.sub.Payload, TraceID: p.sub.TraceID, Status: domain.StatusQueued, AcceptedAt: p.now}
+	}
+	return out, nil
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# `make bench`: measure holdfast against its floor and the synchronous design
+# it replaces, in one run on this machine, and print the comparison table.
+#
+#   1. floor:    raw Asynq, enqueue + no-op processing (bin/load floor), and an
+#                HTTP handler that only enqueues (bin/baseline -mode enqueue);
+#   2. baseline: seed 004's FCFS done synchronously per HTTP request, in the
+#                seed's literal form and with FOR UPDATE SKIP LOCKED;
+#   3. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
+#                -intake (clients submit everything, outcomes followed after).
+#
+# Sizes: BENCH_USERS (40000), BENCH_SEATS (20000), BENCH_CONCURRENCY (200).
+# Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs) and
+# bin/bench/latest.md. Everything uses its own database (holdfast_bench,
+# wiped first) and its own redis-server on a spare port (BENCH_REDIS_PORT,
+# 16399), so a running `make run` or `make test` is not disturbed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+users="${BENCH_USERS:-40000}" seats="${BENCH_SEATS:-20000}" conc="${BENCH_CONCURRENCY:-200}"
+pg_base="${BENCH_PG:-postgres://postgres@127.0.0.1:5432}"
+export DATABASE_URL="$pg_base/holdfast_bench?sslmode=disable"
+redis_port="${BENCH_REDIS_PORT:-16399}"
+export REDIS_URL="redis://127.0.0.1:$redis_port/0"
+export JWT_SECRET="bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export LOG_LEVEL=warn
+api_addr=127.0.0.1:18181 worker_addr=127.0.0.1:19191 baseline_addr=127.0.0.1:18191
+out="bin/bench/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+wait_ready() { # url pid
+  for _ in $(seq 1 200); do
+    curl -sf "$1" >/dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { echo "process for $1 died; see $out/*.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "$1 never became ready" >&2; exit 1
+}
+stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
+step() { printf '\n== %s\n' "$*" >&2; }
+
+psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_bench' 2>/dev/null
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no > "$out/redis.log" 2>&1 & pid=$!; pids+=("$pid")
+for _ in $(seq 1 50); do redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 && break; sleep 0.1; done
+bin/api migrate
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+pgv=$(psql -tA "$DATABASE_URL" -c 'SHOW server_version' | cut -d' ' -f1)
+rv=$(redis-cli -u "$REDIS_URL" info server | sed -n 's/^redis_version://p' | tr -d '\r')
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), $(free -g | awk '/Mem:/{print $2}') GiB, Postgres $pgv, Redis $rv; everything on this machine" > "$out/machine.txt"
+
+step "floor: raw Asynq, $users no-op tasks"
+bin/load floor -tasks "$users" > "$out/floor.json"
+
+step "floor: HTTP handler that only enqueues, $users POSTs, $conc clients"
+bin/baseline -mode enqueue -addr "$baseline_addr" > "$out/baseline-enqueue.log" 2>&1 & pid=$!; pids+=("$pid")
+wait_ready "http://$baseline_addr/healthz" "$pid"
+bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -api-metrics '' -json enqueue-floor > "$out/enqueue.json"
+stop "$pid"
+
+for mode in literal skiplocked; do
+  step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"
+  bin/baseline -mode "$mode" -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
+  wait_ready "http://$baseline_addr/healthz" "$pid"
+  bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -api-metrics '' -json baseline-fcfs > "$out/$mode.json" || true
+  stop "$pid"
+done
+
+step "holdfast: API and worker"
+HTTP_ADDR=$api_addr bin/api > "$out/api.log" 2>&1 & api_pid=$!; pids+=("$api_pid")
+WORKER_ADDR=$worker_addr bin/worker > "$out/worker.log" 2>&1 & worker_pid=$!; pids+=("$worker_pid")
+wait_ready "http://$api_addr/readyz" "$api_pid"
+wait_ready "http://$worker_addr/readyz" "$worker_pid"
+common=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -users "$users" -seats "$seats" -concurrency "$conc")
+
+step "holdfast: fcfs-rush"
+bin/load "${common[@]}" -json -html "$out/rush.html" fcfs-rush > "$out/rush.json" || true
+step "holdfast: fcfs-rush -intake"
+bin/load "${common[@]}" -json -html "$out/intake.html" -intake fcfs-rush > "$out/intake.json" || true
+stop "$worker_pid"; stop "$api_pid"
+
+step "results ($out)"
+status=0
+bin/load table "$out" | tee "$out/table.md" || status=$?
+cp "$out/table.md" bin/bench/latest.md
+exit $status
