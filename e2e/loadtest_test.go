@@ -31,6 +31,8 @@ func TestLoadScenarios(t *testing.T) {
 		require.True(t, rep.OK, "violations: %v", rep.Violations)
 		require.Empty(t, rep.Errors)
 		require.Positive(t, rep.PeakRSSMiB["api"])
+		require.Positive(t, rep.CPUSeconds[loadtest.CPUTotal])
+		require.Contains(t, rep.CPUSeconds, "api")
 		return rep
 	}
 	t.Run("fcfs-rush", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 // holdfast, all measured on the same machine in the same run.
 type Bench struct {
 	Machine      string       // one line: date, CPU, core count, versions
+	Cores        int          // the machine's cores, for the CPU ceilings
 	AsynqFloor   floor.Result // raw Asynq enqueue + no-op processing
 	EnqueueFloor *Report      // enqueue-floor: an HTTP handler that only enqueues
 	Literal      *Report      // baseline-fcfs against the seed's literal UPDATE
@@ -97,7 +98,45 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		violations += len(r.Violations)
 	}
 	check("invariant violations (holdfast, floors, SKIP LOCKED)", float64(violations), 1, false, "")
+	b.writeCPU(w)
 	return ok
+}
+
+// writeCPU prints what one request cost in CPU, by process, and the rate
+// the machine's cores could sustain at that cost. A run close to its
+// ceiling is bound by the work it does per request, not by waiting.
+func (b *Bench) writeCPU(w io.Writer) {
+	if b.Cores <= 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nCPU per request, ms (whole machine, %d cores; rest = Postgres, Redis and anything else running):\n\n", b.Cores)
+	fmt.Fprintln(w, "| run | total | load tool | API / server | worker | rest | ceiling = cores ÷ total | measured | of ceiling |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	line := func(name string, cpu map[string]float64, n int, rate float64, server string) {
+		total := cpu[CPUTotal]
+		if total <= 0 || n <= 0 {
+			return
+		}
+		ms := func(part string) string {
+			v, found := cpu[part]
+			if !found {
+				return "–"
+			}
+			return fmt.Sprintf("%.3f", v*1000/float64(n))
+		}
+		perReq := total * 1000 / float64(n)
+		ceiling := float64(b.Cores) * 1000 / perReq
+		fmt.Fprintf(w, "| %s | %.3f | %s | %s | %s | %s | %.0f/s | %.0f/s | %.0f%% |\n", name, perReq,
+			ms(CPULoadTool), ms(server), ms("worker"), ms(CPURest), ceiling, rate, 100*rate/ceiling)
+	}
+	f := b.AsynqFloor
+	line("Asynq floor (per task)", map[string]float64{CPUTotal: f.CPUSeconds["total"], "floor": f.CPUSeconds["floor"],
+		CPURest: f.CPUSeconds["total"] - f.CPUSeconds["floor"]}, f.Tasks, f.ProcessedPerSec, "floor")
+	line("enqueue-only HTTP floor", b.EnqueueFloor.CPUSeconds, b.EnqueueFloor.Journeys, b.EnqueueFloor.AcceptedPerSec, "api")
+	line("seed 004 literal, synchronous", b.Literal.CPUSeconds, b.Literal.Journeys, b.Literal.CompletedPerSec, "api")
+	line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")
+	line("holdfast fcfs-rush (submit + outcome)", b.Rush.CPUSeconds, b.Rush.Journeys, b.Rush.CompletedPerSec, "api")
+	line("holdfast fcfs-rush -intake (all work)", b.Intake.CPUSeconds, b.Intake.Journeys, b.Intake.CompletedPerSec, "api")
 }
 
 // soldOutNote says how many users the literal baseline told SOLD_OUT or

@@ -192,6 +192,7 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		return nil, fmt.Errorf("%s setup: %w", name, err)
 	}
 	mem := watchMemory(ctx, opt.MetricsURLs)
+	cpu := startCPU(ctx, opt.MetricsURLs)
 	e.Rec.Start()
 	bar := newProgress(opt.Progress, name, total)
 	var next, failed atomic.Int64
@@ -227,6 +228,7 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	e.Rec.Stop()
 	bar.Done()
 	peaks := mem.stop()
+	cpuSeconds := cpu.stop(ctx)
 	violations, err := sc.Check(ctx, e)
 	if err != nil {
 		return nil, fmt.Errorf("%s check: %w", name, err)
@@ -235,5 +237,7 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		violations = append(violations, fmt.Sprintf("%d journeys ended in an error; the first: %v", n, firstErr))
 	}
 	violations = append(violations, e.Rec.LostViolations()...)
-	return e.Rec.Report(name, opt, total, peaks, violations), nil
+	rep := e.Rec.Report(name, opt, total, peaks, violations)
+	rep.CPUSeconds = cpuSeconds
+	return rep, nil
 }

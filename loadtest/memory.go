@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -31,7 +32,7 @@ func watchMemory(ctx context.Context, urls map[string]string) *memoryWatch {
 			t := time.NewTicker(500 * time.Millisecond)
 			defer t.Stop()
 			for {
-				if v, err := residentMemory(ctx, hc, url); err == nil {
+				if v, err := scrapeValue(ctx, hc, url, "process_resident_memory_bytes"); err == nil {
 					m.mu.Lock()
 					m.peaks[name] = max(m.peaks[name], v/(1<<20))
 					m.mu.Unlock()
@@ -59,9 +60,9 @@ func (m *memoryWatch) stop() map[string]float64 {
 	return out
 }
 
-// residentMemory reads the process collector's gauge from a Prometheus text
-// exposition.
-func residentMemory(ctx context.Context, hc *http.Client, url string) (float64, error) {
+// scrapeValue reads one unlabelled sample, such as the process collector's
+// process_resident_memory_bytes, from a Prometheus text exposition.
+func scrapeValue(ctx context.Context, hc *http.Client, url, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
@@ -74,14 +75,14 @@ func residentMemory(ctx context.Context, hc *http.Client, url string) (float64, 
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_resident_memory_bytes "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, errNoGauge
+	return 0, fmt.Errorf("%w: %s at %s", errNoSample, name, url)
 }
 
-var errNoGauge = errors.New("no process_resident_memory_bytes in the exposition")
+var errNoSample = errors.New("sample not in the exposition")

@@ -39,6 +39,10 @@ type Report struct {
 	// PeakRSSMiB is the highest resident memory scraped from each process's
 	// /metrics during the run.
 	PeakRSSMiB map[string]float64 `json:"peakRssMiB"`
+	// CPUSeconds is the CPU the measured phase cost, by part: the
+	// machine's total, the load tool, each process whose /metrics was
+	// scraped ("api", "worker"), and the rest (see CPURest).
+	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
 	Violations []string           `json:"violations"`
 	OK         bool               `json:"ok"`
 
@@ -112,6 +116,15 @@ func (rep *Report) WriteText(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %.0f MiB", k, rep.PeakRSSMiB[k]))
 		}
 		fmt.Fprintf(w, "  peak resident memory: %s\n", strings.Join(parts, ", "))
+	}
+	if total := rep.CPUSeconds[CPUTotal]; total > 0 && rep.Journeys > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(rep.CPUSeconds)) {
+			if k != CPUTotal {
+				parts = append(parts, fmt.Sprintf("%s %.3f", k, rep.CPUSeconds[k]*1000/float64(rep.Journeys)))
+			}
+		}
+		fmt.Fprintf(w, "  CPU per journey: %.3f ms (%s)\n", total*1000/float64(rep.Journeys), strings.Join(parts, ", "))
 	}
 	if rep.OK {
 		fmt.Fprintln(w, "  invariants: OK (no oversell, no duplicate, nothing lost)")

@@ -58,14 +58,14 @@ bin/load floor -tasks "$users" > "$out/floor.json"
 step "floor: HTTP handler that only enqueues, $users POSTs, $conc clients"
 bin/baseline -mode enqueue -addr "$baseline_addr" > "$out/baseline-enqueue.log" 2>&1 & pid=$!; pids+=("$pid")
 wait_ready "http://$baseline_addr/healthz" "$pid"
-bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -api-metrics '' -json enqueue-floor > "$out/enqueue.json"
+bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/enqueue.json"
 stop "$pid"
 
 for mode in literal skiplocked; do
   step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"
   bin/baseline -mode "$mode" -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
   wait_ready "http://$baseline_addr/healthz" "$pid"
-  bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -api-metrics '' -json baseline-fcfs > "$out/$mode.json" || true
+  bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -json baseline-fcfs > "$out/$mode.json" || true
   stop "$pid"
 done
 

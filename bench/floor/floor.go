@@ -19,6 +19,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/holdfast/holdfast/internal/cputime"
 	"github.com/holdfast/holdfast/worker"
 )
 
@@ -79,6 +80,11 @@ type Result struct {
 	ProcessedPerSec float64 `json:"processedPerSec"`
 	EnqueueSeconds  float64 `json:"enqueueSeconds"`
 	TotalSeconds    float64 `json:"totalSeconds"`
+	// CPUSeconds is the CPU the run cost from the first enqueue until the
+	// last task was handled: "total" for the whole machine, "floor" for
+	// this process (enqueuers and Asynq server); the rest is mostly Redis.
+	// Empty where /proc cannot be read.
+	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
 }
 
 // Run enqueues opt.Tasks no-op tasks into a fresh queue from opt.Enqueuers
@@ -139,6 +145,7 @@ func Run(ctx context.Context, opt Options) (Result, error) {
 	defer cleanup(rdb, srv, res.Queue, opt.Log)
 
 	client := asynq.NewClientFromRedisClient(rdb)
+	cpu, cpuErr := cputime.Now()
 	start := time.Now()
 	if err := enqueue(ctx, client, res.Queue, opt.Tasks, opt.Enqueuers); err != nil {
 		return res, err
@@ -152,6 +159,11 @@ func Run(ctx context.Context, opt Options) (Result, error) {
 		return res, fmt.Errorf("floor: waiting for %d tasks, %d handled: %w", opt.Tasks, res.Processed, ctx.Err())
 	}
 	total := doneAt.Sub(start)
+	if cpuErr == nil {
+		if d, err := cpu.Since(); err == nil {
+			res.CPUSeconds = map[string]float64{"total": d.Machine, "floor": d.Self}
+		}
+	}
 	res.Processed, res.Duplicates = int(distinct.Load()), int(dups.Load())
 	res.EnqueueSeconds = enqueued.Seconds()
 	res.TotalSeconds = total.Seconds()

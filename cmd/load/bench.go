@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/holdfast/holdfast/bench/floor"
@@ -56,6 +57,7 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 		return 1, err
 	}
 	b.Machine = strings.TrimSpace(string(machine))
+	b.Cores = runtime.NumCPU() // the table is made on the machine that ran the bench
 	if err := read("floor.json", &b.AsynqFloor); err != nil {
 		return 1, err
 	}
