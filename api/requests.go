@@ -84,6 +84,15 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
+	// A long poll listens before its first read, so an announcement made
+	// between that read and the wait is not missed, and the read need not
+	// be repeated once the wait begins.
+	var done <-chan struct{}
+	if wait > 0 {
+		var cancel func()
+		done, cancel = s.Notifier.Wait(id)
+		defer cancel()
+	}
 	r, err := s.Store.Get(ctx, id)
 	if err != nil {
 		return err
@@ -92,27 +101,22 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 		return errNotFound
 	}
 	if wait > 0 && !r.Status.Terminal() {
-		if r, err = s.waitTerminal(ctx, id, wait); err != nil {
+		if r, err = s.waitTerminal(ctx, id, r, done, wait); err != nil {
 			return err
 		}
 	}
 	return c.JSON(r.View())
 }
 
-// waitTerminal long-polls: it wakes on the worker's announcement and also
-// re-reads Postgres every second, so a lost announcement costs at most 1 s.
-func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, wait time.Duration) (*requests.Request, error) {
-	done, cancel := s.Notifier.Wait(id)
-	defer cancel()
+// waitTerminal long-polls r, read after done began listening: it wakes on
+// the worker's announcement and also re-reads Postgres every second, so a
+// lost announcement costs at most 1 s.
+func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Request, done <-chan struct{}, wait time.Duration) (*requests.Request, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		r, err := s.Store.Get(ctx, id)
-		if err != nil || r.Status.Terminal() {
-			return r, err
-		}
 		select {
 		case <-done:
 			return s.Store.Get(ctx, id)
@@ -122,6 +126,11 @@ func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, wait time.Durat
 		case <-ctx.Done():
 			return r, nil
 		}
+		next, err := s.Store.Get(ctx, id)
+		if err != nil || next.Status.Terminal() {
+			return next, err
+		}
+		r = next
 	}
 }
 
