@@ -36,12 +36,15 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	reg := metrics.NewRegistry()
 	m := metrics.NewPipeline(reg)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	// The one collector of Asynq's queue metrics lives in the API.
-	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(insp))
+	// The one collector of Asynq's queue metrics lives in the API, and so do
+	// the scrape-time reads of Redis memory and of the oldest open request:
+	// an API runs even when no worker does, which is when they matter.
+	store := requests.NewStore(pool)
+	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(insp),
+		metrics.NewRedisMemory(rdb), metrics.NewOldestOpen(store))
 
 	engine := keyed.New(pool, rdb, insp, log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap})
 	defer engine.Close()
-	store := requests.NewStore(pool)
 	notifier := requests.NewNotifier(rdb, log)
 	nctx, stopNotifier := context.WithCancel(ctx)
 	defer stopNotifier()
@@ -58,7 +61,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,
 		Intake:   requests.NewIntake(store, engine, log),
 		Signer:   auth.NewSigner(cfg.JWTSecret),
-		Registry: reg, Metrics: m, Log: log, Monitoring: mon,
+		Registry: reg, Metrics: m, HTTP: metrics.NewHTTP(reg), Log: log, Monitoring: mon,
 	}, mounts...)
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {

@@ -43,6 +43,7 @@ type Deps struct {
 	Signer   *auth.Signer
 	Registry *prometheus.Registry
 	Metrics  *metrics.Pipeline
+	HTTP     *metrics.HTTP // per-route latency; nil records nothing
 	Log      *slog.Logger
 	// Monitoring is the Asynqmon handler; nil leaves /monitoring out.
 	Monitoring *asynqmon.HTTPHandler
@@ -134,7 +135,8 @@ func traceID(c *fiber.Ctx) string {
 const localRequestID = "requestId"
 
 // accessLog writes one line per HTTP request with its trace id and, for
-// writes, the accepted request's id.
+// writes, the accepted request's id, and records its latency under the route
+// pattern that answered it.
 func (s *Server) accessLog(c *fiber.Ctx) error {
 	start := time.Now()
 	err := c.Next()
@@ -144,6 +146,9 @@ func (s *Server) accessLog(c *fiber.Ctx) error {
 		}
 	}
 	status := c.Response().StatusCode()
+	if s.HTTP != nil {
+		s.HTTP.Observe(c.Method(), c.Route().Path, status, time.Since(start).Seconds())
+	}
 	if c.Path() == "/metrics" || c.Path() == "/healthz" {
 		return nil
 	}

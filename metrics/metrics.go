@@ -22,6 +22,18 @@ type Pipeline struct {
 	HandOffs   *prometheus.CounterVec   // drains that handed a non-empty key to a new task
 }
 
+// InitQueues creates the worker's per-queue counters at zero for each queue,
+// so they are exported before their first event: `increase()` over a series
+// that appears at 1 reports no increase, and an alert on the first takeover
+// or lost lease would otherwise never see it.
+func (p *Pipeline) InitQueues(queues ...string) {
+	for _, q := range queues {
+		for _, c := range []*prometheus.CounterVec{p.LeaseBusy, p.LeaseLost, p.Takeovers, p.Redriven, p.HandOffs} {
+			c.WithLabelValues(q)
+		}
+	}
+}
+
 // NewRegistry returns a registry with Go and process collectors.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()

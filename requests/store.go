@@ -222,6 +222,19 @@ func UndispatchedBefore(ctx context.Context, tx pgx.Tx, keys []string, seq int64
 	return found, storage.Translate("requests: undispatched before", err)
 }
 
+// OldestOpenAge is how long the oldest non-terminal request has waited, by
+// Postgres' clock (zero when none is open). It reads one entry of the
+// requests_open partial index, so it is cheap enough for every scrape.
+func (s *Store) OldestOpenAge(ctx context.Context) (time.Duration, error) {
+	var secs float64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(accepted_at)), 0)::float8
+		FROM requests WHERE status IN ('queued', 'processing')`).Scan(&secs)
+	if err != nil {
+		return 0, storage.Translate("requests: oldest open", err)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
 // OpenKey is a serialization key that has requests waiting.
 type OpenKey struct {
 	Key    string

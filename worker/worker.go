@@ -90,6 +90,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		periodic = append(periodic, m.Periodic...)
 		reg.MustRegister(m.Collectors...)
 	}
+	for q := range engine.Queues() {
+		if q != tasks.MaintenanceQueue {
+			m.InitQueues(q)
+		}
+	}
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,
