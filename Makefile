@@ -21,6 +21,9 @@ test: ## Run every test with -race against real Postgres and Redis
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
 
+cluster: ## Run holdfast on a private 3-master Redis Cluster and via a Sentinel (also part of make test)
+	$(GO) test -race -count=1 -run '^TestRedis(Cluster|Sentinel)$$' -v ./e2e/
+
 bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS baselines; print the table (~5 min)
 	$(GO) build -o bin/load ./cmd/load
 	$(GO) build -o bin/baseline ./cmd/baseline
@@ -37,4 +40,4 @@ fuzz: ## Fuzz the request decoding path for FUZZTIME (default 30s) per target
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build run migrate test bench benchgo fuzz clean
+.PHONY: help build run migrate test cluster bench benchgo fuzz clean

@@ -25,7 +25,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	if cfg.JWTSecret == config.DefaultJWTSecret {
 		log.Warn("JWT_SECRET is the development default; set it in production")
 	}
-	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.RedisURL, cfg.PGMaxConns)
+	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns)
 	if err != nil {
 		return err
 	}
@@ -50,9 +50,10 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	defer stopNotifier()
 	go notifier.Run(nctx)
 
-	redisOpt, err := asynq.ParseRedisURI(cfg.RedisURL)
+	// Asynqmon opens its own connection, to the same deployment.
+	redisOpt, err := storage.AsynqRedisOpt(cfg.Redis)
 	if err != nil {
-		return fmt.Errorf("api: REDIS_URL for monitoring: %w", err)
+		return fmt.Errorf("api: redis for monitoring: %w", err)
 	}
 	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: redisOpt})
 	defer mon.Close()

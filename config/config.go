@@ -6,6 +6,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -19,7 +20,7 @@ const DefaultJWTSecret = "holdfast-dev-secret-change-me"
 // lists the same names and defaults.
 type Config struct {
 	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"`
-	RedisURL    string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	Redis       Redis
 	HTTPAddr    string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
 	WorkerAddr  string `env:"WORKER_ADDR" envDefault:"127.0.0.1:9090"`
 	JWTSecret   string `env:"JWT_SECRET" envDefault:"holdfast-dev-secret-change-me"`
@@ -60,12 +61,102 @@ type Config struct {
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 }
 
+// DefaultRedisURL is the Redis used when no topology is configured.
+const DefaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// Redis selects the Redis deployment: one node (REDIS_URL), a Redis Cluster
+// (REDIS_CLUSTER_ADDRS) or a Sentinel-managed primary (REDIS_SENTINEL_ADDRS
+// and REDIS_SENTINEL_MASTER). At most one may be set; with none, REDIS_URL
+// defaults to DefaultRedisURL. The go-redis client and Asynq's connection
+// options are both built from this one value (storage.OpenRedis,
+// storage.AsynqRedisOpt), so the queue and the mailboxes always share it.
+type Redis struct {
+	URL            string   `env:"REDIS_URL"`
+	ClusterAddrs   []string `env:"REDIS_CLUSTER_ADDRS" envSeparator:","`
+	SentinelAddrs  []string `env:"REDIS_SENTINEL_ADDRS" envSeparator:","`
+	SentinelMaster string   `env:"REDIS_SENTINEL_MASTER"`
+	// Credentials of the cluster nodes or of the sentinel-managed primary and
+	// replicas; a single node takes them in REDIS_URL.
+	Username string `env:"REDIS_USERNAME"`
+	Password string `env:"REDIS_PASSWORD"`
+	// SentinelPassword authenticates to the sentinels themselves.
+	SentinelPassword string `env:"REDIS_SENTINEL_PASSWORD"`
+}
+
+// Topology names the deployment kind: "single", "cluster" or "sentinel".
+func (r Redis) Topology() string {
+	switch {
+	case len(r.ClusterAddrs) > 0:
+		return "cluster"
+	case len(r.SentinelAddrs) > 0:
+		return "sentinel"
+	default:
+		return "single"
+	}
+}
+
+// withDefault trims the address lists ("a:1, b:2" is two addresses) and
+// fills REDIS_URL when no topology was chosen. It runs before Validate, so an
+// explicit REDIS_URL next to cluster or sentinel addresses is still reported
+// as a conflict.
+func (r Redis) withDefault() Redis {
+	trim := func(addrs []string) []string {
+		out := make([]string, len(addrs))
+		for i, a := range addrs {
+			out[i] = strings.TrimSpace(a)
+		}
+		return out
+	}
+	r.ClusterAddrs, r.SentinelAddrs = trim(r.ClusterAddrs), trim(r.SentinelAddrs)
+	if r.URL == "" && len(r.ClusterAddrs) == 0 && len(r.SentinelAddrs) == 0 && r.SentinelMaster == "" {
+		r.URL = DefaultRedisURL
+	}
+	return r
+}
+
+// Validate rejects a Redis selection that is ambiguous or incomplete.
+func (r Redis) Validate() error {
+	var set []string
+	if r.URL != "" {
+		set = append(set, "REDIS_URL")
+	}
+	if len(r.ClusterAddrs) > 0 {
+		set = append(set, "REDIS_CLUSTER_ADDRS")
+	}
+	if len(r.SentinelAddrs) > 0 {
+		set = append(set, "REDIS_SENTINEL_ADDRS")
+	}
+	for _, addrs := range [][]string{r.ClusterAddrs, r.SentinelAddrs} {
+		for _, a := range addrs {
+			if strings.TrimSpace(a) == "" {
+				return fmt.Errorf("config: empty address in REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS")
+			}
+		}
+	}
+	switch {
+	case len(set) > 1:
+		return fmt.Errorf("config: %s are set together; choose one Redis topology", strings.Join(set, " and "))
+	case r.SentinelMaster != "" && len(r.SentinelAddrs) == 0:
+		return fmt.Errorf("config: REDIS_SENTINEL_MASTER needs REDIS_SENTINEL_ADDRS")
+	case len(r.SentinelAddrs) > 0 && r.SentinelMaster == "":
+		return fmt.Errorf("config: REDIS_SENTINEL_ADDRS needs REDIS_SENTINEL_MASTER (the monitored primary's name)")
+	case len(set) == 0:
+		return fmt.Errorf("config: no Redis configured: set REDIS_URL, REDIS_CLUSTER_ADDRS or REDIS_SENTINEL_ADDRS")
+	case r.URL != "" && (r.Username != "" || r.Password != ""):
+		return fmt.Errorf("config: REDIS_USERNAME and REDIS_PASSWORD apply to a cluster or sentinel; put a single node's credentials in REDIS_URL")
+	case r.SentinelPassword != "" && len(r.SentinelAddrs) == 0:
+		return fmt.Errorf("config: REDIS_SENTINEL_PASSWORD needs REDIS_SENTINEL_ADDRS")
+	}
+	return nil
+}
+
 // Load parses the environment.
 func Load() (Config, error) {
 	c, err := env.ParseAs[Config]()
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
+	c.Redis = c.Redis.withDefault()
 	return c, c.Validate()
 }
 
@@ -76,11 +167,15 @@ func FromMap(vars map[string]string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
+	c.Redis = c.Redis.withDefault()
 	return c, c.Validate()
 }
 
 // Validate rejects settings that cannot work.
 func (c Config) Validate() error {
+	if err := c.Redis.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case c.BodyLimit < 1024:
 		return fmt.Errorf("config: BODY_LIMIT must be at least 1024 bytes")

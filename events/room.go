@@ -39,6 +39,17 @@ func NewRoom(rdb redis.UniversalClient, secret string) *Room {
 
 func roomKey(ev int64, part string) string { return keyed.KeyTag(QueueKey(ev)) + ":" + part }
 
+// enterKeys are enterScript's KEYS and tokenKeys tokenScript's (and, tokens
+// and queue, Leave's MULTI): all in the hash slot of the queue's lease, as
+// Redis Cluster requires of one script or transaction.
+func enterKeys(ev int64) []string {
+	return []string{keyed.LeaseKey(QueueKey(ev)), roomKey(ev, "queue"), roomKey(ev, "tokens")}
+}
+
+func tokenKeys(ev int64) []string {
+	return []string{roomKey(ev, "queue"), roomKey(ev, "tokens"), roomKey(ev, "admits")}
+}
+
 // enterScript puts a user in the queue at its acceptance seq, if the caller
 // still holds the queue's lease and the user is neither queued nor entered.
 // KEYS: lease, queue, tokens. ARGV: token ("0": unguarded), user, seq, now ms.
@@ -51,8 +62,7 @@ return redis.call('ZRANK', KEYS[2], ARGV[2])`)
 
 // Enter queues user at seq; rank is its 0-based place, -1 if it holds a token.
 func (r *Room) enter(ctx context.Context, ev int64, fence int64, user string, seq int64, now time.Time) (int64, error) {
-	keys := []string{keyed.LeaseKey(QueueKey(ev)), roomKey(ev, "queue"), roomKey(ev, "tokens")}
-	rank, err := enterScript.Run(ctx, r.rdb, keys, fence, user, seq, now.UnixMilli()).Int64()
+	rank, err := enterScript.Run(ctx, r.rdb, enterKeys(ev), fence, user, seq, now.UnixMilli()).Int64()
 	if err != nil && err.Error() == "FENCED" {
 		return 0, keyed.ErrLeaseLost
 	}
@@ -89,7 +99,7 @@ var ErrNotQueued = errors.New("events: not queued")
 // ok=false and the user's rank.
 func (r *Room) Issue(ctx context.Context, e Event, user string, now time.Time) (token string, expires time.Time, rank int64, ok bool, err error) {
 	expires = now.Add(time.Duration(e.TokenTTLSeconds) * time.Second)
-	res, err := tokenScript.Run(ctx, r.rdb, []string{roomKey(e.EventID, "queue"), roomKey(e.EventID, "tokens"), roomKey(e.EventID, "admits")},
+	res, err := tokenScript.Run(ctx, r.rdb, tokenKeys(e.EventID),
 		user, now.UnixMilli(), expires.UnixMilli(), e.MaxConcurrent).Int64Slice()
 	if err != nil {
 		return "", time.Time{}, 0, false, fmt.Errorf("events: issue token: %w", err)

@@ -14,7 +14,10 @@ func mboxKey(k string) string { return "hf:{" + k + "}:mbox" }
 // keep their own keys in the same hash slot with KeyTag.
 func LeaseKey(k string) string { return leaseKey(k) }
 
-// KeyTag is the hash tag of key's Redis keys: "hf:{key}".
+// KeyTag is the hash tag of key's Redis keys: "hf:{key}". Redis Cluster
+// hashes only the text up to the first "}", so braces inside key still keep
+// all of key's Redis keys together; keys start with their vertical's name
+// ("probe:", "stays:"), so the tag is never empty.
 func KeyTag(k string) string   { return "hf:{" + k + "}" }
 func leaseKey(k string) string { return "hf:{" + k + "}:lease" }
 func fenceKey(k string) string { return "hf:{" + k + "}:fence" }

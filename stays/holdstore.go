@@ -183,20 +183,29 @@ func nightKeys(rt int64, checkIn, checkOut string) []string {
 
 // put stores h (its expiry counts from now) and result under the request.
 func (s *HoldStore) put(ctx context.Context, token int64, h *Hold, requestID string, result []byte, ttl time.Duration, now time.Time) error {
-	rt := h.RoomTypeID
 	b, err := json.Marshal(h)
 	if err != nil {
 		return err
 	}
-	keys := append([]string{keyed.LeaseKey(SerialKey(rt)), holdKey(rt, h.HoldID), idxKey(rt, h.UserID, h.CheckIn, h.CheckOut),
-		snapKey(rt, h.ClientHoldKey, h.CheckIn, h.CheckOut), doneKey(rt, requestID)}, nightKeys(rt, h.CheckIn, h.CheckOut)...)
-	return fenceErr(putScript.Run(ctx, s.rdb, keys, token, b, h.HoldID, h.ExpiresAt.UnixMilli(), ttl.Milliseconds(),
+	return fenceErr(putScript.Run(ctx, s.rdb, putKeys(h, requestID), token, b, h.HoldID, h.ExpiresAt.UnixMilli(), ttl.Milliseconds(),
 		result, now.UnixMilli(), (ttl + time.Hour).Milliseconds()).Err())
 }
 
 // remove deletes h and its counts.
 func (s *HoldStore) remove(ctx context.Context, token int64, h *Hold) error {
+	return fenceErr(removeScript.Run(ctx, s.rdb, removeKeys(h), token, h.HoldID).Err())
+}
+
+// putKeys are putScript's KEYS for storing h as the result of requestID; all
+// in the room type's hash slot (its lease's), as Redis Cluster requires.
+func putKeys(h *Hold, requestID string) []string {
 	rt := h.RoomTypeID
-	keys := append([]string{keyed.LeaseKey(SerialKey(rt)), holdKey(rt, h.HoldID)}, nightKeys(rt, h.CheckIn, h.CheckOut)...)
-	return fenceErr(removeScript.Run(ctx, s.rdb, keys, token, h.HoldID).Err())
+	return append([]string{keyed.LeaseKey(SerialKey(rt)), holdKey(rt, h.HoldID), idxKey(rt, h.UserID, h.CheckIn, h.CheckOut),
+		snapKey(rt, h.ClientHoldKey, h.CheckIn, h.CheckOut), doneKey(rt, requestID)}, nightKeys(rt, h.CheckIn, h.CheckOut)...)
+}
+
+// removeKeys are removeScript's KEYS for h, in the room type's hash slot.
+func removeKeys(h *Hold) []string {
+	rt := h.RoomTypeID
+	return append([]string{keyed.LeaseKey(SerialKey(rt)), holdKey(rt, h.HoldID)}, nightKeys(rt, h.CheckIn, h.CheckOut)...)
 }

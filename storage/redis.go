@@ -5,21 +5,73 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/config"
 )
 
-// OpenRedis connects to REDIS_URL (redis:// or rediss://) and checks it.
-func OpenRedis(ctx context.Context, url string) (redis.UniversalClient, error) {
-	opt, err := redis.ParseURL(url)
+// redisPoolSize is the least connection pool of a process (per node in a
+// cluster): the API and the worker make many small round trips at once.
+const redisPoolSize = 64
+
+// NewRedis builds the go-redis client of the deployment r selects, without
+// connecting: a plain client for REDIS_URL, a cluster client for
+// REDIS_CLUSTER_ADDRS (it routes each command, script and pipeline part to
+// its slot's node; every holdfast script keeps its keys in one slot), or a
+// failover client that asks the sentinels for the current primary.
+func NewRedis(r config.Redis) (redis.UniversalClient, error) {
+	switch r.Topology() {
+	case "cluster":
+		return redis.NewClusterClient(clusterOptions(r)), nil
+	case "sentinel":
+		return redis.NewFailoverClient(failoverOptions(r)), nil
+	}
+	opt, err := redis.ParseURL(r.URL)
 	if err != nil {
 		return nil, fmt.Errorf("storage: parse REDIS_URL: %w", err)
 	}
-	opt.PoolSize = max(opt.PoolSize, 64)
-	c := redis.NewClient(opt)
+	opt.PoolSize = max(opt.PoolSize, redisPoolSize)
+	return redis.NewClient(opt), nil
+}
+
+func clusterOptions(r config.Redis) *redis.ClusterOptions {
+	return &redis.ClusterOptions{Addrs: r.ClusterAddrs, Username: r.Username, Password: r.Password, PoolSize: redisPoolSize}
+}
+
+func failoverOptions(r config.Redis) *redis.FailoverOptions {
+	return &redis.FailoverOptions{MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs,
+		SentinelPassword: r.SentinelPassword, Username: r.Username, Password: r.Password, PoolSize: redisPoolSize}
+}
+
+// AsynqRedisOpt is r as Asynq's connection options, for the components that
+// open their own connection (Asynqmon); everything else shares the client of
+// NewRedis.
+func AsynqRedisOpt(r config.Redis) (asynq.RedisConnOpt, error) {
+	switch r.Topology() {
+	case "cluster":
+		return asynq.RedisClusterClientOpt{Addrs: r.ClusterAddrs, Username: r.Username, Password: r.Password}, nil
+	case "sentinel":
+		return asynq.RedisFailoverClientOpt{MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs,
+			SentinelPassword: r.SentinelPassword, Username: r.Username, Password: r.Password}, nil
+	}
+	opt, err := asynq.ParseRedisURI(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("storage: parse REDIS_URL: %w", err)
+	}
+	return opt, nil
+}
+
+// OpenRedis connects to the deployment r selects and checks it answers.
+func OpenRedis(ctx context.Context, r config.Redis) (redis.UniversalClient, error) {
+	c, err := NewRedis(r)
+	if err != nil {
+		return nil, err
+	}
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("storage: ping redis: %w", err)
+		return nil, fmt.Errorf("storage: ping redis (%s): %w", r.Topology(), err)
 	}
 	return c, nil
 }
@@ -43,7 +95,7 @@ type Stores struct {
 
 // Open connects to Postgres (pool of maxConns) and Redis and applies the
 // migrations: what each binary does first.
-func Open(ctx context.Context, databaseURL, redisURL string, maxConns int32) (*Stores, error) {
+func Open(ctx context.Context, databaseURL string, rc config.Redis, maxConns int32) (*Stores, error) {
 	pool, err := OpenPostgres(ctx, databaseURL, maxConns)
 	if err != nil {
 		return nil, err
@@ -52,7 +104,7 @@ func Open(ctx context.Context, databaseURL, redisURL string, maxConns int32) (*S
 		pool.Close()
 		return nil, err
 	}
-	rdb, err := OpenRedis(ctx, redisURL)
+	rdb, err := OpenRedis(ctx, rc)
 	if err != nil {
 		pool.Close()
 		return nil, err

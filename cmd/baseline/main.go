@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/bench/baseline"
+	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/storage"
 )
 
@@ -66,7 +67,7 @@ func run(args []string) error {
 
 	// The same connection settings as holdfast's binaries, so that the
 	// comparison is between designs, not pool sizes.
-	rdb, err := storage.OpenRedis(ctx, *redisURL)
+	rdb, err := storage.OpenRedis(ctx, config.Redis{URL: *redisURL})
 	if err != nil {
 		return err
 	}

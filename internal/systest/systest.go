@@ -33,6 +33,7 @@ import (
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
+	"github.com/holdfast/holdfast/storage"
 	"github.com/holdfast/holdfast/worker"
 )
 
@@ -42,7 +43,12 @@ type Options struct {
 	NoAPI     bool     // do not start the API
 	Overrides []string // config name, value pairs
 	RedisURL  string   // use this Redis instead of a reserved test database
-	Unguarded bool     // workers run the keyed engine without its guard (control cases)
+	// Redis runs the system on this Redis Cluster or Sentinel deployment
+	// (testenv.RedisCluster, testenv.RedisSentinel) instead: it reaches the
+	// API and every worker, in process or not, as REDIS_CLUSTER_ADDRS or
+	// REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER.
+	Redis     config.Redis
+	Unguarded bool // workers run the keyed engine without its guard (control cases)
 }
 
 // System is a running holdfast: one API, any number of workers.
@@ -66,15 +72,24 @@ func Start(t testing.TB, opts Options) *System {
 	t.Helper()
 	pgURL, pool := testenv.Postgres(t)
 	redisURL, rdb := opts.RedisURL, redis.UniversalClient(nil)
-	if redisURL == "" {
+	overrides := opts.Overrides
+	switch {
+	case opts.Redis.Topology() != "single":
+		require.Empty(t, redisURL, "RedisURL and Redis are exclusive")
+		c, err := storage.OpenRedis(context.Background(), opts.Redis)
+		require.NoError(t, err)
+		rdb = c
+		t.Cleanup(func() { _ = rdb.Close() })
+		overrides = append(redisVars(opts.Redis), overrides...)
+	case redisURL == "":
 		redisURL, rdb = testenv.Redis(t)
-	} else {
+	default:
 		rdb = redis.NewClient(mustParseRedis(t, redisURL))
 		t.Cleanup(func() { _ = rdb.Close() })
 	}
 	s := &System{t: t, Pool: pool, Redis: rdb, opts: opts}
-	s.Cfg = testenv.Config(t, pgURL, redisURL, opts.Overrides...)
-	s.Vars = testenv.Vars(pgURL, redisURL, opts.Overrides...)
+	s.Cfg = testenv.Config(t, pgURL, redisURL, overrides...)
+	s.Vars = testenv.Vars(pgURL, redisURL, overrides...)
 	s.Signer = auth.NewSigner(s.Cfg.JWTSecret)
 	s.Log = slog.New(slog.NewJSONHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if !opts.NoAPI {
@@ -84,6 +99,14 @@ func Start(t testing.TB, opts Options) *System {
 		s.StartWorker(fmt.Sprintf("w%d", i+1))
 	}
 	return s
+}
+
+// redisVars is a cluster or sentinel selection as config name, value pairs.
+func redisVars(r config.Redis) []string {
+	if r.Topology() == "cluster" {
+		return []string{"REDIS_CLUSTER_ADDRS", strings.Join(r.ClusterAddrs, ",")}
+	}
+	return []string{"REDIS_SENTINEL_ADDRS", strings.Join(r.SentinelAddrs, ","), "REDIS_SENTINEL_MASTER", r.SentinelMaster}
 }
 
 func mustParseRedis(t testing.TB, url string) *redis.Options {
@@ -206,7 +229,14 @@ type Process struct {
 func (s *System) StartWorkerProcess(name string) *Process {
 	t := s.t
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), EnvWorkerProcess+"="+name, "WORKER_ADDR=127.0.0.1:0")
+	// The Redis selection comes from s.Vars alone: a REDIS_URL inherited
+	// from the shell next to REDIS_CLUSTER_ADDRS would be refused as ambiguous.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REDIS_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, EnvWorkerProcess+"="+name, "WORKER_ADDR=127.0.0.1:0")
 	for k, v := range s.Vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

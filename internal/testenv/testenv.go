@@ -1,6 +1,7 @@
 // Package testenv gives tests isolated real infrastructure: a fresh Postgres
 // schema with migrations applied, a Redis logical database of their own (or a
-// private redis-server), and a running API and worker on free ports.
+// private redis-server, or a private three-master Redis Cluster), and a
+// running API and worker on free ports.
 package testenv
 
 import (
@@ -11,7 +12,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,7 +102,7 @@ func Redis(t testing.TB) (string, redis.UniversalClient) {
 				continue
 			}
 			url := fmt.Sprintf("redis://%s/%d", redisAddr(), db)
-			c, err := storage.OpenRedis(ctx, url)
+			c, err := storage.OpenRedis(ctx, config.Redis{URL: url})
 			require.NoError(t, err)
 			require.NoError(t, c.FlushDB(ctx).Err())
 			t.Cleanup(func() {
@@ -137,19 +140,132 @@ func RedisServerWithConfig(t testing.TB, conf string) (string, redis.UniversalCl
 func startRedis(t testing.TB, args ...string) (string, redis.UniversalClient) {
 	t.Helper()
 	port := FreePort(t)
-	args = append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", t.TempDir())
-	cmd := exec.Command("redis-server", args...)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	spawnRedis(t, append(args, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", t.TempDir())...)
 	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
 	var c redis.UniversalClient
 	require.Eventually(t, func() bool {
 		var err error
-		c, err = storage.OpenRedis(context.Background(), url)
+		c, err = storage.OpenRedis(context.Background(), config.Redis{URL: url})
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond)
 	t.Cleanup(func() { _ = c.Close() })
 	return url, c
+}
+
+// spawnRedis starts a redis-server process that is killed when the test ends.
+func spawnRedis(t testing.TB, args ...string) {
+	t.Helper()
+	cmd := exec.Command("redis-server", args...)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// RedisCluster starts a private Redis Cluster of three masters (no
+// replicas) on free loopback ports, keeping nothing on disk, and returns the
+// node addresses (REDIS_CLUSTER_ADDRS) and a cluster client. The slots are
+// split over the three nodes by redis-cli --cluster create, so keys of
+// different hash tags land on different nodes and a script or MULTI whose keys
+// span slots fails with CROSSSLOT, as in production. A cluster has only
+// database 0: each test gets a cluster of its own instead of a database.
+func RedisCluster(t testing.TB) ([]string, *redis.ClusterClient) {
+	t.Helper()
+	const masters = 3
+	// Each node needs a client port and a cluster bus port; fixing the bus
+	// port (instead of Redis' port+10000) keeps both free and in range.
+	ports := freePorts(t, 2*masters)
+	dir := t.TempDir()
+	addrs := make([]string, masters)
+	for i := range masters {
+		port, bus := strconv.Itoa(ports[2*i]), strconv.Itoa(ports[2*i+1])
+		spawnRedis(t, "--port", port, "--cluster-port", bus, "--bind", "127.0.0.1", "--dir", dir,
+			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+port+".conf"),
+			"--save", "", "--appendonly", "no", "--daemonize", "no")
+		addrs[i] = "127.0.0.1:" + port
+	}
+	ctx := context.Background()
+	nodes := make([]*redis.Client, masters)
+	for i, a := range addrs {
+		nodes[i] = redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { _ = nodes[i].Close() })
+		require.Eventually(t, func() bool { return nodes[i].Ping(ctx).Err() == nil }, 10*time.Second, 20*time.Millisecond, "node %s", a)
+	}
+	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
+		"--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	require.NoError(t, err, "redis-cli --cluster create: %s", out)
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			info, err := n.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3") {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "cluster_state:ok on every node")
+	c, err := storage.OpenRedis(ctx, config.Redis{ClusterAddrs: addrs})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return addrs, c.(*redis.ClusterClient)
+}
+
+// RedisSentinel starts a private primary and one Sentinel monitoring it as
+// master (both redis-server processes, nothing on disk) and returns the
+// selection that reaches the primary through the Sentinel.
+func RedisSentinel(t testing.TB, master string) config.Redis {
+	t.Helper()
+	ports := freePorts(t, 2)
+	primary, sentinel := strconv.Itoa(ports[0]), strconv.Itoa(ports[1])
+	dir := t.TempDir()
+	spawnRedis(t, "--port", primary, "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no")
+	// Sentinel rewrites its configuration file, so it gets one of its own.
+	conf := filepath.Join(dir, "sentinel.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %s 1\n",
+		sentinel, dir, master, primary)), 0o600))
+	spawnRedis(t, conf, "--sentinel")
+	sc := redis.NewSentinelClient(&redis.Options{Addr: "127.0.0.1:" + sentinel})
+	defer sc.Close()
+	require.Eventually(t, func() bool {
+		addr, err := sc.GetMasterAddrByName(context.Background(), master).Result()
+		return err == nil && len(addr) == 2 && addr[1] == primary
+	}, 10*time.Second, 20*time.Millisecond, "sentinel knows the primary")
+	return config.Redis{SentinelAddrs: []string{"127.0.0.1:" + sentinel}, SentinelMaster: master}
+}
+
+// HashSlot is the Redis Cluster slot of key: CRC16 (XMODEM) of its hash tag
+// — the part between the first "{" and the next "}", when not empty — or of
+// the whole key, modulo 16384. go-redis keeps its own copy internal; tests
+// check this one against CLUSTER KEYSLOT.
+func HashSlot(key string) int {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
+			key = key[open+1 : open+1+n]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// freePorts returns n distinct loopback TCP ports that were free a moment
+// ago (all listeners are held until the last is taken).
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	}
+	return ports
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -175,10 +291,11 @@ func Config(t testing.TB, pgURL, redisURL string, overrides ...string) config.Co
 	return cfg
 }
 
+// baseVars are the settings every test system shares; redisURL may be
+// empty when the overrides select a cluster instead.
 func baseVars(pgURL, redisURL string) map[string]string {
-	return map[string]string{
+	vars := map[string]string{
 		"DATABASE_URL":       pgURL,
-		"REDIS_URL":          redisURL,
 		"JWT_SECRET":         Secret,
 		"LEASE_TTL":          "2s",
 		"RECONCILE_INTERVAL": "1s",
@@ -188,6 +305,10 @@ func baseVars(pgURL, redisURL string) map[string]string {
 		"HOLDFAST_PROBE":     "true",
 		"PG_MAX_CONNS":       "6", // many systems run at once; Postgres allows 100 connections
 	}
+	if redisURL != "" {
+		vars["REDIS_URL"] = redisURL
+	}
+	return vars
 }
 
 // Secret is the JWT secret of test configurations.

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The Redis topology comes from exactly one of REDIS_URL,
+// REDIS_CLUSTER_ADDRS and REDIS_SENTINEL_ADDRS (+ REDIS_SENTINEL_MASTER);
+// anything ambiguous or incomplete is refused with a message naming the
+// variables.
+func TestRedisTopology(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		vars     map[string]string
+		topology string
+		want     Redis
+		err      string
+	}{
+		{name: "default single node", vars: map[string]string{},
+			topology: "single", want: Redis{URL: DefaultRedisURL, ClusterAddrs: []string{}, SentinelAddrs: []string{}}},
+		{name: "explicit URL", vars: map[string]string{"REDIS_URL": "redis://10.0.0.1:6380/2"},
+			topology: "single", want: Redis{URL: "redis://10.0.0.1:6380/2", ClusterAddrs: []string{}, SentinelAddrs: []string{}}},
+		{name: "cluster", vars: map[string]string{"REDIS_CLUSTER_ADDRS": "10.0.0.1:7000, 10.0.0.2:7000,10.0.0.3:7000", "REDIS_PASSWORD": "pw"},
+			topology: "cluster", want: Redis{ClusterAddrs: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}, SentinelAddrs: []string{}, Password: "pw"}},
+		{name: "sentinel", vars: map[string]string{"REDIS_SENTINEL_ADDRS": "10.0.0.1:26379,10.0.0.2:26379", "REDIS_SENTINEL_MASTER": "holdfast",
+			"REDIS_SENTINEL_PASSWORD": "spw", "REDIS_USERNAME": "hf", "REDIS_PASSWORD": "pw"},
+			topology: "sentinel", want: Redis{SentinelAddrs: []string{"10.0.0.1:26379", "10.0.0.2:26379"}, ClusterAddrs: []string{},
+				SentinelMaster: "holdfast", SentinelPassword: "spw", Username: "hf", Password: "pw"}},
+		{name: "URL and cluster", vars: map[string]string{"REDIS_URL": "redis://x:6379/0", "REDIS_CLUSTER_ADDRS": "a:1"},
+			err: "REDIS_URL and REDIS_CLUSTER_ADDRS are set together; choose one Redis topology"},
+		{name: "cluster and sentinel", vars: map[string]string{"REDIS_CLUSTER_ADDRS": "a:1", "REDIS_SENTINEL_ADDRS": "b:2", "REDIS_SENTINEL_MASTER": "m"},
+			err: "REDIS_CLUSTER_ADDRS and REDIS_SENTINEL_ADDRS are set together"},
+		{name: "sentinel without master", vars: map[string]string{"REDIS_SENTINEL_ADDRS": "b:2"},
+			err: "REDIS_SENTINEL_ADDRS needs REDIS_SENTINEL_MASTER"},
+		{name: "master without sentinels", vars: map[string]string{"REDIS_SENTINEL_MASTER": "m"},
+			err: "REDIS_SENTINEL_MASTER needs REDIS_SENTINEL_ADDRS"},
+		{name: "empty address", vars: map[string]string{"REDIS_CLUSTER_ADDRS": "a:1,,b:2"},
+			err: "empty address"},
+		{name: "password beside a URL", vars: map[string]string{"REDIS_URL": "redis://x:6379/0", "REDIS_PASSWORD": "pw"},
+			err: "put a single node's credentials in REDIS_URL"},
+		{name: "sentinel password without sentinels", vars: map[string]string{"REDIS_CLUSTER_ADDRS": "a:1", "REDIS_SENTINEL_PASSWORD": "x"},
+			err: "REDIS_SENTINEL_PASSWORD needs REDIS_SENTINEL_ADDRS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := FromMap(tc.vars)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, c.Redis)
+			require.Equal(t, tc.topology, c.Redis.Topology())
+		})
+	}
+}

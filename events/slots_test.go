@@ -1,0 +1,23 @@
+package events
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/testenv"
+)
+
+// enterScript, tokenScript and Leave's MULTI each run on one event's
+// waiting-room keys (enterScript with the queue's lease): all must share one
+// hash slot or Redis Cluster refuses them (CROSSSLOT).
+func TestRoomKeysShareTheQueueSlot(t *testing.T) {
+	for _, ev := range []int64{1, 7, 99999} {
+		slot := testenv.HashSlot(enterKeys(ev)[0])
+		for _, k := range append(append(enterKeys(ev), tokenKeys(ev)...), roomKey(ev, "tokens"), roomKey(ev, "queue")) {
+			require.Equal(t, slot, testenv.HashSlot(k), "%s and %s", enterKeys(ev)[0], k)
+		}
+	}
+	// Control: another event's queue is elsewhere.
+	require.NotEqual(t, testenv.HashSlot(roomKey(1, "queue")), testenv.HashSlot(roomKey(2, "queue")))
+}
