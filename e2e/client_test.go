@@ -23,7 +23,7 @@ func TestClientPackage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	as := func(sub string, role domain.Role) *client.Client {
-		return client.New(s.URL, s.Token(sub, role))
+		return client.NewWithHTTP(s.URL, s.Token(sub, role), s.HTTPClient(t))
 	}
 
 	ev, err := as("admin", domain.RoleAdmin).CreateEvent(ctx, client.NewEvent{Name: "client test", SeatCount: 1})
@@ -65,7 +65,7 @@ func TestClientPackage(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, bad.HTTPStatus)
 	require.NotEmpty(t, bad.TraceID)
 
-	_, err = client.New(s.URL, "").FCFS(ctx, ev.EventID, "")
+	_, err = client.NewWithHTTP(s.URL, "", s.HTTPClient(t)).FCFS(ctx, ev.EventID, "")
 	require.True(t, client.IsCode(err, "UNAUTHENTICATED"), "%v", err)
 
 	st, err := bob.Status(ctx, acc.RequestID)

@@ -79,7 +79,7 @@ func TestEventStream(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1})
 	e := newEvent(t, s, map[string]any{"name": "Live", "seatCount": 4})
-	resp, err := http.Get(fmt.Sprintf("%s/api/v1/public/events/%d/stream", s.URL, e.EventID))
+	resp, err := s.HTTPClient(t).Get(fmt.Sprintf("%s/api/v1/public/events/%d/stream", s.URL, e.EventID))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))

@@ -26,7 +26,7 @@ func FuzzWriteOverHTTP(f *testing.F) {
 		if idemKey != "" {
 			headers = append(headers, "Idempotency-Key", idemKey)
 		}
-		r, err := c.TryDo("POST", "/api/v1/probe", body, headers...)
+		r, err := c.WithT(t).TryDo("POST", "/api/v1/probe", body, headers...)
 		if err != nil {
 			t.Skip("net/http refuses to send this input:", err) // e.g. control bytes in a header
 		}

@@ -26,9 +26,19 @@ type Client struct {
 
 var transport = &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}
 
-// Client returns a client acting as sub with role.
+// Client returns a client acting as sub with role. Every answer it gets is
+// checked against the OpenAPI document (see HTTPClient).
 func (s *System) Client(sub string, role domain.Role) *Client {
-	return &Client{s: s, t: s.t, Token: s.Token(sub, role), HTTP: &http.Client{Transport: transport, Timeout: 60 * time.Second}}
+	return &Client{s: s, t: s.t, Token: s.Token(sub, role), HTTP: s.HTTPClient(s.t)}
+}
+
+// WithT returns a copy of c that reports to t: assertions and OpenAPI
+// mismatches fail t instead of the test that started the system (needed
+// inside a fuzz target, where the *testing.F may not fail).
+func (c *Client) WithT(t testing.TB) *Client {
+	cp := *c
+	cp.t, cp.HTTP = t, c.s.HTTPClient(t)
+	return &cp
 }
 
 // Response is a raw API answer.
