@@ -174,7 +174,11 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 		return res, nil
 	}
 	if !e.opt.Unguarded {
-		waiting, err := requests.UndispatchedBefore(ctx, tx, leaseKeys(leases), batch[len(batch)-1].Seq)
+		ids := make([]uuid.UUID, len(batch))
+		for i, r := range batch {
+			ids[i] = r.ID
+		}
+		waiting, err := requests.UndispatchedBefore(ctx, tx, leaseKeys(leases), batch[len(batch)-1].Seq, ids)
 		if err != nil {
 			return res, err
 		}

@@ -108,10 +108,13 @@ func (e *Engine) restore(ctx context.Context, k requests.OpenKey) error {
 }
 
 // Redispatch puts requests whose dispatch failed at intake into their
-// mailboxes, oldest first, and clears their mark.
+// mailboxes, oldest first. Both steps are idempotent; the requests keep their
+// mark until they are applied (see requests.Store.Undispatched), so a later
+// run may put them there again.
 func (e *Engine) Redispatch(ctx context.Context) error {
+	var after int64
 	for {
-		rs, err := e.store.Undispatched(ctx, 100)
+		rs, err := e.store.Undispatched(ctx, after, 100)
 		if err != nil || len(rs) == 0 {
 			return err
 		}
@@ -119,13 +122,11 @@ func (e *Engine) Redispatch(ctx context.Context) error {
 			if err := e.Dispatch(ctx, r); err != nil {
 				return err
 			}
-			if err := e.store.ClearUndispatched(ctx, r.ID); err != nil {
-				return err
-			}
 			e.m.Redriven.WithLabelValues(r.Queue).Inc()
 		}
 		if len(rs) < 100 {
 			return nil
 		}
+		after = rs[len(rs)-1].Seq
 	}
 }

@@ -73,7 +73,7 @@ func NewPipeline(reg prometheus.Registerer) *Pipeline {
 			Name: "holdfast_keyed_takeovers_total", Help: "Keys with stale work and no live holder re-driven by the reconciler, by queue.",
 		}, []string{"queue"}),
 		Redriven: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "holdfast_requests_redriven_total", Help: "Requests whose mailbox entry and task were restored from Postgres, by queue.",
+			Name: "holdfast_requests_redriven_total", Help: "Requests whose mailbox entry and task were restored from Postgres, by queue (one whose dispatch failed counts at each reconcile until it is applied).",
 		}, []string{"queue"}),
 		HandOffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_keyed_handoffs_total", Help: "Drains that handed a non-empty key over to a new drain task, by queue.",

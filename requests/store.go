@@ -196,16 +196,13 @@ func (s *Store) MarkUndispatched(ctx context.Context, id uuid.UUID) error {
 	return storage.Translate("requests: mark undispatched", err)
 }
 
-// ClearUndispatched records that r is in its mailboxes now.
-func (s *Store) ClearUndispatched(ctx context.Context, id uuid.UUID) error {
-	_, err := s.pool.Exec(ctx, `UPDATE requests SET undispatched = false WHERE id = $1 AND undispatched`, id)
-	return storage.Translate("requests: clear undispatched", err)
-}
-
-// Undispatched lists open requests whose dispatch failed, oldest first.
-func (s *Store) Undispatched(ctx context.Context, limit int) ([]*Request, error) {
+// Undispatched lists open requests whose dispatch failed, in seq order after
+// afterSeq. They keep their mark until they reach a terminal state (Complete
+// clears it), so that a drain which read its mailbox before the reconciler
+// restored one of them still sees it and does not overtake it.
+func (s *Store) Undispatched(ctx context.Context, afterSeq int64, limit int) ([]*Request, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM requests
-		WHERE undispatched AND status IN ('queued', 'processing') ORDER BY seq LIMIT $1`, limit)
+		WHERE undispatched AND seq > $1 AND status IN ('queued', 'processing') ORDER BY seq LIMIT $2`, afterSeq, limit)
 	if err != nil {
 		return nil, storage.Translate("requests: undispatched", err)
 	}
@@ -213,12 +210,12 @@ func (s *Store) Undispatched(ctx context.Context, limit int) ([]*Request, error)
 }
 
 // UndispatchedBefore reports whether an open request on any of keys with seq
-// below seq is still waiting to be dispatched: applying past it would break
-// acceptance order.
-func UndispatchedBefore(ctx context.Context, tx pgx.Tx, keys []string, seq int64) (bool, error) {
+// below seq, other than the batch's own, is marked undispatched: applying
+// past it would break acceptance order.
+func UndispatchedBefore(ctx context.Context, tx pgx.Tx, keys []string, seq int64, batch []uuid.UUID) (bool, error) {
 	var found bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE undispatched AND seq < $2
-		AND status IN ('queued', 'processing') AND keys && $1)`, keys, seq).Scan(&found)
+		AND status IN ('queued', 'processing') AND keys && $1 AND id <> ALL($3))`, keys, seq, batch).Scan(&found)
 	return found, storage.Translate("requests: undispatched before", err)
 }
 

@@ -1,0 +1,74 @@
+package keyed
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/requests"
+)
+
+// failingDispatch admits through the real engine but cannot dispatch, as
+// when Redis fails between a request's commit and its dispatch.
+type failingDispatch struct{ *Engine }
+
+func (failingDispatch) Dispatch(context.Context, *requests.Request) error {
+	return errors.New("redis unreachable")
+}
+
+// redispatchRace makes r1 durable but undispatched, dispatches r2 behind it,
+// and drains the key while the reconciler restores r1 between the drain's
+// read of the mailbox (which holds only r2) and its apply. afterRedispatch
+// runs right after the reconciler.
+func redispatchRace(t *testing.T, afterRedispatch func(r *fenceRig)) []application {
+	r := newFenceRig(t)
+	ctx := context.Background()
+	e := r.engine(t, "w", 8)
+	broken := requests.NewIntake(requests.NewStore(r.pool), failingDispatch{e}, slog.Default())
+	first, _, err := broken.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
+	require.NoError(t, err)
+	second := r.accept(t)
+	require.Equal(t, []string{second.String()}, r.rdb.ZRange(ctx, mboxKey("k"), 0, -1).Val())
+
+	var once sync.Once
+	e.beforeApply = func() {
+		once.Do(func() {
+			require.NoError(t, e.Redispatch(ctx))
+			afterRedispatch(r)
+		})
+	}
+	require.NoError(t, e.Drain(ctx, "k", "q"))
+	got := r.applied(t)
+	require.Len(t, got, 2)
+	require.ElementsMatch(t, []any{first.ID, second}, []any{got[0].ID, got[1].ID})
+	return got
+}
+
+// K3 when a dispatch failed: a request keeps its undispatched mark until it
+// is applied, so a drain that read its mailbox before the reconciler put the
+// request back still sees the mark and does not overtake it.
+func TestRedispatchDuringDrainKeepsOrder(t *testing.T) {
+	t.Parallel()
+	var first uuid.UUID
+	got := redispatchRace(t, func(r *fenceRig) {
+		require.NoError(t, r.pool.QueryRow(context.Background(), `SELECT id FROM requests WHERE undispatched`).Scan(&first))
+	})
+	require.Equal(t, first, got[0].ID, "the earlier, undispatched request is applied first")
+}
+
+// The control: with the mark cleared as soon as the request is back in its
+// mailbox, the same drain applies the later request first.
+func TestRedispatchControlClearedMarkIsOvertaken(t *testing.T) {
+	t.Parallel()
+	var first uuid.UUID
+	got := redispatchRace(t, func(r *fenceRig) {
+		require.NoError(t, r.pool.QueryRow(context.Background(),
+			`UPDATE requests SET undispatched = false WHERE undispatched RETURNING id`).Scan(&first))
+	})
+	require.Equal(t, first, got[1].ID, "without the mark the later request overtakes")
+}
