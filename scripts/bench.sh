@@ -41,6 +41,9 @@ wait_ready() { # url pid
 }
 stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
 step() { printf '\n== %s\n' "$*" >&2; }
+# Each measured run starts right after a checkpoint, so none of them pays for
+# the full-page writes left over from the run before it.
+settle() { psql -q "$DATABASE_URL" -c 'CHECKPOINT' >/dev/null; }
 
 psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_bench' 2>/dev/null
 redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no > "$out/redis.log" 2>&1 & pid=$!; pids+=("$pid")
@@ -65,6 +68,7 @@ for mode in literal skiplocked; do
   step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"
   bin/baseline -mode "$mode" -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
   wait_ready "http://$baseline_addr/healthz" "$pid"
+  settle
   bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -json baseline-fcfs > "$out/$mode.json" || true
   stop "$pid"
 done
@@ -77,8 +81,10 @@ wait_ready "http://$worker_addr/readyz" "$worker_pid"
 common=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -users "$users" -seats "$seats" -concurrency "$conc")
 
 step "holdfast: fcfs-rush"
+settle
 bin/load "${common[@]}" -json -html "$out/rush.html" fcfs-rush > "$out/rush.json" || true
 step "holdfast: fcfs-rush -intake"
+settle
 bin/load "${common[@]}" -json -html "$out/intake.html" -intake fcfs-rush > "$out/intake.json" || true
 stop "$worker_pid"; stop "$api_pid"
 
