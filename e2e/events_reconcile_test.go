@@ -71,6 +71,7 @@ func TestEventsReconcileRepairs(t *testing.T) {
 
 	// The worker's own periodic run repairs it too.
 	require.NoError(t, s.Redis.Set(ctx, key, -5, 0).Err())
+	require.GreaterOrEqual(t, publicEvent(t, s, e.EventID).RemainingSeats, 0, "a damaged count never shows below zero")
 	require.Eventually(t, func() bool { return publicEvent(t, s, e.EventID).RemainingSeats == 7 }, 15*time.Second, 100*time.Millisecond)
 }
 

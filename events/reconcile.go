@@ -58,13 +58,15 @@ func (c *Counts) Recount(ctx context.Context, ev int64) (int64, error) {
 	return n, c.rdb.Set(ctx, remainingKey(ev), n, 0).Err()
 }
 
-// Remaining reads the copy, recounting it if it is missing.
+// Remaining reads the copy, recounting it if it is missing. A damaged copy
+// below zero reads as 0 until Reconcile repairs it: no client is ever shown
+// a negative number of seats.
 func (c *Counts) Remaining(ctx context.Context, ev int64) (int64, error) {
 	n, err := c.rdb.Get(ctx, remainingKey(ev)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return c.Recount(ctx, ev)
 	}
-	return n, err
+	return max(n, 0), err
 }
 
 // Reconcile repairs every recent event's remaining-seat copy, trims expired
