@@ -68,7 +68,10 @@ func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
 		WriteTimeout:          60 * time.Second,
 		IdleTimeout:           120 * time.Second,
 	})
-	s.app.Use(recover.New(), s.trace, s.accessLog)
+	// The inner recover turns a handler's panic into an error that the
+	// access log and the latency metric see as a 500; the outer one guards
+	// the middleware itself.
+	s.app.Use(recover.New(), s.trace, s.accessLog, recover.New())
 	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	s.app.Get("/readyz", s.ready)
 	s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{})))

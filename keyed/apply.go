@@ -70,7 +70,7 @@ func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.U
 		case errors.Is(err, errOvertaking):
 			// An earlier request on these keys never reached its mailbox: put
 			// it there (it sorts first by seq) and let the caller re-read.
-			if rerr := e.Redispatch(ctx); rerr != nil {
+			if rerr := e.Redispatch(ctx, leaseKeys(leases)); rerr != nil {
 				return leases, res, rerr
 			}
 			return leases, result{}, nil

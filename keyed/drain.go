@@ -65,7 +65,10 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		if err == nil && len(ids) == 0 {
 			leave()
 			var st int
-			if st, err = e.release(ctx, d.l, true); err == nil && st != relKept {
+			if st, err = e.release(ctx, d.l, true); err == nil && st == relLost {
+				return e.lostLease(ctx, d.l, queue)
+			}
+			if err == nil && st != relKept {
 				return nil
 			}
 			e.local.Store(l.Key, d) // still held: the mailbox was not empty
@@ -272,11 +275,17 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, keys []st
 }
 
 // handOff releases l; if its mailbox still has entries, a new drain task
-// carries on after delay.
+// carries on after delay. A lease that had already lapsed is handled as lost:
+// tasks that arrived meanwhile may have left their requests to this holder.
 func (e *Engine) handOff(ctx context.Context, l Lease, queue string, delay time.Duration) error {
 	st, err := e.release(ctx, l, false)
-	if err != nil || st != relNonEmpty {
+	switch {
+	case err != nil:
 		return err
+	case st == relLost:
+		return e.lostLease(ctx, l, queue)
+	case st != relNonEmpty:
+		return nil
 	}
 	e.m.HandOffs.WithLabelValues(queue).Inc()
 	return e.enqueueDrain(ctx, queue, l.Key, tokenID("h", l.Token), delay)

@@ -25,12 +25,14 @@ const (
 // (its holder died). Every step is idempotent, so any number of replicas may
 // run it at once.
 func (e *Engine) Reconcile(ctx context.Context) error {
-	if err := e.Redispatch(ctx); err != nil {
-		return err
+	// A request that cannot be re-dispatched must not keep the keys below
+	// from being re-driven: its error is reported with theirs at the end.
+	var errs []error
+	if err := e.Redispatch(ctx, nil); err != nil {
+		errs = append(errs, err)
 	}
 	cutoff := e.now().Add(-e.opt.RedriveAfter)
 	bucket := "r" + strconv.FormatInt(e.now().UnixMilli()/1000, 10)
-	var errs []error
 	for offset := 0; offset < reconcileMaxKeys; offset += reconcilePage {
 		keys, err := e.store.OpenKeys(ctx, cutoff, offset, reconcilePage)
 		if err != nil {
@@ -108,24 +110,29 @@ func (e *Engine) restore(ctx context.Context, k requests.OpenKey) error {
 }
 
 // Redispatch puts requests whose dispatch failed at intake into their
-// mailboxes, oldest first. Both steps are idempotent; the requests keep their
-// mark until they are applied (see requests.Store.Undispatched), so a later
-// run may put them there again.
-func (e *Engine) Redispatch(ctx context.Context) error {
+// mailboxes, oldest first: those on keys, or all of them when keys is nil.
+// Both steps are idempotent; the requests keep their mark until they are
+// applied (see requests.Store.Undispatched), so a later run may put them
+// there again. A request that cannot be dispatched is logged and skipped, so
+// one unreachable shard does not hold up the others.
+func (e *Engine) Redispatch(ctx context.Context, keys []string) error {
 	var after int64
+	var errs []error
 	for {
-		rs, err := e.store.Undispatched(ctx, after, 100)
-		if err != nil || len(rs) == 0 {
-			return err
+		rs, err := e.store.Undispatched(ctx, keys, after, 100)
+		if err != nil {
+			return errors.Join(append(errs, err)...)
 		}
 		for _, r := range rs {
 			if err := e.Dispatch(ctx, r); err != nil {
-				return err
+				e.log.Warn("re-dispatch failed; the next reconcile retries it", "requestId", r.ID, "err", err)
+				errs = append(errs, err)
+				continue
 			}
 			e.m.Redriven.WithLabelValues(r.Queue).Inc()
 		}
 		if len(rs) < 100 {
-			return nil
+			return errors.Join(errs...)
 		}
 		after = rs[len(rs)-1].Seq
 	}

@@ -3,11 +3,14 @@ package keyed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/requests"
@@ -38,7 +41,7 @@ func redispatchRace(t *testing.T, afterRedispatch func(r *fenceRig)) []applicati
 	var once sync.Once
 	e.beforeApply = func() {
 		once.Do(func() {
-			require.NoError(t, e.Redispatch(ctx))
+			require.NoError(t, e.Redispatch(ctx, nil))
 			afterRedispatch(r)
 		})
 	}
@@ -71,4 +74,38 @@ func TestRedispatchControlClearedMarkIsOvertaken(t *testing.T) {
 			`UPDATE requests SET undispatched = false WHERE undispatched RETURNING id`).Scan(&first))
 	})
 	require.Equal(t, first, got[1].ID, "without the mark the later request overtakes")
+}
+
+// A holder whose lease lapsed before it handed the key on (a task of its own
+// process may have left a request to it meanwhile) enqueues a drain, as for
+// any lost lease; handing on a live lease over an empty mailbox enqueues none.
+func TestHandOffOfLapsedLeaseEnqueuesDrain(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	e := r.engine(t, "w", 8) // LeaseTTL 300 ms
+	insp := asynq.NewInspectorFromRedisClient(r.rdb)
+	pending := func() int {
+		info, err := insp.GetQueueInfo("q")
+		if err != nil {
+			return 0 // no queue yet
+		}
+		return info.Pending
+	}
+
+	live, ok, err := e.TryAcquire(ctx, "live")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, e.handOff(ctx, live, "q", 0))
+	require.Zero(t, pending(), "a released key with nothing queued needs no drain")
+
+	l, ok, err := e.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Eventually(t, func() bool { return r.rdb.Exists(ctx, leaseKey("k")).Val() == 0 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, e.handOff(ctx, l, "q", 0))
+	require.Equal(t, 1, pending(), "the lapsed holder asks for a drain")
+	tasks, err := insp.ListPendingTasks("q")
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("drain:k:l%d", l.Token), tasks[0].ID)
 }

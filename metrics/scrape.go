@@ -54,6 +54,9 @@ func (r *RedisMemory) Collect(ch chan<- prometheus.Metric) {
 			return
 		}
 		node := c.Options().Addr
+		if node == "FailoverClient" { // go-redis' name for a Sentinel-managed primary
+			node = "sentinel"
+		}
 		ch <- prometheus.MustNewConstMetric(r.used, prometheus.GaugeValue, used, node)
 		ch <- prometheus.MustNewConstMetric(r.limit, prometheus.GaugeValue, limit, node)
 	}

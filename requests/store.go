@@ -196,13 +196,15 @@ func (s *Store) MarkUndispatched(ctx context.Context, id uuid.UUID) error {
 	return storage.Translate("requests: mark undispatched", err)
 }
 
-// Undispatched lists open requests whose dispatch failed, in seq order after
-// afterSeq. They keep their mark until they reach a terminal state (Complete
-// clears it), so that a drain which read its mailbox before the reconciler
-// restored one of them still sees it and does not overtake it.
-func (s *Store) Undispatched(ctx context.Context, afterSeq int64, limit int) ([]*Request, error) {
+// Undispatched lists open requests whose dispatch failed, on any of keys (all
+// keys when nil), in seq order after afterSeq. They keep their mark until they
+// reach a terminal state (Complete clears it), so that a drain which read its
+// mailbox before the reconciler restored one of them still sees it and does
+// not overtake it.
+func (s *Store) Undispatched(ctx context.Context, keys []string, afterSeq int64, limit int) ([]*Request, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM requests
-		WHERE undispatched AND seq > $1 AND status IN ('queued', 'processing') ORDER BY seq LIMIT $2`, afterSeq, limit)
+		WHERE undispatched AND seq > $1 AND status IN ('queued', 'processing') AND ($3::text[] IS NULL OR keys && $3)
+		ORDER BY seq LIMIT $2`, afterSeq, limit, keys)
 	if err != nil {
 		return nil, storage.Translate("requests: undispatched", err)
 	}
