@@ -92,16 +92,62 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	rs, err := g.store.insertMany(ctx, batch)
+	var stored map[uuid.UUID]int64
+	if err != nil {
+		// The INSERT may have committed although its answer was lost (a
+		// connection dropped during the commit): whatever is stored under
+		// the batch's fresh ids is accepted, so no caller is told to retry a
+		// write that will be applied anyway. Only the rest get the error.
+		stored = g.store.storedSeqs(context.WithoutCancel(ctx), batch)
+	}
 	for i, p := range batch {
-		if err != nil {
-			p.err = err
-		} else {
+		switch seq, ok := stored[p.id]; {
+		case err == nil:
 			p.r = rs[i]
+		case ok:
+			p.r = p.request(seq)
+		default:
+			p.err = err
 		}
 		if p != self {
 			p.wake <- true
 		}
 	}
+}
+
+// storedSeqs returns the seq of each of batch's ids that is stored; nil if
+// that cannot be read either.
+func (s *Store) storedSeqs(ctx context.Context, batch []*pending) map[uuid.UUID]int64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ids := make([]uuid.UUID, len(batch))
+	for i, p := range batch {
+		ids[i] = p.id
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, seq FROM requests WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil
+	}
+	out := map[uuid.UUID]int64{}
+	for rows.Next() {
+		var id uuid.UUID
+		var seq int64
+		if rows.Scan(&id, &seq) != nil {
+			rows.Close()
+			return nil
+		}
+		out[id] = seq
+	}
+	if rows.Err() != nil {
+		return nil
+	}
+	return out
+}
+
+// request is p as stored under seq.
+func (p *pending) request(seq int64) *Request {
+	return &Request{ID: p.id, Seq: seq, Type: p.sub.Type, Queue: p.sub.Queue, UserID: p.sub.UserID, Keys: p.sub.Keys,
+		Payload: p.sub.Payload, TraceID: p.sub.TraceID, Status: domain.StatusQueued, AcceptedAt: p.now}
 }
 
 // insertMany stores submissions without idempotency keys in one statement;
@@ -149,8 +195,7 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) ([]*Request, e
 		if !ok {
 			return nil, fmt.Errorf("requests: insert batch: no seq for %s", p.id)
 		}
-		out[i] = &Request{ID: p.id, Seq: seq, Type: p.sub.Type, Queue: p.sub.Queue, UserID: p.sub.UserID, Keys: p.sub.Keys,
-			Payload: p.sub.Payload, TraceID: p.sub.TraceID, Status: domain.StatusQueued, AcceptedAt: p.now}
+		out[i] = p.request(seq)
 	}
 	return out, nil
 }
