@@ -89,6 +89,18 @@ func (f *FCFS) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests
 // applyRun applies requests [start, end) of b, all for one event.
 func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads []FCFSPayload, outs []requests.Outcome, start, end int) error {
 	eventID := payloads[start].EventID
+	// Outcomes are counted once the batch has committed: a batch that rolls
+	// back (fenced, retried, halved) must not count its requests twice.
+	tally := map[string]float64{}
+	reject := func(outcome string, status int, code, format string, args ...any) requests.Outcome {
+		tally[outcome]++
+		return requests.Rejected(domain.NewProblem(status, code, format, args...))
+	}
+	b.AfterCommit(func(context.Context) {
+		for outcome, n := range tally {
+			f.Outcomes.WithLabelValues(outcome).Add(n)
+		}
+	})
 	var users []string
 	for i := start; i < end; i++ {
 		if outs[i].Status == "" {
@@ -102,7 +114,7 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	if errors.Is(err, pgx.ErrNoRows) {
 		for i := start; i < end; i++ {
 			if outs[i].Status == "" {
-				outs[i] = f.reject("not_found", http.StatusNotFound, domain.CodeNotFound, "no such event")
+				outs[i] = reject("not_found", http.StatusNotFound, domain.CodeNotFound, "no such event")
 			}
 		}
 		return nil
@@ -120,16 +132,16 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 		if seat, ok := taken[r.UserID]; ok {
 			outs[i] = requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeAlreadyReserved,
 				"you already hold a seat for this event").WithMeta("seatId", seat))
-			f.Outcomes.WithLabelValues("already_reserved").Inc()
+			tally["already_reserved"]++
 			continue
 		}
 		if len(free) == 0 {
-			outs[i] = f.reject("sold_out", http.StatusConflict, domain.CodeSoldOut, "no seat is left")
+			outs[i] = reject("sold_out", http.StatusConflict, domain.CodeSoldOut, "no seat is left")
 			continue
 		}
 		// Only a request that would have got a seat is told it waited too long.
 		if f.LockWait > 0 && b.Now.Sub(r.AcceptedAt) > f.LockWait {
-			outs[i] = f.reject("contention", http.StatusConflict, domain.CodeContention,
+			outs[i] = reject("contention", http.StatusConflict, domain.CodeContention,
 				"the event was too busy to serve this request within %s; try again", f.LockWait)
 			continue
 		}
@@ -138,7 +150,7 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 		taken[r.UserID] = seat
 		seats, holders, phones = append(seats, seat), append(holders, r.UserID), append(phones, p.Phone)
 		outs[i] = requests.Succeeded(FCFSResult{SeatID: seat, ReservedBy: r.UserID, Phone: p.Phone})
-		f.Outcomes.WithLabelValues("success").Inc()
+		tally["success"]++
 	}
 	if len(seats) > 0 {
 		if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = ANY($1)`, seats, b.Now); err != nil {
@@ -186,9 +198,4 @@ func (f *FCFS) load(ctx context.Context, tx pgx.Tx, eventID int64, users []strin
 		taken[u] = s
 	}
 	return free, taken, rows.Err()
-}
-
-func (f *FCFS) reject(outcome string, status int, code, format string, args ...any) requests.Outcome {
-	f.Outcomes.WithLabelValues(outcome).Inc()
-	return requests.Rejected(domain.NewProblem(status, code, format, args...))
 }
