@@ -68,16 +68,17 @@ func TestBenchCPUTable(t *testing.T) {
 		Literal:      rep(nil, 1000, 100),
 		SkipLocked:   rep(nil, 1000, 200),
 		// 2 s of CPU for 1,000 seats: 2 ms each, so 2 cores allow 1,000/s.
-		Rush:   rep(map[string]float64{CPUTotal: 2, CPULoadTool: 0.4, "api": 0.8, "worker": 0.3, CPURest: 0.5}, 1000, 500),
+		Rush: rep(map[string]float64{CPUTotal: 2, CPULoadTool: 0.4, "api": 0.8, "worker": 0.3,
+			CPUPostgres: 0.3, CPURedis: 0.1, CPURest: 0.1}, 1000, 500),
 		Intake: rep(map[string]float64{CPUTotal: 4}, 1000, 400),
 	}
 	b.AsynqFloor.Tasks, b.AsynqFloor.ProcessedPerSec = 1000, 4000
-	b.AsynqFloor.CPUSeconds = map[string]float64{"total": 0.4, "floor": 0.3}
+	b.AsynqFloor.CPUSeconds = map[string]float64{"total": 0.4, "floor": 0.3, "redis": 0.08}
 	var out bytes.Buffer
 	b.WriteTable(&out)
 	table := out.String()
-	require.Contains(t, table, "| holdfast fcfs-rush (submit + outcome) | 2.000 | 0.400 | 0.800 | 0.300 | 0.500 | 1000/s | 500/s | 50% |")
-	require.Contains(t, table, "| Asynq floor (per task) | 0.400 | – | 0.300 | – | 0.100 | 5000/s | 4000/s | 80% |")
-	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | 500/s | 400/s | 80% |")
+	require.Contains(t, table, "| holdfast fcfs-rush (submit + outcome) | 2.000 | 0.400 | 0.800 | 0.300 | 0.300 | 0.100 | 0.100 | 1000/s | 500/s | 50% |")
+	require.Contains(t, table, "| Asynq floor (per task) | 0.400 | – | 0.300 | – | – | 0.080 | 0.020 | 5000/s | 4000/s | 80% |")
+	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | – | – | 500/s | 400/s | 80% |")
 	require.NotContains(t, table, "seed 004 literal, synchronous | ", "a run without CPU figures has no CPU row")
 }

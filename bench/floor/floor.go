@@ -82,7 +82,8 @@ type Result struct {
 	TotalSeconds    float64 `json:"totalSeconds"`
 	// CPUSeconds is the CPU the run cost from the first enqueue until the
 	// last task was handled: "total" for the whole machine, "floor" for
-	// this process (enqueuers and Asynq server); the rest is mostly Redis.
+	// this process (enqueuers and Asynq server), "redis" for every
+	// redis-server on the machine.
 	// Empty where /proc cannot be read.
 	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
 }
@@ -146,6 +147,7 @@ func Run(ctx context.Context, opt Options) (Result, error) {
 
 	client := asynq.NewClientFromRedisClient(rdb)
 	cpu, cpuErr := cputime.Now()
+	redisCPU, _ := cputime.ByName("redis-server")
 	start := time.Now()
 	if err := enqueue(ctx, client, res.Queue, opt.Tasks, opt.Enqueuers); err != nil {
 		return res, err
@@ -162,6 +164,9 @@ func Run(ctx context.Context, opt Options) (Result, error) {
 	if cpuErr == nil {
 		if d, err := cpu.Since(); err == nil {
 			res.CPUSeconds = map[string]float64{"total": d.Machine, "floor": d.Self}
+			if now, err := cputime.ByName("redis-server"); err == nil {
+				res.CPUSeconds["redis"] = now["redis-server"] - redisCPU["redis-server"]
+			}
 		}
 	}
 	res.Processed, res.Duplicates = int(distinct.Load()), int(dups.Load())

@@ -50,3 +50,27 @@ func (s Sample) Since() (Sample, error) {
 	}
 	return Sample{Machine: now.Machine - s.Machine, Self: now.Self - s.Self}, nil
 }
+
+// ByName sums the CPU seconds of every running process whose command name
+// is one of names (such as "postgres", "redis-server"), per name. A process
+// that exits between two readings takes its time with it, so the figures
+// suit long-lived servers.
+func ByName(names ...string) (map[string]float64, error) {
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("cputime: list processes: %w", err)
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]float64{}
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil || !want[st.Comm] {
+			continue // gone meanwhile, or not one of ours
+		}
+		out[st.Comm] += st.CPUTime()
+	}
+	return out, nil
+}
