@@ -1,10 +1,8 @@
 package metrics
 
 import (
-	"bufio"
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,12 +43,13 @@ func (r *RedisMemory) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	emit := func(c *redis.Client) {
-		info, err := c.Info(ctx, "memory").Result()
+		info, err := c.InfoMap(ctx, "memory").Result()
 		if err != nil {
 			return
 		}
-		used, limit, ok := ParseRedisMemory(info)
-		if !ok {
+		used, uerr := strconv.ParseFloat(info["Memory"]["used_memory"], 64)
+		limit, lerr := strconv.ParseFloat(info["Memory"]["maxmemory"], 64)
+		if uerr != nil || lerr != nil {
 			return
 		}
 		node := c.Options().Addr
@@ -72,28 +71,6 @@ func (r *RedisMemory) Collect(ch chan<- prometheus.Metric) {
 			return nil
 		})
 	}
-}
-
-// ParseRedisMemory reads used_memory and maxmemory out of an INFO memory
-// answer; ok is false when either is missing.
-func ParseRedisMemory(info string) (used, limit float64, ok bool) {
-	var haveUsed, haveLimit bool
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		name, value, found := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !found {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		switch {
-		case err != nil:
-		case name == "used_memory":
-			used, haveUsed = v, true
-		case name == "maxmemory":
-			limit, haveLimit = v, true
-		}
-	}
-	return used, limit, haveUsed && haveLimit
 }
 
 // OldestOpenSource reports how long the oldest non-terminal request has
