@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -188,29 +187,8 @@ func TestRedisCluster(t *testing.T) {
 
 	t.Run("events: FCFS seats, waiting room, token, booking, leave", func(t *testing.T) {
 		e := newEvent(t, s, map[string]any{"name": "Cluster gig", "seatCount": 2})
-		var mu sync.Mutex
-		var seats []int64
-		soldOut := 0
-		var wg sync.WaitGroup
-		for i := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				v := fcfs(t, s.Client(fmt.Sprintf("fan%d", i), domain.RoleUser), e.EventID, nil)
-				mu.Lock()
-				defer mu.Unlock()
-				if v.Status == domain.StatusRejected {
-					require.Equal(t, domain.CodeSoldOut, v.Error.Code)
-					soldOut++
-					return
-				}
-				seats = append(seats, seatOf(t, v).SeatID)
-			}()
-		}
-		wg.Wait()
-		sort.Slice(seats, func(i, j int) bool { return seats[i] < seats[j] })
+		seats, soldOut := fcfsRush(t, s, e.EventID, 4, func(int) map[string]string { return nil })
 		require.Len(t, seats, 2)
-		require.NotEqual(t, seats[0], seats[1])
 		require.Equal(t, 2, soldOut)
 		require.Eventually(t, func() bool { return publicEvent(t, s, e.EventID).RemainingSeats == 0 }, 5*time.Second, 20*time.Millisecond)
 

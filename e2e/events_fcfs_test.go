@@ -47,22 +47,19 @@ func seatOf(t *testing.T, v requests.View) events.FCFSResult {
 	return res
 }
 
-// Seed 004 §11: 100 users for 50 seats get exactly 50 seats, to 50 distinct
-// users, and 50 SOLD_OUT; the public count follows.
-func TestFCFS100UsersFor50Seats(t *testing.T) {
-	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 2})
-	e := newEvent(t, s, map[string]any{"name": "Concert", "seatCount": 50})
+// fcfsRush sends n users ("fan0", "fan1", …) at event ev at once, with
+// body(i) as user i's body, and returns the seats won (seat → holder) and
+// how many were told SOLD_OUT; any other answer, or a seat given twice,
+// fails the test.
+func fcfsRush(t *testing.T, s *systest.System, ev int64, n int, body func(i int) map[string]string) (map[int64]string, int) {
+	t.Helper()
 	var mu sync.Mutex
 	seats := map[int64]string{}
 	soldOut := 0
 	var wg sync.WaitGroup
-	for i := range 100 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := s.Client(fmt.Sprintf("fan%d", i), domain.RoleUser)
-			v := fcfs(t, c, e.EventID, map[string]string{"phone": fmt.Sprintf("+8210%08d", i)})
+	for i := range n {
+		wg.Go(func() {
+			v := fcfs(t, s.Client(fmt.Sprintf("fan%d", i), domain.RoleUser), ev, body(i))
 			mu.Lock()
 			defer mu.Unlock()
 			if v.Status == domain.StatusRejected {
@@ -73,9 +70,21 @@ func TestFCFS100UsersFor50Seats(t *testing.T) {
 			res := seatOf(t, v)
 			require.NotContains(t, seats, res.SeatID, "seat given twice")
 			seats[res.SeatID] = res.ReservedBy
-		}()
+		})
 	}
 	wg.Wait()
+	return seats, soldOut
+}
+
+// Seed 004 §11: 100 users for 50 seats get exactly 50 seats, to 50 distinct
+// users, and 50 SOLD_OUT; the public count follows.
+func TestFCFS100UsersFor50Seats(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 2})
+	e := newEvent(t, s, map[string]any{"name": "Concert", "seatCount": 50})
+	seats, soldOut := fcfsRush(t, s, e.EventID, 100, func(i int) map[string]string {
+		return map[string]string{"phone": fmt.Sprintf("+8210%08d", i)}
+	})
 	require.Len(t, seats, 50)
 	require.Equal(t, 50, soldOut)
 	users := map[string]bool{}
