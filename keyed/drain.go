@@ -64,14 +64,15 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		ids, err := e.peek(ctx, d.l, e.opt.BatchMax)
 		if err == nil && len(ids) == 0 {
 			leave()
-			var st int
-			if st, err = e.release(ctx, d.l, true); err == nil && st == relLost {
+			switch st, err := e.release(ctx, d.l, true); {
+			case err == nil && st == relLost:
 				return e.lostLease(ctx, d.l, queue)
-			}
-			if err == nil && st != relKept {
+			case err == nil && st != relKept:
 				return nil
 			}
-			e.local.Store(l.Key, d) // still held: the mailbox was not empty
+			// Still held (the mailbox was not empty), or the release failed
+			// and the next peek finds out.
+			e.local.Store(l.Key, d)
 			continue
 		}
 		more := false
