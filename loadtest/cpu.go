@@ -23,14 +23,14 @@ const (
 var servers = map[string]string{"postgres": CPUPostgres, "redis-server": CPURedis}
 
 // cpuMeter measures the CPU a run costs: the machine's busy time, the load
-// tool's own, and each holdfast process's process_cpu_seconds_total.
+// tool's own, each holdfast process's process_cpu_seconds_total and the
+// database servers'.
 type cpuMeter struct {
-	urls    map[string]string
-	hc      *http.Client
-	start   cputime.Sample
-	procs   map[string]float64
-	servers map[string]float64
-	ok      bool
+	urls  map[string]string
+	hc    *http.Client
+	start cputime.Sample
+	parts map[string]float64 // cumulative CPU seconds per part at the start
+	ok    bool
 }
 
 func startCPU(ctx context.Context, urls map[string]string) *cpuMeter {
@@ -39,32 +39,27 @@ func startCPU(ctx context.Context, urls map[string]string) *cpuMeter {
 	if m.start, err = cputime.Now(); err != nil {
 		return m // not Linux: the report has no CPU figures
 	}
-	m.ok, m.procs, m.servers = true, m.scrape(ctx), serverCPU()
+	m.ok, m.parts = true, m.read(ctx)
 	return m
 }
 
-// serverCPU is the CPU seconds of the database servers so far, by part.
-func serverCPU() map[string]float64 {
-	names := make([]string, 0, len(servers))
-	for n := range servers {
-		names = append(names, n)
-	}
-	by, err := cputime.ByName(names...)
-	if err != nil {
-		return nil
-	}
-	out := map[string]float64{}
-	for n, v := range by {
-		out[servers[n]] = v
-	}
-	return out
-}
-
-func (m *cpuMeter) scrape(ctx context.Context) map[string]float64 {
+// read returns the cumulative CPU seconds of every part measured on its own:
+// the scraped processes and the database servers. A part that cannot be read
+// is left out, and its time falls to the rest.
+func (m *cpuMeter) read(ctx context.Context) map[string]float64 {
 	out := map[string]float64{}
 	for name, url := range m.urls {
 		if v, err := scrapeValue(ctx, m.hc, url, "process_cpu_seconds_total"); err == nil {
 			out[name] = v
+		}
+	}
+	names := make([]string, 0, len(servers))
+	for n := range servers {
+		names = append(names, n)
+	}
+	if by, err := cputime.ByName(names...); err == nil {
+		for n, v := range by {
+			out[servers[n]] = v
 		}
 	}
 	return out
@@ -82,14 +77,8 @@ func (m *cpuMeter) stop(ctx context.Context) map[string]float64 {
 	}
 	out := map[string]float64{CPUTotal: round(d.Machine, 2), CPULoadTool: round(d.Self, 2)}
 	rest := d.Machine - d.Self
-	for name, v := range m.scrape(ctx) {
-		if was, ok := m.procs[name]; ok {
-			out[name] = round(v-was, 2)
-			rest -= v - was
-		}
-	}
-	for part, v := range serverCPU() {
-		if was, ok := m.servers[part]; ok {
+	for part, v := range m.read(ctx) {
+		if was, ok := m.parts[part]; ok {
 			out[part] = round(v-was, 2)
 			rest -= v - was
 		}
