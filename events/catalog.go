@@ -71,7 +71,17 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 			SELECT $1, label FROM unnest($2::text[]) WITH ORDINALITY AS l(label, n) ORDER BY n`, e.EventID, labels)
 		return err
 	})
-	return e, storage.Translate("events: create event", err)
+	if err != nil {
+		return e, storage.Translate("events: create event", err)
+	}
+	// Give the planner the new seats' numbers now: without them it takes a
+	// fresh event for a few dozen seats and reads all of its free seats for
+	// every FCFS batch, where walking the free-seat index to the batch's
+	// size is enough. Best effort, as the event exists already: a role that
+	// may not analyze only gets a warning, and its plans improve once
+	// autovacuum has analyzed the table.
+	_, _ = c.pool.Exec(ctx, `ANALYZE seats`)
+	return e, nil
 }
 
 // Event reads an event's settings.

@@ -23,9 +23,12 @@ const reconcileEvents = 1000
 func remainingKey(ev int64) string { return keyed.KeyTag(EventKey(ev)) + ":remaining" }
 
 // Counts keeps the Redis copy of each event's remaining seats (seed 003's
-// seat:count) and exports the per-event gauges. Postgres is the truth: the
-// copy is recounted after every batch that takes seats and repaired by
-// Reconcile, so a lost or corrupted copy heals on its own.
+// seat:count) and exports the per-event gauges. Postgres is the truth: a
+// batch that takes seats lowers the copy by as many once it has committed
+// (Take), and Reconcile sets it from a count, so a lost or corrupted copy
+// heals on its own. Take does not count: counting reads every free seat of
+// the event, which after every batch of a rush cost more Postgres time than
+// the batch itself.
 type Counts struct {
 	pool *pgxpool.Pool
 	rdb  redis.UniversalClient
@@ -56,6 +59,23 @@ func (c *Counts) Recount(ctx context.Context, ev int64) (int64, error) {
 		return 0, err
 	}
 	return n, c.rdb.Set(ctx, remainingKey(ev), n, 0).Err()
+}
+
+// takeScript lowers a remaining-seat copy by ARGV[1] if there is one; a
+// missing copy is left for a recount, since lowering it would invent one.
+var takeScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then
+	return redis.call('DECRBY', KEYS[1], ARGV[1])
+end
+return false`)
+
+// Take lowers the event's copy by n seats just reserved (in a committed
+// transaction), or recounts it when there is no copy yet.
+func (c *Counts) Take(ctx context.Context, ev int64, n int) error {
+	err := takeScript.Run(ctx, c.rdb, []string{remainingKey(ev)}, n).Err()
+	if errors.Is(err, redis.Nil) {
+		_, err = c.Recount(ctx, ev)
+	}
+	return err
 }
 
 // Remaining reads the copy, recounting it if it is missing. A damaged copy

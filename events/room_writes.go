@@ -41,7 +41,7 @@ type BookResult struct {
 // RoomWrites applies queue entries and seat bookings in the worker.
 type RoomWrites struct {
 	Room   *Room
-	Counts *Counts // when set, events that lose seats are recounted after commit
+	Counts *Counts // when set, events that lose seats have their copy lowered after commit
 }
 
 // Types are the waiting room's write types.
@@ -139,7 +139,7 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 		b.AfterCommit(func(ctx context.Context) {
 			_ = w.Room.Leave(ctx, ev, user)
 			if w.Counts != nil {
-				_, _ = w.Counts.Recount(ctx, ev)
+				_ = w.Counts.Take(ctx, ev, 1)
 			}
 		})
 		outs[i] = requests.Succeeded(res)

@@ -95,8 +95,8 @@ type Stores struct {
 
 // Open connects to Postgres (pool of maxConns) and Redis and applies the
 // migrations: what each binary does first.
-func Open(ctx context.Context, databaseURL string, rc config.Redis, maxConns int32) (*Stores, error) {
-	pool, err := OpenPostgres(ctx, databaseURL, maxConns)
+func Open(ctx context.Context, databaseURL string, rc config.Redis, maxConns int32, opts ...PGOption) (*Stores, error) {
+	pool, err := OpenPostgres(ctx, databaseURL, maxConns, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		opt.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	log = log.With("worker", opt.Name)
-	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns)
+	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.CustomPlans)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,116 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/testenv"
+)
+
+// An FCFS batch's reads must touch about as many rows as the batch has
+// users, late in a rush as early. The event has 5,000 seats, 4,900 of them
+// already taken, and the batch 100 users. Each read runs with a plan made
+// for the current table (as the worker's custom plans are) and with a
+// generic plan cached after the rush's first batch (as a pooled connection
+// keeps one); both must stay within 3 rows per user.
+//
+// The controls show the measure catching what it guards against: reading
+// free seats from the event's first seat instead of after the last one
+// granted, and the plain "user_id = ANY($2)" lookup under the cached plan,
+// each examine every seat taken so far.
+func TestFCFSReadsDoNotGrowWithSeatsTaken(t *testing.T) {
+	_, pool := testenv.Postgres(t)
+	ctx := context.Background()
+	const seats, taken, batch = 5000, 4900, 100
+	ev, err := NewCatalog(pool).CreateEvent(ctx, Event{Name: "plans", TotalSeats: seats, MaxConcurrent: 1, TokenTTLSeconds: 60}, nil)
+	require.NoError(t, err)
+
+	users := make([]string, batch)
+	for i := range users {
+		users[i] = fmt.Sprintf("late-%d", i)
+	}
+	usersLit := "'{" + strings.Join(users, ",") + "}'"
+	const anyHeldSQL = `SELECT user_id, seat_id FROM seat_reservations WHERE event_id = $1 AND user_id = ANY($2)`
+
+	// One connection: prepared statements and their cached plans are its own.
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	exec := func(sql string) {
+		t.Helper()
+		_, err := conn.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	reserve := func(n int) (last int64) {
+		t.Helper()
+		require.NoError(t, conn.QueryRow(ctx, `WITH s AS (
+				UPDATE seats SET reserved = true
+				WHERE id IN (SELECT id FROM seats WHERE event_id = $1 AND NOT reserved ORDER BY id LIMIT $2)
+				RETURNING id),
+			r AS (INSERT INTO seat_reservations (event_id, seat_id, user_id) SELECT $1, id, 'early-' || id FROM s)
+			SELECT max(id) FROM s`, ev.EventID, n).Scan(&last))
+		return last
+	}
+	// The plans are cached after the rush's first batch.
+	reserve(batch / 2)
+	exec(`SET plan_cache_mode = force_generic_plan`)
+	for name, sql := range map[string]string{"held": heldSeatsSQL, "anyheld": anyHeldSQL} {
+		exec(fmt.Sprintf(`PREPARE %s(bigint, text[]) AS %s`, name, sql))
+		exec(fmt.Sprintf(`EXECUTE %s(%d, %s)`, name, ev.EventID, usersLit)) // caches the generic plan
+	}
+	exec(`PREPARE free(bigint, int, bigint) AS ` + freeSeatsSQL)
+	exec(fmt.Sprintf(`EXECUTE free(%d, %d, 0)`, ev.EventID, batch))
+
+	// The rush so far: the first 4,900 seats are reserved, as FCFS leaves them.
+	last := reserve(taken - batch/2)
+
+	free := fmt.Sprintf(`EXECUTE free(%d, %d, %d)`, ev.EventID, batch, last)
+	held := fmt.Sprintf(`EXECUTE held(%d, %s)`, ev.EventID, usersLit)
+	const bound = 3 * batch
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		exec(`SET plan_cache_mode = ` + mode)
+		require.LessOrEqual(t, rowsExamined(t, conn, free), bound, "free seats, %s", mode)
+		require.LessOrEqual(t, rowsExamined(t, conn, held), bound, "held seats, %s", mode)
+	}
+
+	// Controls.
+	exec(`SET plan_cache_mode = force_custom_plan`)
+	require.Greater(t, rowsExamined(t, conn, fmt.Sprintf(`EXECUTE free(%d, %d, 0)`, ev.EventID, batch)), 10*bound,
+		"free seats read from the first seat")
+	exec(`SET plan_cache_mode = force_generic_plan`)
+	require.Greater(t, rowsExamined(t, conn, fmt.Sprintf(`EXECUTE anyheld(%d, %s)`, ev.EventID, usersLit)), 10*bound,
+		"held seats by ANY under the plan cached early")
+}
+
+// rowsExamined runs sql under EXPLAIN ANALYZE and adds up, over every plan
+// node and loop, the rows it produced and those it read and threw away.
+func rowsExamined(t *testing.T, conn *pgxpool.Conn, sql string) int {
+	t.Helper()
+	var out []byte
+	require.NoError(t, conn.QueryRow(context.Background(), `EXPLAIN (ANALYZE, FORMAT JSON) `+sql).Scan(&out), sql)
+	var plans []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal(out, &plans))
+	return plans[0].Plan.examined()
+}
+
+type planNode struct {
+	Rows     float64    `json:"Actual Rows"`
+	Loops    float64    `json:"Actual Loops"`
+	Filtered float64    `json:"Rows Removed by Filter"`
+	Rechecks float64    `json:"Rows Removed by Index Recheck"`
+	Plans    []planNode `json:"Plans"`
+}
+
+func (n planNode) examined() int {
+	total := (n.Rows + n.Filtered + n.Rechecks) * n.Loops
+	for _, c := range n.Plans {
+		total += float64(c.examined())
+	}
+	return int(total)
+}
