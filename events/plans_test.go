@@ -88,29 +88,13 @@ func TestFCFSReadsDoNotGrowWithSeatsTaken(t *testing.T) {
 		"held seats by ANY under the plan cached early")
 }
 
-// rowsExamined runs sql under EXPLAIN ANALYZE and adds up, over every plan
-// node and loop, the rows it produced and those it read and threw away.
+// rowsExamined runs sql under EXPLAIN ANALYZE and returns the rows its plan
+// examined.
 func rowsExamined(t *testing.T, conn *pgxpool.Conn, sql string) int {
 	t.Helper()
 	var out []byte
 	require.NoError(t, conn.QueryRow(context.Background(), `EXPLAIN (ANALYZE, FORMAT JSON) `+sql).Scan(&out), sql)
-	var plans []struct{ Plan planNode }
+	var plans []struct{ Plan testenv.PlanNode }
 	require.NoError(t, json.Unmarshal(out, &plans))
-	return plans[0].Plan.examined()
-}
-
-type planNode struct {
-	Rows     float64    `json:"Actual Rows"`
-	Loops    float64    `json:"Actual Loops"`
-	Filtered float64    `json:"Rows Removed by Filter"`
-	Rechecks float64    `json:"Rows Removed by Index Recheck"`
-	Plans    []planNode `json:"Plans"`
-}
-
-func (n planNode) examined() int {
-	total := (n.Rows + n.Filtered + n.Rechecks) * n.Loops
-	for _, c := range n.Plans {
-		total += float64(c.examined())
-	}
-	return int(total)
+	return plans[0].Plan.Examined()
 }

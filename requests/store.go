@@ -227,7 +227,7 @@ func UndispatchedBefore(ctx context.Context, tx pgx.Tx, keys []string, seq int64
 func (s *Store) OldestOpenAge(ctx context.Context) (time.Duration, error) {
 	var secs float64
 	err := s.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(accepted_at)), 0)::float8
-		FROM requests WHERE status IN ('queued', 'processing')`).Scan(&secs)
+		FROM requests WHERE completed_at IS NULL`).Scan(&secs)
 	if err != nil {
 		return 0, storage.Translate("requests: oldest open", err)
 	}
@@ -246,7 +246,7 @@ type OpenKey struct {
 // the order of their oldest request, skipping the first offset keys.
 func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, offset, limit int) ([]OpenKey, error) {
 	rows, err := s.pool.Query(ctx, `SELECT k, min(queue), count(*), max(seq) FROM requests, unnest(keys) AS k
-		WHERE status IN ('queued', 'processing') AND accepted_at < $1
+		WHERE completed_at IS NULL AND accepted_at < $1
 		GROUP BY k ORDER BY min(seq) OFFSET $2 LIMIT $3`, cutoff, offset, limit)
 	if err != nil {
 		return nil, storage.Translate("requests: open keys", err)
@@ -261,7 +261,7 @@ func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, offset, limit in
 // seq above after, in acceptance order.
 func (s *Store) OpenOnKey(ctx context.Context, key string, after int64, limit int) ([]*Request, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM requests
-		WHERE status IN ('queued', 'processing') AND keys @> ARRAY[$1::text] AND seq > $2
+		WHERE completed_at IS NULL AND keys @> ARRAY[$1::text] AND seq > $2
 		ORDER BY seq LIMIT $3`, key, after, limit)
 	if err != nil {
 		return nil, storage.Translate("requests: open on key", err)

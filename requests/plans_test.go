@@ -1,0 +1,140 @@
+package requests
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/storage"
+)
+
+// planLog collects the plans Postgres' auto_explain reports for every
+// statement of a pool's single connection, as JSON with actual row counts.
+type planLog struct {
+	mu    sync.Mutex
+	plans map[string][]int // statement's first three words → rows examined, per run
+}
+
+func (l *planLog) option(c *pgxpool.Config) {
+	c.MaxConns = 1
+	for k, v := range map[string]string{
+		"session_preload_libraries": "auto_explain", "auto_explain.log_min_duration": "0",
+		"auto_explain.log_analyze": "on", "auto_explain.log_format": "json", "client_min_messages": "log",
+	} {
+		c.ConnConfig.RuntimeParams[k] = v
+	}
+	c.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		_, doc, ok := strings.Cut(n.Message, "plan:\n")
+		if !ok {
+			return
+		}
+		var p struct {
+			Query string   `json:"Query Text"`
+			Plan  testenv.PlanNode `json:"Plan"`
+		}
+		if json.Unmarshal([]byte(doc), &p) != nil {
+			return
+		}
+		name := strings.Join(strings.Fields(p.Query)[:3], " ")
+		l.mu.Lock()
+		l.plans[name] = append(l.plans[name], p.Plan.Examined())
+		l.mu.Unlock()
+	}
+}
+
+// last is the rows examined by the latest statement starting with prefix.
+func (l *planLog) last(t *testing.T, prefix string) int {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	runs := l.plans[prefix]
+	require.NotEmpty(t, runs, "no plan logged for %q (have %v)", prefix, l.plans)
+	return runs[len(runs)-1]
+}
+
+// The worker's per-batch statements on requests (mark processing, lock the
+// open ones, record outcomes) must touch about as many rows as the batch
+// has, however many requests are stored and open: during an intake burst
+// tens of thousands are. Planned as the worker plans them (custom plans,
+// storage.CustomPlans), a batch of 100 among 5,000 open requests examines
+// at most 3 rows per request.
+//
+// The control runs the same statements with generic plans cached on the
+// connection while the table was small, as pgx's statement cache keeps
+// them without the worker's option: recording outcomes then reads the whole
+// table for every batch.
+func TestBatchStatementsDoNotGrowWithTheTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const stored, batch = 50000, 100
+	const bound = 3 * batch
+
+	run := func(t *testing.T, mode string) *planLog {
+		url, _ := testenv.Postgres(t) // a table of its own
+		log := &planLog{plans: map[string][]int{}}
+		pool, err := storage.OpenPostgres(ctx, url, 1, log.option, func(c *pgxpool.Config) {
+			c.ConnConfig.RuntimeParams["plan_cache_mode"] = mode
+		})
+		require.NoError(t, err)
+		defer pool.Close()
+		store := NewStore(pool)
+		applyBatch := func(ids []uuid.UUID) {
+			now := time.Now().UTC()
+			require.NoError(t, store.MarkProcessing(ctx, ids, now))
+			require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				open, err := LockOpen(ctx, tx, ids, 0)
+				require.NoError(t, err)
+				require.Len(t, open, len(ids))
+				outs := make([]Outcome, len(open))
+				for i := range outs {
+					outs[i] = Succeeded(map[string]int{"n": i})
+				}
+				return Complete(ctx, tx, open, outs, now)
+			}))
+		}
+		// The first batches of a rush, while the table is small (more
+		// than five, after which Postgres may settle on a generic plan),
+		// then a full table.
+		for range 8 {
+			applyBatch(insertOpen(t, pool, batch))
+		}
+		insertOpen(t, pool, stored)
+		applyBatch(insertOpen(t, pool, batch))
+		return log
+	}
+
+	custom := run(t, "force_custom_plan")
+	for _, stmt := range []string{"UPDATE requests SET", "SELECT id, seq,", "UPDATE requests r"} {
+		require.LessOrEqual(t, custom.last(t, stmt), bound, "%s with custom plans", stmt)
+	}
+
+	generic := run(t, "auto")
+	require.Greater(t, generic.last(t, "UPDATE requests r"), 10*bound, "outcomes recorded with a plan cached early")
+}
+
+// insertOpen stores n queued requests on one key and returns their ids.
+func insertOpen(t *testing.T, pool *pgxpool.Pool, n int) []uuid.UUID {
+	t.Helper()
+	batch := make([]*pending, n)
+	ids := make([]uuid.UUID, n)
+	for i := range batch {
+		id, err := uuid.NewV7()
+		require.NoError(t, err)
+		ids[i] = id
+		batch[i] = &pending{id: id, now: time.Now().UTC(), sub: &Submission{
+			Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"}, Payload: json.RawMessage(`{}`)}}
+	}
+	_, err := NewStore(pool).insertMany(context.Background(), batch)
+	require.NoError(t, err)
+	return ids
+}
