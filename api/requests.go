@@ -87,7 +87,7 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	// A long poll listens before its first read, so an announcement made
 	// between that read and the wait is not missed, and the read need not
 	// be repeated once the wait begins.
-	var done <-chan struct{}
+	var done <-chan []byte
 	if wait > 0 {
 		var cancel func()
 		done, cancel = s.Notifier.Wait(id)
@@ -101,34 +101,44 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 		return errNotFound
 	}
 	if wait > 0 && !r.Status.Terminal() {
-		if r, err = s.waitTerminal(ctx, id, r, done, wait); err != nil {
+		var view []byte
+		if r, view, err = s.waitTerminal(ctx, id, r, done, wait); err != nil {
 			return err
+		}
+		if view != nil {
+			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+			return c.Send(view)
 		}
 	}
 	return c.JSON(r.View())
 }
 
 // waitTerminal long-polls r, read after done began listening: it wakes on
-// the worker's announcement and also re-reads Postgres every second, so a
-// lost announcement costs at most 1 s.
-func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Request, done <-chan struct{}, wait time.Duration) (*requests.Request, error) {
+// the worker's announcement, which carries the terminal view (returned as
+// view), and also re-reads Postgres every second, so a lost announcement
+// costs at most 1 s.
+func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Request, done <-chan []byte, wait time.Duration) (*requests.Request, []byte, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
-		case <-done:
-			return s.Store.Get(ctx, id)
+		case view := <-done:
+			if view != nil {
+				return r, view, nil
+			}
+			next, err := s.Store.Get(ctx, id)
+			return next, nil, err
 		case <-tick.C:
 		case <-deadline.C:
-			return r, nil
+			return r, nil, nil
 		case <-ctx.Done():
-			return r, nil
+			return r, nil, nil
 		}
 		next, err := s.Store.Get(ctx, id)
 		if err != nil || next.Status.Terminal() {
-			return next, err
+			return next, nil, err
 		}
 		r = next
 	}

@@ -91,4 +91,10 @@ func TestLongPollWakesOnOutcome(t *testing.T) {
 	require.Equal(t, http.StatusOK, a.r.Status)
 	require.Contains(t, string(a.r.Body), `"status":"succeeded"`)
 	require.Less(t, a.spent, 15*time.Second, "long-poll ran to its deadline instead of waking")
+
+	// The woken poll answers with the view the worker announced, which is
+	// what Postgres stored, byte for byte.
+	stored := c.Do("GET", "/api/v1/requests/"+id, nil)
+	require.Equal(t, http.StatusOK, stored.Status)
+	require.Equal(t, string(stored.Body), string(a.r.Body))
 }

@@ -242,10 +242,8 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, keys []st
 		return
 	}
 	members := make([]any, 0, len(res.applied)+len(res.gone))
-	done := make([]string, 0, len(res.applied))
 	for _, r := range res.applied {
 		members = append(members, r.ID.String())
-		done = append(done, r.ID.String())
 	}
 	for _, id := range res.gone {
 		members = append(members, id.String())
@@ -254,8 +252,12 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, keys []st
 	for _, k := range keys {
 		pipe.ZRem(ctx, mboxKey(k), members...)
 	}
-	if len(done) > 0 {
-		pipe.Publish(ctx, requests.DoneChannel, requests.DoneMessage(done))
+	if len(res.applied) > 0 {
+		if msg, err := requests.DoneMessage(res.applied); err != nil {
+			e.log.Warn("cannot announce outcomes; long polls will read them", "keys", keys, "err", err)
+		} else {
+			pipe.Publish(ctx, requests.DoneChannel, msg)
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		e.log.Warn("mailbox cleanup failed", "keys", keys, "err", err)

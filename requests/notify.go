@@ -2,6 +2,8 @@ package requests
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,14 +13,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DoneChannel is the Redis pub/sub channel on which workers announce the ids
-// of requests that just became terminal (comma separated, one message per
-// batch). It only speeds up long-polls; they re-read Postgres regardless.
+// DoneChannel is the Redis pub/sub channel on which workers announce the
+// requests that just became terminal, one message per batch. It only speeds
+// up long-polls: a poll that misses it re-reads Postgres.
 const DoneChannel = "holdfast:requests:done"
 
-// DoneMessage is the DoneChannel message announcing that ids are terminal;
-// Notifier parses it.
-func DoneMessage(ids []string) string { return strings.Join(ids, ",") }
+// DoneMessage announces that reqs are terminal, as Complete left them: one
+// line per request, its id, a space and the view GET would now read from
+// Postgres, so a waiting long-poll can answer without reading it again.
+func DoneMessage(reqs []*Request) (string, error) {
+	var b strings.Builder
+	for _, r := range reqs {
+		v, err := json.Marshal(r.View())
+		if err != nil {
+			return "", fmt.Errorf("requests: announce %s: %w", r.ID, err)
+		}
+		b.WriteString(r.ID.String())
+		b.WriteByte(' ')
+		b.Write(v)
+		b.WriteByte('\n')
+	}
+	return b.String(), nil
+}
 
 // Notifier fans DoneChannel messages out to local long-poll waiters.
 type Notifier struct {
@@ -26,12 +42,12 @@ type Notifier struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	waiters map[uuid.UUID][]chan struct{}
+	waiters map[uuid.UUID][]chan []byte
 }
 
 // NewNotifier returns a Notifier; call Run to start listening.
 func NewNotifier(rdb redis.UniversalClient, log *slog.Logger) *Notifier {
-	return &Notifier{rdb: rdb, log: log, waiters: make(map[uuid.UUID][]chan struct{})}
+	return &Notifier{rdb: rdb, log: log, waiters: make(map[uuid.UUID][]chan []byte)}
 }
 
 // Run listens until ctx ends, resubscribing after connection loss.
@@ -58,28 +74,43 @@ func (n *Notifier) Run(ctx context.Context) {
 	}
 }
 
+// deliver hands each announced request's view to its waiters. A line
+// that is only ids, comma separated, is how workers before views were
+// announced announce: its waiters get nil and read Postgres.
 func (n *Notifier) deliver(payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.waiters) == 0 {
 		return
 	}
-	for s := range strings.SplitSeq(payload, ",") {
-		id, err := uuid.Parse(s)
-		if err != nil {
+	for line := range strings.Lines(payload) {
+		line = strings.TrimSuffix(line, "\n")
+		if s, view, ok := strings.Cut(line, " "); ok {
+			n.wake(s, []byte(view))
 			continue
 		}
-		for _, c := range n.waiters[id] {
-			close(c)
+		for s := range strings.SplitSeq(line, ",") {
+			n.wake(s, nil)
 		}
-		delete(n.waiters, id)
 	}
 }
 
-// Wait returns a channel closed when id is announced, and a cancel func that
-// must be called if the caller stops waiting first.
-func (n *Notifier) Wait(id uuid.UUID) (<-chan struct{}, func()) {
-	c := make(chan struct{})
+func (n *Notifier) wake(s string, view []byte) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return
+	}
+	for _, c := range n.waiters[id] {
+		c <- view // buffered, and each waiter is sent to once
+	}
+	delete(n.waiters, id)
+}
+
+// Wait returns a channel that receives the request's terminal view (nil if
+// the announcement did not carry it) when id is announced, and a cancel func
+// that must be called if the caller stops waiting first.
+func (n *Notifier) Wait(id uuid.UUID) (<-chan []byte, func()) {
+	c := make(chan []byte, 1)
 	n.mu.Lock()
 	n.waiters[id] = append(n.waiters[id], c)
 	n.mu.Unlock()

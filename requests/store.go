@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,9 @@ type Store struct {
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 const columns = `id, seq, type, queue, user_id, keys, payload, trace_id, status, result, error, accepted_at, started_at, completed_at`
+
+// qualifiedColumns are columns taken from requests aliased r.
+var qualifiedColumns = "r." + strings.ReplaceAll(columns, ", ", ", r.")
 
 func scan(row pgx.Row) (*Request, error) {
 	var r Request
@@ -155,7 +159,9 @@ func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, skipLockedLimit i
 	return collect(rows, "requests: lock open")
 }
 
-// Complete records the outcomes of reqs (same order) in tx.
+// Complete records the outcomes of reqs (same order) in tx, and sets each
+// request to what Postgres stored, so that once tx commits reqs read as Get
+// reads them (DoneMessage announces them so).
 func Complete(ctx context.Context, tx pgx.Tx, reqs []*Request, outs []Outcome, now time.Time) error {
 	if len(reqs) != len(outs) {
 		return fmt.Errorf("requests: %d outcomes for %d requests", len(outs), len(reqs))
@@ -180,13 +186,30 @@ func Complete(ctx context.Context, tx pgx.Tx, reqs []*Request, outs []Outcome, n
 				return fmt.Errorf("requests: encode error: %w", err)
 			}
 		}
-		reqs[i].Status = o.Status
 	}
-	_, err := tx.Exec(ctx, `UPDATE requests r SET status = u.status, result = u.result, error = u.error,
+	rows, err := tx.Query(ctx, `UPDATE requests r SET status = u.status, result = u.result, error = u.error,
 			completed_at = $5, started_at = coalesce(r.started_at, $5), undispatched = false
 		FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[]) AS u(id, status, result, error)
-		WHERE r.id = u.id`, ids, statuses, results, problems, now)
-	return storage.Translate("requests: complete", err)
+		WHERE r.id = u.id
+		RETURNING `+qualifiedColumns, ids, statuses, results, problems, now)
+	if err != nil {
+		return storage.Translate("requests: complete", err)
+	}
+	stored, err := collect(rows, "requests: complete")
+	if err != nil {
+		return err
+	}
+	if len(stored) != len(reqs) {
+		return fmt.Errorf("requests: complete stored %d of %d requests", len(stored), len(reqs))
+	}
+	byID := make(map[uuid.UUID]*Request, len(stored))
+	for _, r := range stored {
+		byID[r.ID] = r
+	}
+	for _, r := range reqs {
+		*r = *byID[r.ID]
+	}
+	return nil
 }
 
 // MarkUndispatched records that r is durable but not in its mailboxes.

@@ -1,0 +1,53 @@
+package requests
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+)
+
+// An announcement hands each waiter the view of its own request, leaves
+// other waiters waiting, and an ids-only line (an older worker's) wakes its
+// waiters with nil, so they read Postgres.
+func TestNotifierDeliversEachRequestItsView(t *testing.T) {
+	n := NewNotifier(nil, nil)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	reqs := make([]*Request, 3)
+	waits := make([]<-chan []byte, 3)
+	for i := range reqs {
+		reqs[i] = &Request{ID: uuid.New(), Type: "t", AcceptedAt: now}
+		var cancel func()
+		waits[i], cancel = n.Wait(reqs[i].ID)
+		defer cancel()
+	}
+	reqs[0].Status, reqs[0].Result, reqs[0].CompletedAt = domain.StatusSucceeded, json.RawMessage(`{"seatId":7}`), &now
+	reqs[1].Status, reqs[1].Problem, reqs[1].CompletedAt = domain.StatusRejected, domain.NewProblem(409, domain.CodeSoldOut, "no seat is left"), &now
+
+	msg, err := DoneMessage(reqs[:2])
+	require.NoError(t, err)
+	n.deliver(msg)
+	for i, r := range reqs[:2] {
+		var got, want View
+		require.NoError(t, json.Unmarshal(<-waits[i], &got))
+		want = r.View()
+		require.Equal(t, want.RequestID, got.RequestID)
+		require.Equal(t, want.Status, got.Status)
+		require.JSONEq(t, string(want.Result), string(got.Result))
+		require.Equal(t, want.Error, got.Error)
+		require.True(t, want.CompletedAt.Equal(*got.CompletedAt))
+	}
+	select {
+	case v := <-waits[2]:
+		t.Fatalf("request 2 was not announced but its waiter got %q", v)
+	default:
+	}
+
+	n.deliver(uuid.NewString() + "," + reqs[2].ID.String())
+	require.Nil(t, <-waits[2])
+	require.Empty(t, n.waiters, "woken waiters are forgotten")
+}
