@@ -39,7 +39,7 @@ func (l *planLog) option(c *pgxpool.Config) {
 			return
 		}
 		var p struct {
-			Query string   `json:"Query Text"`
+			Query string           `json:"Query Text"`
 			Plan  testenv.PlanNode `json:"Plan"`
 		}
 		if json.Unmarshal([]byte(doc), &p) != nil {
