@@ -50,6 +50,7 @@ func (s *Server) Accept(c *fiber.Ctx, sub requests.Submission) error {
 	}
 	if created {
 		s.Metrics.Accepted.WithLabelValues(sub.Type).Inc()
+		s.Notifier.Track(r.ID, r.UserID)
 	} else {
 		c.Set("Idempotent-Replayed", "true")
 	}
@@ -84,20 +85,39 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
-	// A long poll listens before its first read, so an announcement made
-	// between that read and the wait is not missed, and the read need not
-	// be repeated once the wait begins.
+	p := Principal(c)
+	// A long poll listens before it looks, so an announcement made between
+	// the look and the wait is not missed, and the look need not be
+	// repeated once the wait begins. It looks first at what this process
+	// knows of the requests it accepted, then at Postgres.
 	var done <-chan []byte
+	var r *requests.Request
 	if wait > 0 {
 		var cancel func()
 		done, cancel = s.Notifier.Wait(id)
 		defer cancel()
+		if owner, view, ok := s.Notifier.Local(id); ok {
+			if !p.CanActFor(owner) {
+				return errNotFound
+			}
+			if view != nil {
+				return sendView(c, view)
+			}
+			r, view, err = s.waitTerminal(ctx, id, nil, done, wait)
+			if err != nil {
+				return err
+			}
+			if view != nil {
+				return sendView(c, view)
+			}
+			return c.JSON(r.View())
+		}
 	}
-	r, err := s.Store.Get(ctx, id)
+	r, err = s.Store.Get(ctx, id)
 	if err != nil {
 		return err
 	}
-	if p := Principal(c); !p.CanActFor(r.UserID) {
+	if !p.CanActFor(r.UserID) {
 		return errNotFound
 	}
 	if wait > 0 && !r.Status.Terminal() {
@@ -106,17 +126,23 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 			return err
 		}
 		if view != nil {
-			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-			return c.Send(view)
+			return sendView(c, view)
 		}
 	}
 	return c.JSON(r.View())
 }
 
-// waitTerminal long-polls r, read after done began listening: it wakes on
-// the worker's announcement, which carries the terminal view (returned as
-// view), and also re-reads Postgres every second, so a lost announcement
-// costs at most 1 s.
+// sendView answers with a request's view as the worker announced it.
+func sendView(c *fiber.Ctx, view []byte) error {
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Send(view)
+}
+
+// waitTerminal long-polls request id, whose state r was read after done
+// began listening (nil if it was not read: the request was accepted here and
+// not yet announced). It wakes on the worker's announcement, which carries
+// the terminal view (returned as view), and also reads Postgres every
+// second, so a lost announcement costs at most 1 s.
 func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Request, done <-chan []byte, wait time.Duration) (*requests.Request, []byte, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
@@ -132,9 +158,9 @@ func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Req
 			return next, nil, err
 		case <-tick.C:
 		case <-deadline.C:
-			return r, nil, nil
+			return s.current(ctx, id, r)
 		case <-ctx.Done():
-			return r, nil, nil
+			return s.current(ctx, id, r)
 		}
 		next, err := s.Store.Get(ctx, id)
 		if err != nil || next.Status.Terminal() {
@@ -142,6 +168,15 @@ func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Req
 		}
 		r = next
 	}
+}
+
+// current is r, or the request as Postgres has it if it was never read.
+func (s *Server) current(ctx context.Context, id uuid.UUID, r *requests.Request) (*requests.Request, []byte, error) {
+	if r != nil {
+		return r, nil, nil
+	}
+	r, err := s.Store.Get(context.WithoutCancel(ctx), id)
+	return r, nil, err
 }
 
 // parseWait reads ?wait= as a Go duration ("10s", "1500ms") or whole seconds.

@@ -47,6 +47,11 @@ func TestRequestLifecycle(t *testing.T) {
 	r := bob.Do("GET", "/api/v1/requests/"+id, nil)
 	require.Equal(t, http.StatusNotFound, r.Status)
 	require.Equal(t, domain.CodeNotFound, r.ErrorCode(t))
+	// Also when a long poll finds the request among those this API accepted.
+	fresh := alice.Probe(probe.Payload{Keys: []string{"life3"}})
+	r = bob.Do("GET", "/api/v1/requests/"+fresh+"?wait=1s", nil)
+	require.Equal(t, http.StatusNotFound, r.Status)
+	require.Equal(t, domain.CodeNotFound, r.ErrorCode(t))
 	staff := s.Client("st", domain.RoleStaff)
 	require.Equal(t, http.StatusOK, staff.Do("GET", "/api/v1/requests/"+id, nil).Status)
 	require.Equal(t, http.StatusNotFound, alice.Do("GET", "/api/v1/requests/00000000-0000-0000-0000-000000000000", nil).Status)

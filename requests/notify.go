@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/internal/recent"
 )
 
 // DoneChannel is the Redis pub/sub channel on which workers announce the
@@ -36,18 +38,58 @@ func DoneMessage(reqs []*Request) (string, error) {
 	return b.String(), nil
 }
 
-// Notifier fans DoneChannel messages out to local long-poll waiters.
+// Notifier fans DoneChannel messages out to the long polls waiting in this
+// process. It also remembers the requests accepted here (Track): their owner
+// and, once announced, their terminal view. A client mostly polls over the
+// connection it submitted on, so its long poll usually reaches the process
+// that accepted the request and is answered without reading Postgres.
 type Notifier struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
 
 	mu      sync.Mutex
 	waiters map[uuid.UUID][]chan []byte
+	// tracked are the requests accepted here; their views are set and read
+	// under mu.
+	tracked *recent.Map[uuid.UUID, *trackedRequest]
 }
+
+type trackedRequest struct {
+	owner string
+	view  []byte // the terminal view, once announced
+}
+
+// How long and how many accepted requests a Notifier remembers (each for
+// between trackFor and twice that, at most 2 × trackMax). A client polls
+// right after its 202, so a few seconds cover nearly every poll; a later one
+// reads Postgres, as a poll on another replica does. The bound keeps the
+// views held to tens of MiB at most.
+const (
+	trackFor = 5 * time.Second
+	trackMax = 50_000
+)
 
 // NewNotifier returns a Notifier; call Run to start listening.
 func NewNotifier(rdb redis.UniversalClient, log *slog.Logger) *Notifier {
-	return &Notifier{rdb: rdb, log: log, waiters: make(map[uuid.UUID][]chan []byte)}
+	return &Notifier{rdb: rdb, log: log, waiters: make(map[uuid.UUID][]chan []byte),
+		tracked: recent.New[uuid.UUID, *trackedRequest](trackFor, trackMax)}
+}
+
+// Track remembers that this process accepted request id for owner.
+func (n *Notifier) Track(id uuid.UUID, owner string) {
+	n.tracked.Put(id, &trackedRequest{owner: owner})
+}
+
+// Local reports whether this process accepted id (and still remembers it),
+// with its owner and, if it was announced since, its terminal view.
+func (n *Notifier) Local(id uuid.UUID) (owner string, view []byte, ok bool) {
+	t, ok := n.tracked.Get(id)
+	if !ok {
+		return "", nil, false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return t.owner, t.view, true
 }
 
 // Run listens until ctx ends, resubscribing after connection loss.
@@ -80,7 +122,7 @@ func (n *Notifier) Run(ctx context.Context) {
 func (n *Notifier) deliver(payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.waiters) == 0 {
+	if len(n.waiters) == 0 && n.tracked.Len() == 0 {
 		return
 	}
 	for line := range strings.Lines(payload) {
@@ -99,6 +141,9 @@ func (n *Notifier) wake(s string, view []byte) {
 	id, err := uuid.Parse(s)
 	if err != nil {
 		return
+	}
+	if t, ok := n.tracked.Get(id); ok && view != nil {
+		t.view = view
 	}
 	for _, c := range n.waiters[id] {
 		c <- view // buffered, and each waiter is sent to once

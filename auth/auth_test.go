@@ -1,0 +1,67 @@
+package auth
+
+import (
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+)
+
+// A verified token is remembered, but only as what it is: it still expires,
+// and any other string, however close, is verified afresh.
+func TestVerifyRemembersTokensUntilTheyExpire(t *testing.T) {
+	s := NewSigner("a-secret-long-enough-for-hs256-0123456789")
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	tok, err := s.Issue("42", domain.RoleUser, clock, 10*time.Second)
+	require.NoError(t, err)
+
+	for range 2 { // verified, then remembered
+		p, err := s.Verify(tok)
+		require.NoError(t, err)
+		require.Equal(t, Principal{UserID: "42", Role: domain.RoleUser}, p)
+	}
+	_, ok := s.verified.Get(tok)
+	require.True(t, ok)
+
+	i := len(tok) - 10 // inside the signature
+	swap := map[bool]string{true: "B", false: "A"}[tok[i] == 'A']
+	tampered := tok[:i] + swap + tok[i+1:]
+	_, err = s.Verify(tampered)
+	require.Error(t, err, "a changed signature")
+	_, err = NewSigner("another-secret-long-enough-for-hs256-0123").Verify(tok)
+	require.Error(t, err, "another secret")
+
+	clock = clock.Add(10*time.Second + leeway - time.Second)
+	_, err = s.Verify(tok)
+	require.NoError(t, err, "within the leeway")
+	clock = clock.Add(2 * time.Second)
+	_, err = s.Verify(tok)
+	require.Error(t, err, "expired, although remembered")
+}
+
+// Fiber hands handlers header values whose bytes it reuses for the next
+// request. Verify must remember a copy: remembering the caller's string
+// would let the next token written into the same buffer be taken for the
+// one verified before it, with that caller's identity.
+func TestVerifyKeepsItsOwnCopyOfTheToken(t *testing.T) {
+	s := NewSigner("a-secret-long-enough-for-hs256-0123456789")
+	now := time.Now()
+	bob, err := s.Issue("bob", domain.RoleUser, now, time.Hour)
+	require.NoError(t, err)
+	staff, err := s.Issue("st", domain.RoleStaff, now, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, staff, len(bob))
+
+	buf := []byte(bob)
+	p, err := s.Verify(unsafe.String(&buf[0], len(buf)))
+	require.NoError(t, err)
+	require.Equal(t, "bob", p.UserID)
+	copy(buf, staff) // the next request in the same buffer
+	p, err = s.Verify(unsafe.String(&buf[0], len(buf)))
+	require.NoError(t, err)
+	require.Equal(t, Principal{UserID: "st", Role: domain.RoleStaff}, p)
+}
