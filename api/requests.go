@@ -50,7 +50,6 @@ func (s *Server) Accept(c *fiber.Ctx, sub requests.Submission) error {
 	}
 	if created {
 		s.Metrics.Accepted.WithLabelValues(sub.Type).Inc()
-		s.Notifier.Track(r.ID, r.UserID)
 	} else {
 		c.Set("Idempotent-Replayed", "true")
 	}
@@ -88,22 +87,19 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	p := Principal(c)
 	// A long poll listens before it looks, so an announcement made between
 	// the look and the wait is not missed, and the look need not be
-	// repeated once the wait begins. It looks first at what this process
-	// knows of the requests it accepted, then at Postgres.
+	// repeated once the wait begins. A request this process accepted and
+	// that is not announced yet is still open: it waits without a read.
 	var done <-chan []byte
 	var r *requests.Request
 	if wait > 0 {
 		var cancel func()
 		done, cancel = s.Notifier.Wait(id)
 		defer cancel()
-		if owner, view, ok := s.Notifier.Local(id); ok {
+		if owner, announced, ok := s.Notifier.Local(id); ok && !announced {
 			if !p.CanActFor(owner) {
 				return errNotFound
 			}
-			if view != nil {
-				return sendView(c, view)
-			}
-			r, view, err = s.waitTerminal(ctx, id, nil, done, wait)
+			r, view, err := s.waitTerminal(ctx, id, nil, done, wait)
 			if err != nil {
 				return err
 			}

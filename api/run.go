@@ -58,9 +58,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: redisOpt})
 	defer mon.Close()
 
+	intake := requests.NewIntake(store, engine, log)
+	intake.Tracker = notifier
 	srv := New(cfg, Deps{
 		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,
-		Intake:   requests.NewIntake(store, engine, log),
+		Intake:   intake,
 		Signer:   auth.NewSigner(cfg.JWTSecret),
 		Registry: reg, Metrics: m, HTTP: metrics.NewHTTP(reg), Log: log, Monitoring: mon,
 	}, mounts...)

@@ -46,6 +46,11 @@ type Intake struct {
 	log   *slog.Logger
 	now   func() time.Time
 	group *groupCommit
+	// Tracker, when set, is told of each new request before it is
+	// dispatched (the API's Notifier).
+	Tracker interface {
+		Track(id uuid.UUID, owner string)
+	}
 }
 
 // NewIntake wires intake.
@@ -81,6 +86,9 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	}
 	if r.Status.Terminal() {
 		return r, created, nil
+	}
+	if created && in.Tracker != nil {
+		in.Tracker.Track(r.ID, r.UserID)
 	}
 	// The request is durable from here on. A failed dispatch is not the
 	// client's problem: it is retried briefly (both steps are idempotent),

@@ -39,31 +39,30 @@ func DoneMessage(reqs []*Request) (string, error) {
 }
 
 // Notifier fans DoneChannel messages out to the long polls waiting in this
-// process. It also remembers the requests accepted here (Track): their owner
-// and, once announced, their terminal view. A client mostly polls over the
-// connection it submitted on, so its long poll usually reaches the process
-// that accepted the request and is answered without reading Postgres.
+// process. It also remembers, for a few seconds, the requests accepted here
+// (Track) and whether they have been announced since. A client mostly polls
+// over the connection it submitted on, right after its 202, so its long poll
+// usually reaches the process that accepted the request before the outcome
+// is announced, and waits for it without reading Postgres.
 type Notifier struct {
 	rdb redis.UniversalClient
 	log *slog.Logger
 
 	mu      sync.Mutex
 	waiters map[uuid.UUID][]chan []byte
-	// tracked are the requests accepted here; their views are set and read
+	// tracked are the requests accepted here; announced is set and read
 	// under mu.
 	tracked *recent.Map[uuid.UUID, *trackedRequest]
 }
 
 type trackedRequest struct {
-	owner string
-	view  []byte // the terminal view, once announced
+	owner     string
+	announced bool
 }
 
 // How long and how many accepted requests a Notifier remembers (each for
-// between trackFor and twice that, at most 2 × trackMax). A client polls
-// right after its 202, so a few seconds cover nearly every poll; a later one
-// reads Postgres, as a poll on another replica does. The bound keeps the
-// views held to tens of MiB at most.
+// between trackFor and twice that, at most 2 × trackMax). A poll that comes
+// later reads Postgres, as a poll on another replica does.
 const (
 	trackFor = 5 * time.Second
 	trackMax = 50_000
@@ -75,21 +74,23 @@ func NewNotifier(rdb redis.UniversalClient, log *slog.Logger) *Notifier {
 		tracked: recent.New[uuid.UUID, *trackedRequest](trackFor, trackMax)}
 }
 
-// Track remembers that this process accepted request id for owner.
+// Track remembers that this process accepted request id for owner. Intake
+// calls it before the request can reach a worker, so no announcement of it
+// can come first.
 func (n *Notifier) Track(id uuid.UUID, owner string) {
 	n.tracked.Put(id, &trackedRequest{owner: owner})
 }
 
 // Local reports whether this process accepted id (and still remembers it),
-// with its owner and, if it was announced since, its terminal view.
-func (n *Notifier) Local(id uuid.UUID) (owner string, view []byte, ok bool) {
+// with its owner and whether it has been announced terminal since.
+func (n *Notifier) Local(id uuid.UUID) (owner string, announced, ok bool) {
 	t, ok := n.tracked.Get(id)
 	if !ok {
-		return "", nil, false
+		return "", false, false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return t.owner, t.view, true
+	return t.owner, t.announced, true
 }
 
 // Run listens until ctx ends, resubscribing after connection loss.
@@ -142,8 +143,8 @@ func (n *Notifier) wake(s string, view []byte) {
 	if err != nil {
 		return
 	}
-	if t, ok := n.tracked.Get(id); ok && view != nil {
-		t.view = view
+	if t, ok := n.tracked.Get(id); ok {
+		t.announced = true
 	}
 	for _, c := range n.waiters[id] {
 		c <- view // buffered, and each waiter is sent to once
