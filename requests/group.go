@@ -26,8 +26,14 @@ type groupCommit struct {
 	leaders int
 }
 
+// One flush in flight at a time: while it commits, the next batch gathers,
+// so the rate is up to maxBatch per commit, and every commit saved is
+// Postgres time saved. In the FCFS rush of make bench on two cores, four
+// flushes in flight averaged 4.5 submissions per INSERT and one averaged
+// 17, for 3,900 against 4,900 202s per second and a p99 of 82 against
+// 71 ms.
 const (
-	maxLeaders = 4   // flushes in flight at once
+	maxLeaders = 1   // flushes in flight at once
 	maxBatch   = 256 // submissions per INSERT
 	maxRounds  = 3   // batches one leader flushes before handing on
 )
