@@ -28,7 +28,10 @@ func remainingKey(ev int64) string { return keyed.KeyTag(EventKey(ev)) + ":remai
 // (Take), and Reconcile sets it from a count, so a lost or corrupted copy
 // heals on its own. Take does not count: counting reads every free seat of
 // the event, which after every batch of a rush cost more Postgres time than
-// the batch itself.
+// the batch itself. A Reconcile pass that counts before a batch commits and
+// sets the copy after the batch lowered it leaves the copy that batch too
+// high until the next pass (EVENTS_RECONCILE_INTERVAL); the count clients
+// see is for display, and no seat is granted from it.
 type Counts struct {
 	pool *pgxpool.Pool
 	rdb  redis.UniversalClient
