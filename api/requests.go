@@ -90,48 +90,39 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	// repeated once the wait begins. A request this process accepted and
 	// that is not announced yet is still open: it waits without a read.
 	var done <-chan []byte
-	var r *requests.Request
+	var r *requests.Request // nil while not read
+	open := false
 	if wait > 0 {
 		var cancel func()
 		done, cancel = s.Notifier.Wait(id)
 		defer cancel()
-		if owner, announced, ok := s.Notifier.Local(id); ok && !announced {
-			if !p.CanActFor(owner) {
-				return errNotFound
-			}
-			r, view, err := s.waitTerminal(ctx, id, nil, done, wait)
-			if err != nil {
-				return err
-			}
-			if view != nil {
-				return sendView(c, view)
-			}
-			return c.JSON(r.View())
+		var owner string
+		var announced bool
+		if owner, announced, open = s.Notifier.Local(id); open && !p.CanActFor(owner) {
+			return errNotFound
 		}
+		open = open && !announced
 	}
-	r, err = s.Store.Get(ctx, id)
-	if err != nil {
-		return err
+	if !open {
+		if r, err = s.Store.Get(ctx, id); err != nil {
+			return err
+		}
+		if !p.CanActFor(r.UserID) {
+			return errNotFound
+		}
+		open = !r.Status.Terminal()
 	}
-	if !p.CanActFor(r.UserID) {
-		return errNotFound
-	}
-	if wait > 0 && !r.Status.Terminal() {
+	if wait > 0 && open {
 		var view []byte
 		if r, view, err = s.waitTerminal(ctx, id, r, done, wait); err != nil {
 			return err
 		}
 		if view != nil {
-			return sendView(c, view)
+			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+			return c.Send(view)
 		}
 	}
 	return c.JSON(r.View())
-}
-
-// sendView answers with a request's view as the worker announced it.
-func sendView(c *fiber.Ctx, view []byte) error {
-	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-	return c.Send(view)
 }
 
 // waitTerminal long-polls request id, whose state r was read after done
