@@ -117,9 +117,9 @@ func (n *Notifier) Run(ctx context.Context) {
 	}
 }
 
-// deliver hands each announced request's view to its waiters. A line
-// that is only ids, comma separated, is how workers before views were
-// announced announce: its waiters get nil and read Postgres.
+// deliver hands each announced request's view to its waiters. Workers of
+// earlier versions announce ids only, comma separated on one line: their
+// waiters get nil and read Postgres.
 func (n *Notifier) deliver(payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -129,16 +129,17 @@ func (n *Notifier) deliver(payload string) {
 	for line := range strings.Lines(payload) {
 		line = strings.TrimSuffix(line, "\n")
 		if s, view, ok := strings.Cut(line, " "); ok {
-			n.wake(s, []byte(view))
+			n.wake(s, view)
 			continue
 		}
 		for s := range strings.SplitSeq(line, ",") {
-			n.wake(s, nil)
+			n.wake(s, "")
 		}
 	}
 }
 
-func (n *Notifier) wake(s string, view []byte) {
+// wake marks request s announced and sends view ("": none) to its waiters.
+func (n *Notifier) wake(s, view string) {
 	id, err := uuid.Parse(s)
 	if err != nil {
 		return
@@ -146,8 +147,16 @@ func (n *Notifier) wake(s string, view []byte) {
 	if t, ok := n.tracked.Get(id); ok {
 		t.announced = true
 	}
-	for _, c := range n.waiters[id] {
-		c <- view // buffered, and each waiter is sent to once
+	ws := n.waiters[id]
+	if len(ws) == 0 {
+		return
+	}
+	var b []byte
+	if view != "" {
+		b = []byte(view)
+	}
+	for _, c := range ws {
+		c <- b // buffered, and each waiter is sent to once
 	}
 	delete(n.waiters, id)
 }
