@@ -100,6 +100,12 @@ func TestFCFS100UsersFor50Seats(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status)
 	r.JSON(t, &pub)
 	require.Equal(t, events.Public{EventID: e.EventID, Name: "Concert", TotalSeats: 50, RemainingSeats: 0}, pub)
+	// The count kept with the reservations agrees with the seats themselves.
+	var taken, reserved int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT seats_taken,
+		(SELECT count(*) FROM seats WHERE event_id = $1 AND reserved) FROM events WHERE id = $1`, e.EventID).Scan(&taken, &reserved))
+	require.Equal(t, 50, reserved)
+	require.Equal(t, reserved, taken)
 }
 
 // Single success, seat order, a repeat caller, zero seats, and the API's

@@ -79,8 +79,9 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 	// every FCFS batch, where walking the free-seat index to the batch's
 	// size is enough. Best effort, as the event exists already: a role that
 	// may not analyze only gets a warning, and its plans improve once
-	// autovacuum has analyzed the table.
-	_, _ = c.pool.Exec(ctx, `ANALYZE seats`)
+	// autovacuum has analyzed the table; SKIP_LOCKED leaves the table to a
+	// vacuum or analyze already at work on it instead of waiting.
+	_, _ = c.pool.Exec(ctx, `ANALYZE (SKIP_LOCKED) seats`)
 	return e, nil
 }
 

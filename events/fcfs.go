@@ -43,7 +43,7 @@ type FCFS struct {
 	LockWait time.Duration
 	// Outcomes counts results by outcome, as seed 004 §14 asks.
 	Outcomes *prometheus.CounterVec
-	// Counts, when set, has each batch's seats taken off the event's copy
+	// Counts, when set, has the event's copy set to the seats a batch left,
 	// after commit.
 	Counts *Counts
 
@@ -52,7 +52,9 @@ type FCFS struct {
 	// reserved for good, and the next batch looks for free seats after it:
 	// the free-seat index still holds the reserved seats' entries until
 	// vacuum, and walking past them from the start costs a rush more with
-	// every batch. Any process's value is safe to use, however old.
+	// every batch. Any process's value is safe to use, however old. A
+	// feature that frees a seat must also forget this, or FCFS never offers
+	// that seat again.
 	passed sync.Map // event id → seat id
 }
 
@@ -163,6 +165,13 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 		tally["success"]++
 	}
 	if len(seats) > 0 {
+		remaining, err := TakeSeats(ctx, tx, eventID, len(seats))
+		if err != nil {
+			return err
+		}
+		if f.Counts != nil {
+			b.AfterCommit(func(ctx context.Context) { _ = f.Counts.Set(ctx, eventID, remaining) })
+		}
 		if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = ANY($1)`, seats, b.Now); err != nil {
 			return err
 		}
@@ -175,9 +184,6 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	if len(seats) > 0 {
 		last := seats[len(seats)-1]
 		b.AfterCommit(func(context.Context) { f.passed.Store(eventID, last) })
-	}
-	if f.Counts != nil && len(seats) > 0 {
-		b.AfterCommit(func(ctx context.Context) { _ = f.Counts.Take(ctx, eventID, len(seats)) })
 	}
 	return nil
 }

@@ -23,15 +23,12 @@ const reconcileEvents = 1000
 func remainingKey(ev int64) string { return keyed.KeyTag(EventKey(ev)) + ":remaining" }
 
 // Counts keeps the Redis copy of each event's remaining seats (seed 003's
-// seat:count) and exports the per-event gauges. Postgres is the truth: a
-// batch that takes seats lowers the copy by as many once it has committed
-// (Take), and Reconcile sets it from a count, so a lost or corrupted copy
-// heals on its own. Take does not count: counting reads every free seat of
-// the event, which after every batch of a rush cost more Postgres time than
-// the batch itself. A Reconcile pass that counts before a batch commits and
-// sets the copy after the batch lowered it leaves the copy that batch too
-// high until the next pass (EVENTS_RECONCILE_INTERVAL); the count clients
-// see is for display, and no seat is granted from it.
+// seat:count) and exports the per-event gauges. Postgres is the truth: every
+// transaction that reserves seats counts them in events.seats_taken
+// (TakeSeats) and, once committed, sets the copy to what remains; Reconcile
+// sets it again from Postgres, so a lost or corrupted copy heals on its own.
+// Transactions that take seats of one event are serialized by its key, so
+// their copies are set in order.
 type Counts struct {
 	pool *pgxpool.Pool
 	rdb  redis.UniversalClient
@@ -58,27 +55,24 @@ func (c *Counts) Collectors() []prometheus.Collector {
 // Recount sets the event's remaining-seat copy from Postgres.
 func (c *Counts) Recount(ctx context.Context, ev int64) (int64, error) {
 	var n int64
-	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM seats WHERE event_id = $1 AND NOT reserved`, ev).Scan(&n); err != nil {
+	if err := c.pool.QueryRow(ctx, `SELECT total_seats - seats_taken FROM events WHERE id = $1`, ev).Scan(&n); err != nil {
 		return 0, err
 	}
-	return n, c.rdb.Set(ctx, remainingKey(ev), n, 0).Err()
+	return n, c.Set(ctx, ev, n)
 }
 
-// takeScript lowers a remaining-seat copy by ARGV[1] if there is one; a
-// missing copy is left for a recount, since lowering it would invent one.
-var takeScript = redis.NewScript(`if redis.call('EXISTS', KEYS[1]) == 1 then
-	return redis.call('DECRBY', KEYS[1], ARGV[1])
-end
-return false`)
+// Set sets the event's copy to n, the remaining seats a committed
+// transaction left (TakeSeats).
+func (c *Counts) Set(ctx context.Context, ev int64, n int64) error {
+	return c.rdb.Set(ctx, remainingKey(ev), n, 0).Err()
+}
 
-// Take lowers the event's copy by n seats just reserved (in a committed
-// transaction), or recounts it when there is no copy yet.
-func (c *Counts) Take(ctx context.Context, ev int64, n int) error {
-	err := takeScript.Run(ctx, c.rdb, []string{remainingKey(ev)}, n).Err()
-	if errors.Is(err, redis.Nil) {
-		_, err = c.Recount(ctx, ev)
-	}
-	return err
+// TakeSeats counts n seats of event ev as reserved, in the transaction
+// that reserves them, and returns how many remain.
+func TakeSeats(ctx context.Context, tx pgx.Tx, ev int64, n int) (remaining int64, err error) {
+	err = tx.QueryRow(ctx, `UPDATE events SET seats_taken = seats_taken + $2 WHERE id = $1
+		RETURNING total_seats - seats_taken`, ev, n).Scan(&remaining)
+	return remaining, err
 }
 
 // Remaining reads the copy, recounting it if it is missing. A damaged copy

@@ -41,7 +41,7 @@ type BookResult struct {
 // RoomWrites applies queue entries and seat bookings in the worker.
 type RoomWrites struct {
 	Room   *Room
-	Counts *Counts // when set, events that lose seats have their copy lowered after commit
+	Counts *Counts // when set, events that lose seats have their copy set after commit
 }
 
 // Types are the waiting room's write types.
@@ -130,6 +130,10 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 		if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = $1`, p.SeatID, b.Now); err != nil {
 			return nil, err
 		}
+		remaining, err := TakeSeats(ctx, tx, p.EventID, 1)
+		if err != nil {
+			return nil, err
+		}
 		res := BookResult{EventID: p.EventID, SeatID: p.SeatID, UserID: r.UserID}
 		if err := tx.QueryRow(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, created_at)
 			VALUES ($1, $2, $3, $4) RETURNING id`, p.EventID, p.SeatID, r.UserID, b.Now).Scan(&res.ReservationID); err != nil {
@@ -139,7 +143,7 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 		b.AfterCommit(func(ctx context.Context) {
 			_ = w.Room.Leave(ctx, ev, user)
 			if w.Counts != nil {
-				_ = w.Counts.Take(ctx, ev, 1)
+				_ = w.Counts.Set(ctx, ev, remaining)
 			}
 		})
 		outs[i] = requests.Succeeded(res)

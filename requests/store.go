@@ -246,7 +246,8 @@ func UndispatchedBefore(ctx context.Context, tx pgx.Tx, keys []string, seq int64
 
 // OldestOpenAge is how long the oldest non-terminal request has waited, by
 // Postgres' clock (zero when none is open). It reads one entry of the
-// requests_open partial index, so it is cheap enough for every scrape.
+// requests_open_by_completion partial index, so it is cheap enough for
+// every scrape.
 func (s *Store) OldestOpenAge(ctx context.Context) (time.Duration, error) {
 	var secs float64
 	err := s.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM now() - min(accepted_at)), 0)::float8
