@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/getkin/kin-openapi v0.152.0
-	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0

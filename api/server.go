@@ -153,7 +153,7 @@ func (s *Server) accessLog(c *fiber.Ctx) error {
 	if s.HTTP != nil {
 		s.HTTP.Observe(c.Method(), c.Route().Path, status, time.Since(start).Seconds())
 	}
-	if c.Path() == "/metrics" || c.Path() == "/healthz" {
+	if c.Path() == "/metrics" || c.Path() == "/healthz" || !s.Log.Enabled(c.UserContext(), slog.LevelInfo) {
 		return nil
 	}
 	attrs := []any{"method", c.Method(), "path", c.Path(), "status", status,

@@ -35,17 +35,17 @@ func API(duplicateWindow time.Duration) api.Mount {
 		cfg := s.Config()
 		h := &handlers{catalog: NewCatalog(s.Pool), s: s, window: duplicateWindow, room: NewRoom(s.Redis, cfg.JWTSecret),
 			counts: NewCounts(s.Pool, s.Redis)}
-		perUser := api.RateLimit(s.Redis, s.Log, "user", cfg.RateLimitPerUser, func(c *fiber.Ctx) string { return api.Principal(c).UserID })
+		writes := api.RateLimit(s.Redis, s.Log, api.PerIP(s), api.PerUser(s))
 		v1.Post("/events", api.RequireRole(domain.RoleAdmin), h.create)
 		v1.Get("/events/:eventId/seats", h.seats)
-		v1.Post("/events/:eventId/seats/fcfs", api.LimitPerIP(s), perUser, h.fcfs)
+		v1.Post("/events/:eventId/seats/fcfs", writes, h.fcfs)
 		v1.Get("/public/events/:eventId", api.LimitPerIP(s), h.public)
 		v1.Get("/public/events/:eventId/stream", api.LimitPerIP(s), h.stream)
 		v1.Post("/events/:eventId/queue", api.LimitPerIP(s), h.enterQueue)
 		v1.Get("/events/:eventId/queue/status", h.queueStatus)
 		v1.Post("/events/:eventId/queue/token", h.issueToken)
 		v1.Delete("/events/:eventId/queue/token", h.leave)
-		v1.Post("/events/:eventId/seats/:seatId/reservation", api.LimitPerIP(s), perUser, h.book)
+		v1.Post("/events/:eventId/seats/:seatId/reservation", writes, h.book)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -63,6 +64,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:9090/metrics"), "the worker's /metrics for peak memory ('' to skip)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	htmlFile := fs.String("html", "", "also write an HTML report with charts to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
@@ -89,6 +91,17 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	}
 	if !*asJSON {
 		opt.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return 1, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 1, err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := loadtest.Run(ctx, fs.Arg(0), opt)
 	if err != nil {

@@ -1,0 +1,263 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/internal/testenv"
+)
+
+// limited serves GET /api/v1/public/limited behind RateLimit(limits), each
+// limit keyed by the X-Who header, and returns the base URL.
+func limited(t *testing.T, rdb redis.UniversalClient, limits ...api.Limit) string {
+	t.Helper()
+	for i := range limits {
+		limits[i].Key = func(c *fiber.Ctx) string { return c.Get("X-Who") }
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := api.New(config.Config{ShutdownTimeout: time.Second}, api.Deps{Redis: rdb, Registry: prometheus.NewRegistry(), Log: log},
+		func(v1 fiber.Router, s *api.Server) {
+			v1.Get("/public/limited", api.RateLimit(rdb, log, limits...), func(c *fiber.Ctx) error {
+				return c.SendStatus(http.StatusNoContent)
+			})
+		})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + ln.Addr().String() + "/api/v1/public/limited"
+}
+
+// hit sends one request as who and returns the status and Retry-After.
+func hit(t *testing.T, url, who string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Who", who)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	return res.StatusCode, res.Header.Get("Retry-After")
+}
+
+// scope is a limit scope of this test alone, so tests sharing a Redis
+// database keep their own counts.
+func scope(t *testing.T) string { return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano()) }
+
+// A key gets its burst (one second's worth) at once; the next request is
+// refused with 429 and Retry-After, and other keys are not affected.
+func TestRateLimitAllowsTheBurstThenRefuses(t *testing.T) {
+	t.Parallel()
+	_, rdb := testenv.Redis(t)
+	url := limited(t, rdb, api.Limit{Scope: scope(t), PerSecond: 3})
+	for i := range 3 {
+		st, _ := hit(t, url, "a")
+		require.Equal(t, http.StatusNoContent, st, "request %d of the burst", i+1)
+	}
+	st, retry := hit(t, url, "a")
+	require.Equal(t, http.StatusTooManyRequests, st)
+	require.Equal(t, "1", retry)
+	st, _ = hit(t, url, "b")
+	require.Equal(t, http.StatusNoContent, st)
+	// One emission interval (1/3 s) later a request fits again.
+	time.Sleep(400 * time.Millisecond)
+	st, _ = hit(t, url, "a")
+	require.Equal(t, http.StatusNoContent, st)
+}
+
+// A fractional rate keeps its interval: 0.5/s allows one request, then asks
+// for a two-second wait.
+func TestRateLimitFractionalRate(t *testing.T) {
+	t.Parallel()
+	_, rdb := testenv.Redis(t)
+	url := limited(t, rdb, api.Limit{Scope: scope(t), PerSecond: 0.5})
+	st, _ := hit(t, url, "a")
+	require.Equal(t, http.StatusNoContent, st)
+	st, retry := hit(t, url, "a")
+	require.Equal(t, http.StatusTooManyRequests, st)
+	require.Equal(t, "2", retry)
+}
+
+// Two limits cost one Redis round trip: one pipeline holding a script call
+// per limit. A request over either limit is refused, for the longer wait.
+func TestRateLimitChecksEveryLimitInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	url0, _ := testenv.Redis(t)
+	rdb, err := redis.ParseURL(url0)
+	require.NoError(t, err)
+	client := redis.NewClient(rdb)
+	t.Cleanup(func() { _ = client.Close() })
+	var rt roundTrips
+	client.AddHook(&rt)
+	s := scope(t)
+	url := limited(t, client, api.Limit{Scope: s + "wide", PerSecond: 1000}, api.Limit{Scope: s + "narrow", PerSecond: 0.5})
+
+	// The first request also loads the script into this Redis.
+	st, _ := hit(t, url, "warm")
+	require.Equal(t, http.StatusNoContent, st)
+	t.Logf("first request: %d pipelines of %d commands, %d single commands", rt.pipelines.Load(), rt.pipelined.Load(), rt.single.Load())
+	rt.pipelines.Store(0)
+	rt.pipelined.Store(0)
+	rt.single.Store(0)
+
+	st, _ = hit(t, url, "a")
+	require.Equal(t, http.StatusNoContent, st)
+	require.Equal(t, int64(1), rt.pipelines.Load(), "round trips")
+	require.Equal(t, int64(2), rt.pipelined.Load(), "script calls")
+	require.Zero(t, rt.single.Load(), "commands sent on their own")
+
+	st, retry := hit(t, url, "a")
+	require.Equal(t, http.StatusTooManyRequests, st)
+	require.Equal(t, "2", retry, "the narrow limit's wait")
+}
+
+// roundTrips counts what a go-redis client sends.
+type roundTrips struct{ pipelines, pipelined, single atomic.Int64 }
+
+func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.single.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.pipelines.Add(1)
+		r.pipelined.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// Redis forgets scripts on a restart or failover. The limiter loads its
+// script again and keeps counting; it does not fail open.
+func TestRateLimitLoadsItsScriptAfterRedisForgetsIt(t *testing.T) {
+	t.Parallel()
+	_, rdb := testenv.RedisServer(t)
+	url := limited(t, rdb, api.Limit{Scope: "flush", PerSecond: 0.5})
+	st, _ := hit(t, url, "a")
+	require.Equal(t, http.StatusNoContent, st)
+	require.NoError(t, rdb.ScriptFlush(context.Background()).Err())
+	st, _ = hit(t, url, "a")
+	require.Equal(t, http.StatusTooManyRequests, st)
+}
+
+// Without Redis the limiter lets requests through: refusing every write
+// because Redis blinked would be worse than a moment unlimited.
+func TestRateLimitFailsOpenWithoutRedis(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t)), MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	url := limited(t, rdb, api.Limit{Scope: "down", PerSecond: 0.5})
+	for range 2 {
+		st, _ := hit(t, url, "a")
+		require.Equal(t, http.StatusNoContent, st)
+	}
+}
+
+// Concurrent requests on one key never get more than the burst plus what
+// the elapsed time earns: the script reads and moves the key's arrival time
+// atomically. The control runs the same arithmetic as separate GET and SET
+// commands and lets more through.
+func TestRateLimitHoldsUnderConcurrentRequests(t *testing.T) {
+	t.Parallel()
+	const perSecond, clients = 10, 100
+	_, rdb := testenv.Redis(t)
+	url := limited(t, rdb, api.Limit{Scope: scope(t), PerSecond: perSecond})
+
+	bound := func(elapsed time.Duration) int { return perSecond + int(math.Ceil(elapsed.Seconds()*perSecond)) }
+	allowed, elapsed := race(clients, func() bool {
+		st, _ := hit(t, url, "crowd")
+		return st == http.StatusNoContent
+	})
+	require.GreaterOrEqual(t, allowed, perSecond)
+	require.LessOrEqual(t, allowed, bound(elapsed), "allowed in %s", elapsed)
+
+	key := "hf:control:" + scope(t)
+	interval := int64(time.Second / perSecond / time.Microsecond)
+	allowed, elapsed = race(clients, func() bool { return racyAllow(t, rdb, key, interval, interval*perSecond) })
+	require.Greater(t, allowed, bound(elapsed), "the control should let more through (allowed in %s)", elapsed)
+}
+
+// race runs f in n goroutines released together and counts the trues.
+func race(n int, f func() bool) (int, time.Duration) {
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if f() {
+				ok.Add(1)
+			}
+		}()
+	}
+	began := time.Now()
+	close(start)
+	wg.Wait()
+	return int(ok.Load()), time.Since(began)
+}
+
+// racyAllow is GCRA without the script: read the arrival time, decide, write
+// it back, in separate commands, with a pause where a busy server would
+// switch to another request.
+func racyAllow(t *testing.T, rdb redis.UniversalClient, key string, interval, tolerance int64) bool {
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	tat := now
+	if v, err := rdb.Get(ctx, key).Int64(); err == nil {
+		tat = max(v, now)
+	} else {
+		require.ErrorIs(t, err, redis.Nil)
+	}
+	tat += interval
+	if tat-tolerance > now {
+		return false
+	}
+	time.Sleep(time.Millisecond)
+	require.NoError(t, rdb.Set(ctx, key, tat, time.Minute).Err())
+	return true
+}
+
+// In Redis Cluster each limit's key lives in its own slot, so the pipeline
+// goes to several masters; the limits still count (the limiter fails open,
+// so a refusal is what shows it ran).
+func TestRateLimitOnRedisCluster(t *testing.T) {
+	t.Parallel()
+	_, cc := testenv.RedisCluster(t)
+	url := limited(t, cc, api.Limit{Scope: "wide", PerSecond: 1000}, api.Limit{Scope: "narrow", PerSecond: 0.5})
+	masters := map[string]bool{}
+	for _, k := range []string{"hf:wide:a", "hf:narrow:a"} {
+		n, err := cc.MasterForKey(context.Background(), k)
+		require.NoError(t, err)
+		masters[n.Options().Addr] = true
+	}
+	require.Len(t, masters, 2, "the two limits' keys should be on different masters")
+	st, _ := hit(t, url, "a")
+	require.Equal(t, http.StatusNoContent, st)
+	st, retry := hit(t, url, "a")
+	require.Equal(t, http.StatusTooManyRequests, st)
+	require.Equal(t, "2", retry)
+}
