@@ -49,18 +49,37 @@ func LimitPerIP(s *Server) fiber.Handler { return RateLimit(s.Redis, s.Log, PerI
 // Every limit is checked in the same Redis round trip: one pipeline of one
 // GCRA script call per limit. go-redis/redis_rate, which holdfast used
 // before, runs one limit per round trip; in a rush each write passes two
-// limits, and their separate round trips were 15% of all the CPU that
-// make bench's fcfs-rush spent (README, Benchmarks). A request is counted
+// limits, and their separate round trips cost the API and Redis more CPU
+// than the scripts themselves (README, Benchmarks). A request is counted
 // against every limit, including one it is refused by another. In Redis
 // Cluster the pipeline sends each key to its own shard.
 func RateLimit(rdb redis.UniversalClient, log *slog.Logger, limits ...Limit) fiber.Handler {
+	return Guard(rdb, log, Window{}, limits...)
+}
+
+// A Window turns away a repeat: a request whose key was claimed less than
+// Duration ago is answered 429 DUPLICATE_REQUEST (seed 004 §9's dup:req).
+// The claim is given back when the request is refused or not accepted (the
+// handler returns an error), so a failed attempt does not lock its sender
+// out. A Key of "" leaves the request out of the window; Duration 0 turns
+// the window off.
+type Window struct {
+	Duration time.Duration
+	Key      func(*fiber.Ctx) string
+}
+
+// Guard is RateLimit and a duplicate window, checked in one Redis round
+// trip: the window's claim (SET NX) rides in the limits' pipeline. A
+// request over a limit is answered RATE_LIMITED whether or not it is also a
+// duplicate.
+func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limit) fiber.Handler {
 	var on []Limit
 	for _, l := range limits {
 		if l.PerSecond > 0 {
 			on = append(on, l)
 		}
 	}
-	if len(on) == 0 {
+	if len(on) == 0 && w.Duration <= 0 {
 		return func(c *fiber.Ctx) error { return c.Next() }
 	}
 	g := gcra{rdb: rdb}
@@ -72,23 +91,40 @@ func RateLimit(rdb redis.UniversalClient, log *slog.Logger, limits ...Limit) fib
 		scopes[i] = l.Scope
 	}
 	return func(c *fiber.Ctx) error {
+		ctx := c.UserContext()
 		keys := make([]string, len(on))
 		for i, l := range on {
 			keys[i] = "hf:" + l.Scope + ":" + l.Key(c)
 		}
-		wait, err := g.allow(c.UserContext(), keys, args)
+		var claim string
+		if w.Duration > 0 {
+			claim = w.Key(c)
+		}
+		wait, fresh, err := g.check(ctx, keys, args, claim, w.Duration)
 		if err != nil {
-			// A limiter that cannot count fails open: refusing every write
-			// because Redis blinked would be worse than a moment unlimited.
-			log.WarnContext(c.UserContext(), "rate limiter unavailable; letting the request through", "scopes", scopes, "err", err)
+			// A guard that cannot count fails open: refusing every write
+			// because Redis blinked would be worse than a moment unguarded.
+			log.WarnContext(ctx, "rate limiter unavailable; letting the request through", "scopes", scopes, "err", err)
 			return c.Next()
 		}
 		if wait > 0 {
+			if fresh {
+				rdb.Del(context.WithoutCancel(ctx), claim)
+			}
 			secs := max(1, int(math.Ceil(wait.Seconds())))
 			return domain.NewProblem(http.StatusTooManyRequests, domain.CodeRateLimited,
 				"too many requests; retry in %d s", secs).WithMeta("retryAfterSeconds", secs)
 		}
-		return c.Next()
+		if claim != "" && !fresh {
+			secs := max(1, int(math.Ceil(w.Duration.Seconds())))
+			return domain.NewProblem(http.StatusTooManyRequests, domain.CodeDuplicateRequest,
+				"you sent this request a moment ago; wait for its outcome").WithMeta("retryAfterSeconds", secs)
+		}
+		err = c.Next()
+		if err != nil && claim != "" { // not accepted: the window must not lock the sender out
+			rdb.Del(context.WithoutCancel(ctx), claim)
+		}
+		return err
 	}
 }
 
@@ -122,36 +158,48 @@ return 0
 
 type gcra struct{ rdb redis.UniversalClient }
 
-// allow runs the script for each key with its args, all in one pipeline,
-// and returns the longest wait (0: allowed by every limit). After Redis
-// lost its scripts (a restart, a failover) it loads the script and tries
-// once more.
-func (g gcra) allow(ctx context.Context, keys []string, args [][]any) (time.Duration, error) {
-	for try := 0; ; try++ {
-		cmds := make([]*redis.Cmd, len(keys))
-		_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, k := range keys {
-				cmds[i] = gcraScript.EvalSha(ctx, p, []string{k}, args[i]...)
-			}
-			return nil
-		})
-		if err != nil && try == 0 && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			if err := gcraScript.Load(ctx, g.rdb).Err(); err != nil {
-				return 0, fmt.Errorf("rate limit: load script: %w", err)
-			}
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("rate limit: %w", err)
-		}
-		var wait int64
-		for _, cmd := range cmds {
-			w, err := cmd.Int64()
-			if err != nil {
-				return 0, fmt.Errorf("rate limit: %w", err)
-			}
-			wait = max(wait, w)
-		}
-		return time.Duration(wait) * time.Microsecond, nil
+// check runs the script for each key with its args and claims claim (when
+// not "") for window, all in one pipeline. It returns the longest wait (0:
+// allowed by every limit) and whether the claim was fresh. After Redis lost
+// its scripts (a restart, a failover) it loads the script and runs the
+// scripts once more; the claim, already made, is not repeated.
+func (g gcra) check(ctx context.Context, keys []string, args [][]any, claim string, window time.Duration) (wait time.Duration, fresh bool, err error) {
+	if len(keys) == 0 && claim == "" {
+		return 0, false, nil
 	}
+	scripts := make([]*redis.Cmd, len(keys))
+	var claimed *redis.BoolCmd
+	send := func(p redis.Pipeliner, withClaim bool) error {
+		for i, k := range keys {
+			scripts[i] = gcraScript.EvalSha(ctx, p, []string{k}, args[i]...)
+		}
+		if withClaim && claim != "" {
+			claimed = p.SetNX(ctx, claim, 1, window)
+		}
+		return nil
+	}
+	_, err = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return send(p, true) })
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err := gcraScript.Load(ctx, g.rdb).Err(); err != nil {
+			return 0, false, fmt.Errorf("rate limit: load script: %w", err)
+		}
+		_, err = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return send(p, false) })
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("rate limit: %w", err)
+	}
+	if claimed != nil {
+		if fresh, err = claimed.Result(); err != nil {
+			return 0, false, fmt.Errorf("duplicate window: %w", err)
+		}
+	}
+	var us int64
+	for _, cmd := range scripts {
+		w, err := cmd.Int64()
+		if err != nil {
+			return 0, false, fmt.Errorf("rate limit: %w", err)
+		}
+		us = max(us, w)
+	}
+	return time.Duration(us) * time.Microsecond, fresh, nil
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,8 +26,15 @@ import (
 )
 
 // limited serves GET /api/v1/public/limited behind RateLimit(limits), each
-// limit keyed by the X-Who header, and returns the base URL.
+// limit keyed by the X-Who header, and returns its URL.
 func limited(t *testing.T, rdb redis.UniversalClient, limits ...api.Limit) string {
+	t.Helper()
+	return guarded(t, rdb, api.Window{}, limits...)
+}
+
+// guarded is limited behind Guard(w, limits). The handler answers 204, or
+// 400 when the request has an X-Fail header.
+func guarded(t *testing.T, rdb redis.UniversalClient, w api.Window, limits ...api.Limit) string {
 	t.Helper()
 	for i := range limits {
 		limits[i].Key = func(c *fiber.Ctx) string { return c.Get("X-Who") }
@@ -34,7 +42,10 @@ func limited(t *testing.T, rdb redis.UniversalClient, limits ...api.Limit) strin
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := api.New(config.Config{ShutdownTimeout: time.Second}, api.Deps{Redis: rdb, Registry: prometheus.NewRegistry(), Log: log},
 		func(v1 fiber.Router, s *api.Server) {
-			v1.Get("/public/limited", api.RateLimit(rdb, log, limits...), func(c *fiber.Ctx) error {
+			v1.Get("/public/limited", api.Guard(rdb, log, w, limits...), func(c *fiber.Ctx) error {
+				if c.Get("X-Fail") != "" {
+					return api.InvalidField("x", "told to fail")
+				}
 				return c.SendStatus(http.StatusNoContent)
 			})
 		})
@@ -50,14 +61,25 @@ func limited(t *testing.T, rdb redis.UniversalClient, limits ...api.Limit) strin
 // hit sends one request as who and returns the status and Retry-After.
 func hit(t *testing.T, url, who string) (int, string) {
 	t.Helper()
+	st, retry, _ := send(t, url, "X-Who", who)
+	return st, retry
+}
+
+// send sends one request with the header name, value pairs and returns the
+// status, Retry-After and the error code.
+func send(t *testing.T, url string, headers ...string) (int, string, string) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	require.NoError(t, err)
-	req.Header.Set("X-Who", who)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, res.Body)
-	_ = res.Body.Close()
-	return res.StatusCode, res.Header.Get("Retry-After")
+	defer res.Body.Close()
+	var env struct{ Error struct{ Code string } }
+	_ = json.NewDecoder(res.Body).Decode(&env)
+	return res.StatusCode, res.Header.Get("Retry-After"), env.Error.Code
 }
 
 // scope is a limit scope of this test alone, so tests sharing a Redis
@@ -260,4 +282,50 @@ func TestRateLimitOnRedisCluster(t *testing.T) {
 	st, retry := hit(t, url, "a")
 	require.Equal(t, http.StatusTooManyRequests, st)
 	require.Equal(t, "2", retry)
+}
+
+// A repeat within the window is turned away with 429 DUPLICATE_REQUEST; the
+// claim is given back when the request is refused by a limit or not
+// accepted, and it lapses after the window. The claim rides in the limits'
+// round trip.
+func TestGuardTurnsAwayARepeatWithinTheWindow(t *testing.T) {
+	t.Parallel()
+	url0, _ := testenv.Redis(t)
+	opt, err := redis.ParseURL(url0)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	var rt roundTrips
+	rdb.AddHook(&rt)
+	prefix := "hf:dup:" + scope(t) + ":"
+	w := api.Window{Duration: 300 * time.Millisecond, Key: func(c *fiber.Ctx) string {
+		if k := c.Get("X-Claim"); k != "" {
+			return prefix + k
+		}
+		return ""
+	}}
+	url := guarded(t, rdb, w, api.Limit{Scope: scope(t), PerSecond: 0.5})
+	status := func(headers ...string) string {
+		st, retry, code := send(t, url, headers...)
+		return fmt.Sprint(st, " ", code, " ", retry)
+	}
+
+	require.Equal(t, "204  ", status("X-Who", "a", "X-Claim", "a"))
+	rt.pipelines.Store(0)
+	rt.pipelined.Store(0)
+	require.Equal(t, "204  ", status("X-Who", "b", "X-Claim", "b"))
+	require.Equal(t, []int64{1, 2}, []int64{rt.pipelines.Load(), rt.pipelined.Load()}, "one round trip: the limit and the claim")
+
+	require.Equal(t, "429 DUPLICATE_REQUEST 1", status("X-Who", "c", "X-Claim", "a"))
+	require.Equal(t, "204  ", status("X-Who", "d"), "no claim key: no window")
+
+	// Refused by the limit: RATE_LIMITED, and the claim is given back.
+	require.Equal(t, "429 RATE_LIMITED 2", status("X-Who", "b", "X-Claim", "e"))
+	require.Zero(t, rdb.Exists(context.Background(), prefix+"e").Val())
+	// Not accepted by the handler: the claim is given back too.
+	require.Equal(t, "400 INVALID_INPUT ", status("X-Who", "f", "X-Claim", "f", "X-Fail", "1"))
+	require.Equal(t, "204  ", status("X-Who", "g", "X-Claim", "f"))
+
+	time.Sleep(350 * time.Millisecond)
+	require.Equal(t, "204  ", status("X-Who", "h", "X-Claim", "a"), "the window has passed")
 }

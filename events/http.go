@@ -33,12 +33,15 @@ var e164 = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
 func API(duplicateWindow time.Duration) api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
 		cfg := s.Config()
-		h := &handlers{catalog: NewCatalog(s.Pool), s: s, window: duplicateWindow, room: NewRoom(s.Redis, cfg.JWTSecret),
+		h := &handlers{catalog: NewCatalog(s.Pool), s: s, room: NewRoom(s.Redis, cfg.JWTSecret),
 			counts: NewCounts(s.Pool, s.Redis)}
 		writes := api.RateLimit(s.Redis, s.Log, api.PerIP(s), api.PerUser(s))
+		// Seed 004 §9's dup:req: one FCFS request per user and event per
+		// window, claimed in the same round trip as the rate limits.
+		grabs := api.Guard(s.Redis, s.Log, api.Window{Duration: duplicateWindow, Key: fcfsClaim}, api.PerIP(s), api.PerUser(s))
 		v1.Post("/events", api.RequireRole(domain.RoleAdmin), h.create)
 		v1.Get("/events/:eventId/seats", h.seats)
-		v1.Post("/events/:eventId/seats/fcfs", writes, h.fcfs)
+		v1.Post("/events/:eventId/seats/fcfs", grabs, h.fcfs)
 		v1.Get("/public/events/:eventId", api.LimitPerIP(s), h.public)
 		v1.Get("/public/events/:eventId/stream", api.LimitPerIP(s), h.stream)
 		v1.Post("/events/:eventId/queue", api.LimitPerIP(s), h.enterQueue)
@@ -69,7 +72,6 @@ func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Ty
 type handlers struct {
 	catalog *Catalog
 	s       *api.Server
-	window  time.Duration
 	room    *Room
 	counts  *Counts
 	events  sync.Map // event id → cachedEvent: settings never change after creation
@@ -208,30 +210,25 @@ func (h *handlers) fcfs(c *fiber.Ctx) error {
 		}
 		p.Phone = *in.Phone
 	}
-	// Seed 004 §9's dup:req: one request per user and event per window.
-	// A retry carrying an Idempotency-Key is a replay, not a duplicate.
-	var dupKey string
-	if h.window > 0 && c.Get(api.IdempotencyHeader) == "" {
-		dupKey = "hf:dup:fcfs:" + strconv.FormatInt(id, 10) + ":" + api.Principal(c).UserID
-		fresh, err := h.s.Redis.SetNX(c.UserContext(), dupKey, 1, h.window).Result()
-		if err != nil {
-			return err
-		}
-		if !fresh {
-			wait := max(1, int(h.window.Seconds()+0.999))
-			return domain.NewProblem(http.StatusTooManyRequests, domain.CodeDuplicateRequest,
-				"you sent this request a moment ago; wait for its outcome").WithMeta("retryAfterSeconds", wait)
-		}
-	}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	err = h.s.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(id)}, Payload: body})
-	if err != nil && dupKey != "" { // not accepted: the window must not lock the user out
-		h.s.Redis.Del(context.WithoutCancel(c.UserContext()), dupKey)
+	return h.s.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(id)}, Payload: body})
+}
+
+// fcfsClaim is the duplicate-window key of an FCFS request: its event and
+// user. A retry carrying an Idempotency-Key is a replay, not a duplicate,
+// and a path that names no event is left to the handler's 404.
+func fcfsClaim(c *fiber.Ctx) string {
+	if c.Get(api.IdempotencyHeader) != "" {
+		return ""
 	}
-	return err
+	id, err := api.PathID(c, "eventId")
+	if err != nil {
+		return ""
+	}
+	return "hf:dup:fcfs:" + strconv.FormatInt(id, 10) + ":" + api.Principal(c).UserID
 }
 
 func (h *handlers) event(c *fiber.Ctx) (Event, error) {
