@@ -15,7 +15,7 @@ type Pipeline struct {
 	Latency    *prometheus.HistogramVec // accept → terminal, by type
 	Overloaded *prometheus.CounterVec   // writes refused with 429 OVERLOADED, by queue
 	BatchSize  *prometheus.HistogramVec // requests applied per transaction, by queue
-	LeaseBusy  *prometheus.CounterVec   // tasks that found their key's lease held and left the work to its holder
+	LeaseBusy  *prometheus.CounterVec   // tasks that left their request to another drain: its key was held, or it was already applied
 	LeaseLost  *prometheus.CounterVec   // holders that found their lease gone or fenced
 	Takeovers  *prometheus.CounterVec   // keys with stale work and no live holder that the reconciler re-drove
 	Redriven   *prometheus.CounterVec   // requests whose mailbox entry or task the reconciler restored
@@ -64,7 +64,7 @@ func NewPipeline(reg prometheus.Registerer) *Pipeline {
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
 		}, []string{"queue"}),
 		LeaseBusy: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "holdfast_keyed_lease_waits_total", Help: "Tasks that found their key's lease held and left the work to the holder, by queue.",
+			Name: "holdfast_keyed_lease_waits_total", Help: "Tasks that left their request to another drain (its key's lease was held, or the request was already applied), by queue.",
 		}, []string{"queue"}),
 		LeaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_keyed_lease_lost_total", Help: "Holders that found their lease expired or fenced, by queue.",
