@@ -72,6 +72,8 @@ func TestBenchCPUTable(t *testing.T) {
 			CPUPostgres: 0.3, CPURedis: 0.1, CPURest: 0.1}, 1000, 500),
 		Intake: rep(map[string]float64{CPUTotal: 4}, 1000, 400),
 	}
+	// 0.5 s more after the run for 600 deferred tasks: 2.5 ms a seat in all.
+	b.Rush.Deferred = &Deferred{Tasks: 600, CPUSeconds: map[string]float64{CPUTotal: 0.5, "worker": 0.3, CPURedis: 0.2}}
 	b.AsynqFloor.Tasks, b.AsynqFloor.ProcessedPerSec = 1000, 4000
 	b.AsynqFloor.CPUSeconds = map[string]float64{"total": 0.4, "floor": 0.3, "redis": 0.08}
 	var out bytes.Buffer
@@ -79,6 +81,9 @@ func TestBenchCPUTable(t *testing.T) {
 	table := out.String()
 	require.Contains(t, table, "| holdfast fcfs-rush (submit + outcome) | 2.000 | 0.400 | 0.800 | 0.300 | 0.300 | 0.100 | 0.100 | 1000/s | 500/s | 50% |")
 	require.Contains(t, table, "| Asynq floor (per task) | 0.400 | – | 0.300 | – | – | 0.080 | 0.020 | 5000/s | 4000/s | 80% |")
+	require.Contains(t, table, "| … its deferred no-op tasks, fired after the run | 0.500 | – | – | 0.300 | – | 0.200 | – | 4000/s | – | – |")
+	require.Contains(t, table, "| … all in: the run and its deferred tasks | 2.500 | 0.400 | 0.800 | 0.600 | 0.300 | 0.300 | 0.100 | 800/s | – | – |")
+	require.Contains(t, table, "fcfs-rush left 600 of its 1000 tasks scheduled")
 	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | – | – | 500/s | 400/s | 80% |")
 	require.NotContains(t, table, "seed 004 literal, synchronous | ", "a run without CPU figures has no CPU row")
 }

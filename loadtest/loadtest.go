@@ -44,6 +44,10 @@ type Options struct {
 	// while submitting, so the report's accepted/s is the API's intake rate.
 	// Every request is still followed to its terminal state afterwards.
 	Intake bool
+	// RedisURL, when set, is the Redis holdfast's queues live on: after the
+	// run the tool fires the tasks the run left scheduled and measures them
+	// (Report.Deferred).
+	RedisURL string
 }
 
 // Scenario is one kind of rush.
@@ -239,5 +243,10 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	violations = append(violations, e.Rec.LostViolations()...)
 	rep := e.Rec.Report(name, opt, total, peaks, violations)
 	rep.CPUSeconds = cpuSeconds
+	if opt.RedisURL != "" {
+		if rep.Deferred, err = runDeferred(ctx, opt.RedisURL, opt.MetricsURLs); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }

@@ -43,8 +43,11 @@ type Report struct {
 	// machine's total, the load tool, each process whose /metrics was
 	// scraped ("api", "worker"), and the rest (see CPURest).
 	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
-	Violations []string           `json:"violations"`
-	OK         bool               `json:"ok"`
+	// Deferred is the run's scheduled tasks, fired and measured after it
+	// (Options.RedisURL); nil when not measured.
+	Deferred   *Deferred `json:"deferred,omitempty"`
+	Violations []string  `json:"violations"`
+	OK         bool      `json:"ok"`
 
 	AcceptedSeries  []int     `json:"acceptedPerSecondSeries"`
 	CompletedSeries []int     `json:"completedPerSecondSeries"`
@@ -117,14 +120,10 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  peak resident memory: %s\n", strings.Join(parts, ", "))
 	}
-	if total := rep.CPUSeconds[CPUTotal]; total > 0 && rep.Journeys > 0 {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(rep.CPUSeconds)) {
-			if k != CPUTotal {
-				parts = append(parts, fmt.Sprintf("%s %.3f", k, rep.CPUSeconds[k]*1000/float64(rep.Journeys)))
-			}
-		}
-		fmt.Fprintf(w, "  CPU per journey: %.3f ms (%s)\n", total*1000/float64(rep.Journeys), strings.Join(parts, ", "))
+	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
+	if d := rep.Deferred; d != nil {
+		fmt.Fprintf(w, "  tasks left scheduled, fired after the run: %d, drained in %.1f s\n", d.Tasks, d.Seconds)
+		writeCPUPerJourney(w, "… their CPU per journey", d.CPUSeconds, rep.Journeys)
 	}
 	if rep.OK {
 		fmt.Fprintln(w, "  invariants: OK (no oversell, no duplicate, nothing lost)")
@@ -134,6 +133,22 @@ func (rep *Report) WriteText(w io.Writer) {
 	for _, v := range rep.Violations {
 		fmt.Fprintf(w, "    - %s\n", v)
 	}
+}
+
+// writeCPUPerJourney prints cpu's total and parts divided by journeys, in
+// milliseconds.
+func writeCPUPerJourney(w io.Writer, title string, cpu map[string]float64, journeys int) {
+	total := cpu[CPUTotal]
+	if total <= 0 || journeys <= 0 {
+		return
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(cpu)) {
+		if k != CPUTotal {
+			parts = append(parts, fmt.Sprintf("%s %.3f", k, cpu[k]*1000/float64(journeys)))
+		}
+	}
+	fmt.Fprintf(w, "  %s: %.3f ms (%s)\n", title, total*1000/float64(journeys), strings.Join(parts, ", "))
 }
 
 func printCounts(w io.Writer, title string, m map[string]int) {

@@ -78,7 +78,7 @@ HTTP_ADDR=$api_addr bin/api > "$out/api.log" 2>&1 & api_pid=$!; pids+=("$api_pid
 WORKER_ADDR=$worker_addr bin/worker > "$out/worker.log" 2>&1 & worker_pid=$!; pids+=("$worker_pid")
 wait_ready "http://$api_addr/readyz" "$api_pid"
 wait_ready "http://$worker_addr/readyz" "$worker_pid"
-common=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -users "$users" -seats "$seats" -concurrency "$conc")
+common=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -users "$users" -seats "$seats" -concurrency "$conc")
 
 step "holdfast: fcfs-rush"
 settle

@@ -1,0 +1,63 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/testenv"
+)
+
+// runDeferred fires every task left scheduled, waits until a worker has
+// processed them all, and reports how many there were and the CPU they cost.
+func TestRunDeferredFiresScheduledTasksAndWaitsForThem(t *testing.T) {
+	t.Parallel()
+	url, _ := testenv.Redis(t)
+	opt, err := asynq.ParseRedisURI(url)
+	require.NoError(t, err)
+	cl := asynq.NewClient(opt)
+	t.Cleanup(func() { _ = cl.Close() })
+	const n = 30
+	for i := range n {
+		_, err := cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("later"), asynq.ProcessIn(time.Hour), asynq.TaskID(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	_, err = cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("now"))
+	require.NoError(t, err)
+
+	var ran atomic.Int64
+	srv := asynq.NewServer(opt, asynq.Config{Concurrency: 4, Queues: map[string]int{"later": 1, "now": 1},
+		TaskCheckInterval: 10 * time.Millisecond, Logger: quietLogger{}})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
+		time.Sleep(time.Millisecond)
+		ran.Add(1)
+		return nil
+	})
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(srv.Shutdown)
+
+	d, err := runDeferred(context.Background(), url, nil)
+	require.NoError(t, err)
+	require.Equal(t, n, d.Tasks)
+	require.Equal(t, int64(n+1), ran.Load(), "every task ran before runDeferred returned")
+	require.Positive(t, d.CPUSeconds[CPUTotal])
+	insp := asynq.NewInspector(opt)
+	t.Cleanup(func() { _ = insp.Close() })
+	info, err := insp.GetQueueInfo("later")
+	require.NoError(t, err)
+	require.Zero(t, info.Scheduled+info.Pending+info.Active)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Debug(...any) {}
+func (quietLogger) Info(...any)  {}
+func (quietLogger) Warn(...any)  {}
+func (quietLogger) Error(...any) {}
+func (quietLogger) Fatal(...any) {}
