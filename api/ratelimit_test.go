@@ -112,49 +112,62 @@ func TestRateLimitAllowsTheBurstThenRefuses(t *testing.T) {
 func TestRateLimitFractionalRate(t *testing.T) {
 	t.Parallel()
 	_, rdb := testenv.Redis(t)
-	url := limited(t, rdb, api.Limit{Scope: scope(t), PerSecond: 0.5})
-	st, _ := hit(t, url, "a")
-	require.Equal(t, http.StatusNoContent, st)
-	st, retry := hit(t, url, "a")
-	require.Equal(t, http.StatusTooManyRequests, st)
-	require.Equal(t, "2", retry)
+	oneThenRefused(t, limited(t, rdb, api.Limit{Scope: scope(t), PerSecond: 0.5}), "a", "2")
 }
 
 // Two limits cost one Redis round trip: one pipeline holding a script call
 // per limit. A request over either limit is refused, for the longer wait.
 func TestRateLimitChecksEveryLimitInOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	url0, _ := testenv.Redis(t)
-	rdb, err := redis.ParseURL(url0)
-	require.NoError(t, err)
-	client := redis.NewClient(rdb)
-	t.Cleanup(func() { _ = client.Close() })
-	var rt roundTrips
-	client.AddHook(&rt)
+	client, rt := countedRedis(t)
 	s := scope(t)
 	url := limited(t, client, api.Limit{Scope: s + "wide", PerSecond: 1000}, api.Limit{Scope: s + "narrow", PerSecond: 0.5})
 
 	// The first request also loads the script into this Redis.
 	st, _ := hit(t, url, "warm")
 	require.Equal(t, http.StatusNoContent, st)
-	t.Logf("first request: %d pipelines of %d commands, %d single commands", rt.pipelines.Load(), rt.pipelined.Load(), rt.single.Load())
-	rt.pipelines.Store(0)
-	rt.pipelined.Store(0)
-	rt.single.Store(0)
+	t.Logf("first request: [pipelines, commands in them, single commands] = %v", rt.reset())
 
 	st, _ = hit(t, url, "a")
 	require.Equal(t, http.StatusNoContent, st)
-	require.Equal(t, int64(1), rt.pipelines.Load(), "round trips")
-	require.Equal(t, int64(2), rt.pipelined.Load(), "script calls")
-	require.Zero(t, rt.single.Load(), "commands sent on their own")
+	require.Equal(t, [3]int64{1, 2, 0}, rt.reset(), "one pipeline of two script calls, nothing else")
 
 	st, retry := hit(t, url, "a")
 	require.Equal(t, http.StatusTooManyRequests, st)
 	require.Equal(t, "2", retry, "the narrow limit's wait")
 }
 
+// countedRedis is a client of a test database that counts what it sends.
+func countedRedis(t *testing.T) (*redis.Client, *roundTrips) {
+	url, _ := testenv.Redis(t)
+	opt, err := redis.ParseURL(url)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	rt := &roundTrips{}
+	rdb.AddHook(rt)
+	return rdb, rt
+}
+
+// oneThenRefused checks that who gets one request through url and then a
+// 429 asking for a wait of retry seconds.
+func oneThenRefused(t *testing.T, url, who, retry string) {
+	t.Helper()
+	st, _ := hit(t, url, who)
+	require.Equal(t, http.StatusNoContent, st)
+	st, got := hit(t, url, who)
+	require.Equal(t, http.StatusTooManyRequests, st)
+	require.Equal(t, retry, got)
+}
+
 // roundTrips counts what a go-redis client sends.
 type roundTrips struct{ pipelines, pipelined, single atomic.Int64 }
+
+// reset returns the pipelines, the commands in them and the commands sent on
+// their own since the last reset.
+func (r *roundTrips) reset() [3]int64 {
+	return [3]int64{r.pipelines.Swap(0), r.pipelined.Swap(0), r.single.Swap(0)}
+}
 
 func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -277,11 +290,7 @@ func TestRateLimitOnRedisCluster(t *testing.T) {
 		masters[n.Options().Addr] = true
 	}
 	require.Len(t, masters, 2, "the two limits' keys should be on different masters")
-	st, _ := hit(t, url, "a")
-	require.Equal(t, http.StatusNoContent, st)
-	st, retry := hit(t, url, "a")
-	require.Equal(t, http.StatusTooManyRequests, st)
-	require.Equal(t, "2", retry)
+	oneThenRefused(t, url, "a", "2")
 }
 
 // A repeat within the window is turned away with 429 DUPLICATE_REQUEST; the
@@ -290,13 +299,7 @@ func TestRateLimitOnRedisCluster(t *testing.T) {
 // round trip.
 func TestGuardTurnsAwayARepeatWithinTheWindow(t *testing.T) {
 	t.Parallel()
-	url0, _ := testenv.Redis(t)
-	opt, err := redis.ParseURL(url0)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
-	var rt roundTrips
-	rdb.AddHook(&rt)
+	rdb, rt := countedRedis(t)
 	prefix := "hf:dup:" + scope(t) + ":"
 	w := api.Window{Duration: 300 * time.Millisecond, Key: func(c *fiber.Ctx) string {
 		if k := c.Get("X-Claim"); k != "" {
@@ -311,10 +314,9 @@ func TestGuardTurnsAwayARepeatWithinTheWindow(t *testing.T) {
 	}
 
 	require.Equal(t, "204  ", status("X-Who", "a", "X-Claim", "a"))
-	rt.pipelines.Store(0)
-	rt.pipelined.Store(0)
+	rt.reset()
 	require.Equal(t, "204  ", status("X-Who", "b", "X-Claim", "b"))
-	require.Equal(t, []int64{1, 2}, []int64{rt.pipelines.Load(), rt.pipelined.Load()}, "one round trip: the limit and the claim")
+	require.Equal(t, [3]int64{1, 2, 0}, rt.reset(), "one round trip: the limit and the claim")
 
 	require.Equal(t, "429 DUPLICATE_REQUEST 1", status("X-Who", "c", "X-Claim", "a"))
 	require.Equal(t, "204  ", status("X-Who", "d"), "no claim key: no window")
