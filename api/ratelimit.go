@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -66,12 +68,32 @@ func RateLimit(rdb redis.UniversalClient, log *slog.Logger, limits ...Limit) fib
 type Window struct {
 	Duration time.Duration
 	Key      func(*fiber.Ctx) string
+	// Valid, when set, checks a repeat as the handler would, with no side
+	// effects, before it is answered DUPLICATE_REQUEST, so a malformed or
+	// refused repeat gets the answer its first attempt would have got.
+	Valid func(*fiber.Ctx) error
 }
 
+// claim states of a request in a window.
+type claimState int
+
+const (
+	noClaim      claimState = iota // no window, or the request is left out of it
+	claimFresh                     // this request holds the window
+	claimTaken                     // an earlier request holds it
+	claimUnknown                   // Redis did not answer for the claim
+)
+
 // Guard is RateLimit and a duplicate window, checked in one Redis round
-// trip: the window's claim (SET NX) rides in the limits' pipeline. A
-// request over a limit is answered RATE_LIMITED whether or not it is also a
-// duplicate.
+// trip: the window's claim rides in the limits' pipeline. A request over a
+// limit is answered RATE_LIMITED whether or not it is also a duplicate.
+//
+// The claim stores a token of the request's own and reads it back in the
+// same pipeline, so a pipeline that go-redis sent again after a lost reply
+// still finds the claim its own. When Redis fails, the limits fail open
+// but the window keeps what Redis did say: a repeat it saw is still
+// refused, and a claim this request may hold is given back if the request
+// is not accepted.
 func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limit) fiber.Handler {
 	var on []Limit
 	for _, l := range limits {
@@ -96,33 +118,42 @@ func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limi
 		for i, l := range on {
 			keys[i] = "hf:" + l.Scope + ":" + l.Key(c)
 		}
-		var claim string
+		var cl claim
 		if w.Duration > 0 {
-			claim = w.Key(c)
+			if cl.key = w.Key(c); cl.key != "" {
+				cl.token, cl.ttl = strconv.FormatUint(rand.Uint64(), 36), w.Duration
+			}
 		}
-		wait, fresh, err := g.check(ctx, keys, args, claim, w.Duration)
+		wait, st, err := g.check(ctx, keys, args, cl)
 		if err != nil {
-			// A guard that cannot count fails open: refusing every write
-			// because Redis blinked would be worse than a moment unguarded.
+			// Limits that cannot count fail open: refusing every write
+			// because Redis blinked would be worse than a moment unlimited.
 			log.WarnContext(ctx, "rate limiter unavailable; letting the request through", "scopes", scopes, "err", err)
-			return c.Next()
+		}
+		giveBack := func() {
+			if st == claimFresh || st == claimUnknown {
+				releaseScript.Run(context.WithoutCancel(ctx), rdb, []string{cl.key}, cl.token)
+			}
 		}
 		if wait > 0 {
-			if fresh {
-				rdb.Del(context.WithoutCancel(ctx), claim)
-			}
+			giveBack()
 			secs := max(1, int(math.Ceil(wait.Seconds())))
 			return domain.NewProblem(http.StatusTooManyRequests, domain.CodeRateLimited,
 				"too many requests; retry in %d s", secs).WithMeta("retryAfterSeconds", secs)
 		}
-		if claim != "" && !fresh {
+		if st == claimTaken {
+			if w.Valid != nil {
+				if err := w.Valid(c); err != nil {
+					return err
+				}
+			}
 			secs := max(1, int(math.Ceil(w.Duration.Seconds())))
 			return domain.NewProblem(http.StatusTooManyRequests, domain.CodeDuplicateRequest,
 				"you sent this request a moment ago; wait for its outcome").WithMeta("retryAfterSeconds", secs)
 		}
 		err = c.Next()
-		if err != nil && claim != "" { // not accepted: the window must not lock the sender out
-			rdb.Del(context.WithoutCancel(ctx), claim)
+		if err != nil { // not accepted: the window must not lock the sender out
+			giveBack()
 		}
 		return err
 	}
@@ -156,50 +187,77 @@ redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil((tat - now)
 return 0
 `)
 
+// releaseScript deletes a window's claim if it still holds the token of the
+// request giving it back. KEYS: the claim. ARGV: the token.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// claim is a request's claim on a window; key "" is none.
+type claim struct {
+	key, token string
+	ttl        time.Duration
+}
+
 type gcra struct{ rdb redis.UniversalClient }
 
-// check runs the script for each key with its args and claims claim (when
-// not "") for window, all in one pipeline. It returns the longest wait (0:
-// allowed by every limit) and whether the claim was fresh. After Redis lost
-// its scripts (a restart, a failover) it loads the script and runs the
-// scripts once more; the claim, already made, is not repeated.
-func (g gcra) check(ctx context.Context, keys []string, args [][]any, claim string, window time.Duration) (wait time.Duration, fresh bool, err error) {
-	if len(keys) == 0 && claim == "" {
-		return 0, false, nil
+// check runs the script for each key with its args and makes the claim, all
+// in one pipeline. It returns the longest wait (0: allowed by every limit)
+// and the claim's state, which it reports even when a script failed (err).
+// After Redis lost its scripts (a restart, a failover) it loads the script
+// and runs again the calls that failed for it; the claim is not repeated.
+func (g gcra) check(ctx context.Context, keys []string, args [][]any, cl claim) (time.Duration, claimState, error) {
+	if len(keys) == 0 && cl.key == "" {
+		return 0, noClaim, nil
 	}
 	scripts := make([]*redis.Cmd, len(keys))
-	var claimed *redis.BoolCmd
-	send := func(p redis.Pipeliner, withClaim bool) error {
+	var held *redis.StringCmd
+	_, _ = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			scripts[i] = gcraScript.EvalSha(ctx, p, []string{k}, args[i]...)
 		}
-		if withClaim && claim != "" {
-			claimed = p.SetNX(ctx, claim, 1, window)
+		if cl.key != "" {
+			p.SetNX(ctx, cl.key, cl.token, cl.ttl)
+			held = p.Get(ctx, cl.key)
 		}
 		return nil
+	})
+	st := noClaim
+	if held != nil {
+		switch v, err := held.Result(); {
+		case err != nil:
+			st = claimUnknown
+		case v == cl.token:
+			st = claimFresh
+		default:
+			st = claimTaken
+		}
 	}
-	_, err = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return send(p, true) })
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	var again []int
+	for i, cmd := range scripts {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
 		if err := gcraScript.Load(ctx, g.rdb).Err(); err != nil {
-			return 0, false, fmt.Errorf("rate limit: load script: %w", err)
+			return 0, st, fmt.Errorf("rate limit: load script: %w", err)
 		}
-		_, err = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return send(p, false) })
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("rate limit: %w", err)
-	}
-	if claimed != nil {
-		if fresh, err = claimed.Result(); err != nil {
-			return 0, false, fmt.Errorf("duplicate window: %w", err)
-		}
+		_, _ = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range again {
+				scripts[i] = gcraScript.EvalSha(ctx, p, []string{keys[i]}, args[i]...)
+			}
+			return nil
+		})
 	}
 	var us int64
 	for _, cmd := range scripts {
 		w, err := cmd.Int64()
 		if err != nil {
-			return 0, false, fmt.Errorf("rate limit: %w", err)
+			return 0, st, fmt.Errorf("rate limit: %w", err)
 		}
 		us = max(us, w)
 	}
-	return time.Duration(us) * time.Microsecond, fresh, nil
+	return time.Duration(us) * time.Microsecond, st, nil
 }

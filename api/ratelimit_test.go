@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -316,7 +317,7 @@ func TestGuardTurnsAwayARepeatWithinTheWindow(t *testing.T) {
 	require.Equal(t, "204  ", status("X-Who", "a", "X-Claim", "a"))
 	rt.reset()
 	require.Equal(t, "204  ", status("X-Who", "b", "X-Claim", "b"))
-	require.Equal(t, [3]int64{1, 2, 0}, rt.reset(), "one round trip: the limit and the claim")
+	require.Equal(t, [3]int64{1, 3, 0}, rt.reset(), "one round trip: the limit's script and the claim's SET NX and GET")
 
 	require.Equal(t, "429 DUPLICATE_REQUEST 1", status("X-Who", "c", "X-Claim", "a"))
 	require.Equal(t, "204  ", status("X-Who", "d"), "no claim key: no window")
@@ -330,4 +331,93 @@ func TestGuardTurnsAwayARepeatWithinTheWindow(t *testing.T) {
 
 	time.Sleep(350 * time.Millisecond)
 	require.Equal(t, "204  ", status("X-Who", "h", "X-Claim", "a"), "the window has passed")
+}
+
+// A repeat within the window that is itself invalid gets the answer its
+// first attempt would have got (Window.Valid), not DUPLICATE_REQUEST.
+func TestGuardAnswersAnInvalidRepeatForWhatItIs(t *testing.T) {
+	t.Parallel()
+	_, rdb := testenv.Redis(t)
+	key := "hf:dup:" + scope(t)
+	w := api.Window{Duration: time.Minute, Key: func(*fiber.Ctx) string { return key },
+		Valid: func(c *fiber.Ctx) error {
+			if c.Get("X-Fail") != "" {
+				return api.InvalidField("x", "told to fail")
+			}
+			return nil
+		}}
+	url := guarded(t, rdb, w)
+	status := func(headers ...string) string {
+		st, _, code := send(t, url, headers...)
+		return fmt.Sprint(st, " ", code)
+	}
+	require.Equal(t, "204 ", status())
+	require.Equal(t, "400 INVALID_INPUT", status("X-Fail", "1"))
+	require.Equal(t, "429 DUPLICATE_REQUEST", status())
+}
+
+// When Redis fails part of the pipeline, the limits fail open but the
+// window keeps what Redis said: a claim this request made is given back
+// when the request is not accepted, and a repeat Redis saw is refused. The
+// hook fails the first command of each pipeline (the limit's script) after
+// Redis ran it, as when one shard of a cluster times out.
+func TestGuardKeepsTheWindowWhenALimitFails(t *testing.T) {
+	t.Parallel()
+	rdb, _ := countedRedis(t)
+	rdb.AddHook(failFirst{})
+	prefix := "hf:dup:" + scope(t) + ":"
+	w := api.Window{Duration: time.Minute, Key: func(c *fiber.Ctx) string { return prefix + c.Get("X-Claim") }}
+	url := guarded(t, rdb, w, api.Limit{Scope: scope(t), PerSecond: 0.5})
+	status := func(headers ...string) string {
+		st, _, code := send(t, url, headers...)
+		return fmt.Sprint(st, " ", code)
+	}
+	require.Equal(t, "400 INVALID_INPUT", status("X-Who", "a", "X-Claim", "a", "X-Fail", "1"))
+	require.Zero(t, rdb.Exists(context.Background(), prefix+"a").Val(), "the failed request gave its claim back")
+	require.Equal(t, "204 ", status("X-Who", "a", "X-Claim", "a"), "the limit failed open")
+	require.Equal(t, "429 DUPLICATE_REQUEST", status("X-Who", "b", "X-Claim", "a"))
+}
+
+// failFirst fails the first command of every pipeline after it ran.
+type failFirst struct{}
+
+func (failFirst) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if len(cmds) > 1 {
+			cmds[0].SetErr(errors.New("i/o timeout"))
+		}
+		return err
+	}
+}
+
+// go-redis sends a pipeline again when a reply is lost. The claim carries
+// the request's own token and is read back, so the request that made it
+// still finds it fresh. The hook runs every pipeline twice.
+func TestGuardClaimSurvivesAPipelineSentTwice(t *testing.T) {
+	t.Parallel()
+	rdb, _ := countedRedis(t)
+	rdb.AddHook(sendTwice{})
+	key := "hf:dup:" + scope(t)
+	url := guarded(t, rdb, api.Window{Duration: time.Minute, Key: func(*fiber.Ctx) string { return key }})
+	st, _, code := send(t, url)
+	require.Equal(t, http.StatusNoContent, st, code)
+	st, _, code = send(t, url)
+	require.Equal(t, "429 DUPLICATE_REQUEST", fmt.Sprint(st, " ", code))
+}
+
+// sendTwice runs every pipeline twice, as a retry after a lost reply would.
+type sendTwice struct{}
+
+func (sendTwice) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (sendTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (sendTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := next(ctx, cmds); err != nil {
+			return err
+		}
+		return next(ctx, cmds)
+	}
 }

@@ -6,6 +6,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -191,8 +192,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: RECONCILE_INTERVAL must be at least 1s")
 	case c.HoldTTL < time.Second:
 		return fmt.Errorf("config: HOLD_TTL must be at least 1s")
-	case c.RateLimitPerIP < 0 || c.RateLimitPerUser < 0:
-		return fmt.Errorf("config: rate limits must not be negative")
+	case !(c.RateLimitPerIP >= 0 && c.RateLimitPerUser >= 0) || math.IsInf(c.RateLimitPerIP+c.RateLimitPerUser, 0):
+		return fmt.Errorf("config: rate limits must be finite and not negative")
 	case len(c.JWTSecret) < 16:
 		return fmt.Errorf("config: JWT_SECRET must be at least 16 bytes")
 	}

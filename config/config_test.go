@@ -55,3 +55,18 @@ func TestRedisTopology(t *testing.T) {
 		})
 	}
 }
+
+// Rate limits are requests per second: 0 turns one off; negative, infinite
+// or not-a-number values are refused rather than turned into a limit that
+// refuses everything.
+func TestRateLimitsMustBeFinite(t *testing.T) {
+	for _, v := range []string{"-1", "Inf", "+Inf", "NaN"} {
+		for _, name := range []string{"RATE_LIMIT_PER_IP", "RATE_LIMIT_PER_USER"} {
+			_, err := FromMap(map[string]string{name: v, "JWT_SECRET": "0123456789abcdef0123"})
+			require.ErrorContains(t, err, "rate limits must be finite", "%s=%s", name, v)
+		}
+	}
+	c, err := FromMap(map[string]string{"RATE_LIMIT_PER_IP": "0", "RATE_LIMIT_PER_USER": "0.5", "JWT_SECRET": "0123456789abcdef0123"})
+	require.NoError(t, err)
+	require.Equal(t, []float64{0, 0.5}, []float64{c.RateLimitPerIP, c.RateLimitPerUser})
+}

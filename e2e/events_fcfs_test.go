@@ -142,6 +142,8 @@ func TestFCFSScenarios(t *testing.T) {
 		require.Equal(t, domain.CodeInvalidPhone, r.ErrorCode(t))
 	}
 	require.Equal(t, http.StatusAccepted, carol.Do("POST", path, nil).Status)
+	// Within the window, an invalid repeat is answered for what it is.
+	require.Equal(t, domain.CodeInvalidPhone, carol.Do("POST", path, map[string]string{"phone": "0101"}).ErrorCode(t))
 	r := carol.Do("POST", path, nil)
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	require.Equal(t, domain.CodeDuplicateRequest, r.ErrorCode(t))

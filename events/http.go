@@ -37,8 +37,11 @@ func API(duplicateWindow time.Duration) api.Mount {
 			counts: NewCounts(s.Pool, s.Redis)}
 		writes := api.RateLimit(s.Redis, s.Log, api.PerIP(s), api.PerUser(s))
 		// Seed 004 §9's dup:req: one FCFS request per user and event per
-		// window, claimed in the same round trip as the rate limits.
-		grabs := api.Guard(s.Redis, s.Log, api.Window{Duration: duplicateWindow, Key: fcfsClaim}, api.PerIP(s), api.PerUser(s))
+		// window, claimed in the same round trip as the rate limits. A
+		// repeat that is itself invalid gets its own 4xx, not the 429.
+		window := api.Window{Duration: duplicateWindow, Key: fcfsClaim,
+			Valid: func(c *fiber.Ctx) error { _, err := h.fcfsPayload(c); return err }}
+		grabs := api.Guard(s.Redis, s.Log, window, api.PerIP(s), api.PerUser(s))
 		v1.Post("/events", api.RequireRole(domain.RoleAdmin), h.create)
 		v1.Get("/events/:eventId/seats", h.seats)
 		v1.Post("/events/:eventId/seats/fcfs", grabs, h.fcfs)
@@ -183,38 +186,49 @@ func (h *handlers) seats(c *fiber.Ctx) error {
 }
 
 func (h *handlers) fcfs(c *fiber.Ctx) error {
-	id, err := api.PathID(c, "eventId")
+	p, err := h.fcfsPayload(c)
 	if err != nil {
 		return err
-	}
-	var in struct {
-		Phone *string `json:"phone"`
-	}
-	if err := api.Decode(c, &in); err != nil {
-		return err
-	}
-	p := FCFSPayload{EventID: id}
-	e, err := h.eventByID(c.UserContext(), id)
-	if err != nil {
-		return err
-	}
-	if e.FCFSEntryTokenRequired {
-		if err := h.requireEntry(c, e); err != nil {
-			return err
-		}
-	}
-	if in.Phone != nil {
-		if !e164.MatchString(*in.Phone) {
-			return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidPhone,
-				"phone must be in E.164 form, such as +821012345678").WithMeta("field", "phone")
-		}
-		p.Phone = *in.Phone
 	}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	return h.s.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(id)}, Payload: body})
+	return h.s.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(p.EventID)}, Payload: body})
+}
+
+// fcfsPayload validates an FCFS request, reading nothing but the cached
+// event and the waiting room's token: the event exists, the caller may
+// enter, the phone is E.164.
+func (h *handlers) fcfsPayload(c *fiber.Ctx) (FCFSPayload, error) {
+	id, err := api.PathID(c, "eventId")
+	if err != nil {
+		return FCFSPayload{}, err
+	}
+	var in struct {
+		Phone *string `json:"phone"`
+	}
+	if err := api.Decode(c, &in); err != nil {
+		return FCFSPayload{}, err
+	}
+	p := FCFSPayload{EventID: id}
+	e, err := h.eventByID(c.UserContext(), id)
+	if err != nil {
+		return FCFSPayload{}, err
+	}
+	if e.FCFSEntryTokenRequired {
+		if err := h.requireEntry(c, e); err != nil {
+			return FCFSPayload{}, err
+		}
+	}
+	if in.Phone != nil {
+		if !e164.MatchString(*in.Phone) {
+			return FCFSPayload{}, domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidPhone,
+				"phone must be in E.164 form, such as +821012345678").WithMeta("field", "phone")
+		}
+		p.Phone = *in.Phone
+	}
+	return p, nil
 }
 
 // fcfsClaim is the duplicate-window key of an FCFS request: its event and

@@ -244,8 +244,8 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	rep := e.Rec.Report(name, opt, total, peaks, violations)
 	rep.CPUSeconds = cpuSeconds
 	if opt.RedisURL != "" {
-		if rep.Deferred, err = runDeferred(ctx, opt.RedisURL, opt.MetricsURLs); err != nil {
-			return nil, err
+		if rep.Deferred, err = runDeferred(ctx, opt.RedisURL, holdfastQueues, opt.MetricsURLs); err != nil {
+			rep.Deferred = &Deferred{Error: err.Error()}
 		}
 	}
 	return rep, nil

@@ -121,7 +121,11 @@ func (rep *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  peak resident memory: %s\n", strings.Join(parts, ", "))
 	}
 	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
-	if d := rep.Deferred; d != nil {
+	switch d := rep.Deferred; {
+	case d == nil:
+	case d.Error != "":
+		fmt.Fprintf(w, "  tasks left scheduled: not measured: %s\n", d.Error)
+	default:
 		fmt.Fprintf(w, "  tasks left scheduled, fired after the run: %d, drained in %.1f s\n", d.Tasks, d.Seconds)
 		writeCPUPerJourney(w, "… their CPU per journey", d.CPUSeconds, rep.Journeys)
 	}

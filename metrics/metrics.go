@@ -15,11 +15,14 @@ type Pipeline struct {
 	Latency    *prometheus.HistogramVec // accept → terminal, by type
 	Overloaded *prometheus.CounterVec   // writes refused with 429 OVERLOADED, by queue
 	BatchSize  *prometheus.HistogramVec // requests applied per transaction, by queue
-	LeaseBusy  *prometheus.CounterVec   // tasks that left their request to another drain: its key was held, or it was already applied
+	LeaseBusy  *prometheus.CounterVec   // tasks that found their key's lease held and left the work to its holder
 	LeaseLost  *prometheus.CounterVec   // holders that found their lease gone or fenced
 	Takeovers  *prometheus.CounterVec   // keys with stale work and no live holder that the reconciler re-drove
 	Redriven   *prometheus.CounterVec   // requests whose mailbox entry or task the reconciler restored
 	HandOffs   *prometheus.CounterVec   // drains that handed a non-empty key to a new task
+	// AlreadyApplied counts tasks whose request a drain had applied in a
+	// batch before the task ran (most of a rush's tasks, K4).
+	AlreadyApplied *prometheus.CounterVec
 }
 
 // InitQueues creates the worker's per-queue counters at zero for each queue,
@@ -28,7 +31,7 @@ type Pipeline struct {
 // or lost lease would otherwise never see it.
 func (p *Pipeline) InitQueues(queues ...string) {
 	for _, q := range queues {
-		for _, c := range []*prometheus.CounterVec{p.LeaseBusy, p.LeaseLost, p.Takeovers, p.Redriven, p.HandOffs} {
+		for _, c := range []*prometheus.CounterVec{p.LeaseBusy, p.LeaseLost, p.Takeovers, p.Redriven, p.HandOffs, p.AlreadyApplied} {
 			c.WithLabelValues(q)
 		}
 	}
@@ -64,7 +67,7 @@ func NewPipeline(reg prometheus.Registerer) *Pipeline {
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
 		}, []string{"queue"}),
 		LeaseBusy: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "holdfast_keyed_lease_waits_total", Help: "Tasks that left their request to another drain (its key's lease was held, or the request was already applied), by queue.",
+			Name: "holdfast_keyed_lease_waits_total", Help: "Tasks that found their key's lease held and left the work to the holder, by queue.",
 		}, []string{"queue"}),
 		LeaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_keyed_lease_lost_total", Help: "Holders that found their lease expired or fenced, by queue.",
@@ -78,8 +81,11 @@ func NewPipeline(reg prometheus.Registerer) *Pipeline {
 		HandOffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "holdfast_keyed_handoffs_total", Help: "Drains that handed a non-empty key over to a new drain task, by queue.",
 		}, []string{"queue"}),
+		AlreadyApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "holdfast_keyed_tasks_already_applied_total", Help: "Tasks whose request a drain had already applied in a batch, so they had nothing to do, by queue.",
+		}, []string{"queue"}),
 	}
 	reg.MustRegister(p.Accepted, p.Completed, p.Latency, p.Overloaded, p.BatchSize,
-		p.LeaseBusy, p.LeaseLost, p.Takeovers, p.Redriven, p.HandOffs)
+		p.LeaseBusy, p.LeaseLost, p.Takeovers, p.Redriven, p.HandOffs, p.AlreadyApplied)
 	return p
 }
