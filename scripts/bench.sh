@@ -7,7 +7,9 @@
 #   2. baseline: seed 004's FCFS done synchronously per HTTP request, in the
 #                seed's literal form and with FOR UPDATE SKIP LOCKED;
 #   3. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
-#                -intake (clients submit everything, outcomes followed after).
+#                -intake (clients submit everything, outcomes followed after);
+#                after each, the load tool fires the Asynq tasks the run left
+#                scheduled and measures them too (-redis).
 #
 # Sizes: BENCH_USERS (40000), BENCH_SEATS (20000), BENCH_CONCURRENCY (200).
 # Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs) and
