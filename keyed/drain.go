@@ -37,11 +37,14 @@ func (e *Engine) Drain(ctx context.Context, key, queue string) error {
 		e.m.LeaseBusy.WithLabelValues(queue).Inc()
 		return nil
 	}
-	l, ok, err := e.TryAcquire(ctx, key)
-	if err != nil {
+	l, ok, empty, err := e.acquireWork(ctx, key)
+	switch {
+	case err != nil:
 		return err
-	}
-	if !ok {
+	case empty:
+		e.m.AlreadyApplied.WithLabelValues(queue).Inc()
+		return nil
+	case !ok:
 		e.m.LeaseBusy.WithLabelValues(queue).Inc()
 		return nil
 	}

@@ -347,27 +347,7 @@ func (e *Engine) handleRequest(ctx context.Context, t *asynq.Task) error {
 		}
 		return e.applyUnguarded(ctx, id, keys, q)
 	}
-	if e.alreadyApplied(ctx, keys[0], p.RequestID) {
-		e.m.AlreadyApplied.WithLabelValues(q).Inc()
-		return nil
-	}
 	return e.Drain(ctx, keys[0], q)
-}
-
-// alreadyApplied reports whether request id has left key's mailbox, which
-// it does only once it is applied, while nothing on the key is stranded (see
-// appliedScript). A drain took the request in a batch with others, and its
-// task, maybe deferred past a backlog (K4), fires later with nothing to do:
-// one script then replaces a lease's acquire, peek and release. A task that
-// finds work left with no holder drains it, as before. A key held by a
-// drain of this process is left to that drain without asking Redis; on any
-// doubt (an error) the task drains.
-func (e *Engine) alreadyApplied(ctx context.Context, key, id string) bool {
-	if _, held := e.local.Load(key); held {
-		return false
-	}
-	n, err := appliedScript.Run(ctx, e.rdb, []string{mboxKey(key), leaseKey(key)}, id).Int()
-	return err == nil && n == 1
 }
 
 func (e *Engine) handleDrain(ctx context.Context, t *asynq.Task) error {

@@ -34,11 +34,26 @@ const (
 
 // TryAcquire takes key's lease if it is free; ok is false if it is held.
 func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, err error) {
-	tok, err := acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key)}, e.opt.LeaseTTL.Milliseconds()).Int64()
+	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key))
+	return Lease{Key: key, Token: tok}, tok > 0, err
+}
+
+// acquireWork is TryAcquire for a drain: a free key whose mailbox is empty is
+// left alone (empty is true), as there is nothing to drain. A task whose
+// request a drain already applied in a batch, maybe deferred past a backlog
+// (K4), so costs one round trip instead of a lease's acquire, peek and
+// release; a key with work left and no holder is taken and drained.
+func (e *Engine) acquireWork(ctx context.Context, key string) (l Lease, ok, empty bool, err error) {
+	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key), mboxKey(key))
+	return Lease{Key: key, Token: tok}, tok > 0, tok < 0, err
+}
+
+func (e *Engine) acquire(ctx context.Context, key string, keys ...string) (int64, error) {
+	tok, err := acquireScript.Run(ctx, e.rdb, keys, e.opt.LeaseTTL.Milliseconds()).Int64()
 	if err != nil {
-		return Lease{}, false, fmt.Errorf("keyed: acquire %s: %w", key, err)
+		return 0, fmt.Errorf("keyed: acquire %s: %w", key, err)
 	}
-	return Lease{Key: key, Token: tok}, tok != 0, nil
+	return tok, nil
 }
 
 // peek extends l and returns up to n mailbox ids in acceptance order.

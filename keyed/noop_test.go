@@ -12,10 +12,10 @@ import (
 
 // A task whose request a drain already applied (it left the mailbox) has
 // nothing to do: with the mailbox empty, or the key's lease held by a drain
-// that will apply what is left, it returns after one script and takes no
-// lease, so the key's fencing counter does not move. Work left in the
-// mailbox with no holder is still drained by such a task, and a task whose
-// request is still queued drains as always.
+// that will apply what is left, it returns after the one acquire script and
+// takes no lease, so the key's fencing counter does not move. Work left in
+// the mailbox with no holder is still drained by such a task, and a task
+// whose request is still queued drains as always.
 func TestTaskOfAnAppliedRequestTakesNoLease(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
@@ -28,6 +28,7 @@ func TestTaskOfAnAppliedRequestTakesNoLease(t *testing.T) {
 		require.NoError(t, e.handleRequest(ctx, tk))
 	}
 	noops := func() float64 { return testutil.ToFloat64(e.m.AlreadyApplied.WithLabelValues("")) }
+	waits := func() float64 { return testutil.ToFloat64(e.m.LeaseBusy.WithLabelValues("")) }
 
 	first := r.accept(t).String()
 	require.NoError(t, e.Drain(ctx, "k", "q"))
@@ -53,7 +54,7 @@ func TestTaskOfAnAppliedRequestTakesNoLease(t *testing.T) {
 	held := fences()
 	task(first)
 	require.Equal(t, held, fences(), "key held: no lease was taken")
-	require.Equal(t, 2.0, noops())
+	require.Equal(t, []float64{1, 1}, []float64{noops(), waits()}, "left to the holder: a lease wait")
 	require.Len(t, r.applied(t), 2)
 	_, err = e.release(ctx, l, false)
 	require.NoError(t, err)

@@ -22,23 +22,16 @@ func KeyTag(k string) string   { return "hf:{" + k + "}" }
 func leaseKey(k string) string { return "hf:{" + k + "}:lease" }
 func fenceKey(k string) string { return "hf:{" + k + "}:fence" }
 
-// acquireScript takes a free lease. KEYS: lease, fence. ARGV: ttl ms.
-// Returns the new token, or 0 if the lease is held.
+// acquireScript takes a free lease. KEYS: lease, fence, and optionally the
+// key's mailbox. ARGV: ttl ms. Returns the new token, 0 if the lease is
+// held, or -1 if a mailbox was given and is empty: there is nothing to
+// drain (entries leave only once applied), so no lease is taken.
 var acquireScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if KEYS[3] and redis.call('ZCARD', KEYS[3]) == 0 then return -1 end
 local tok = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], tok, 'PX', ARGV[1])
 return tok`)
-
-// appliedScript tells a task whether it has nothing to do. KEYS: mbox,
-// lease. ARGV: the task's request id. Returns 1 when the request has left
-// the mailbox (entries leave only once applied) and nothing is stranded:
-// the lease is held, and its holder drains what is left, or the mailbox is
-// empty. Returns 0 when the task should drain.
-var appliedScript = redis.NewScript(`
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('ZCARD', KEYS[1]) == 0 then return 1 end
-return 0`)
 
 // peekScript extends a held lease and reads the head of the mailbox.
 // KEYS: lease, mbox. ARGV: token, ttl ms, n. Returns nil if the lease is

@@ -20,8 +20,9 @@ type Pipeline struct {
 	Takeovers  *prometheus.CounterVec   // keys with stale work and no live holder that the reconciler re-drove
 	Redriven   *prometheus.CounterVec   // requests whose mailbox entry or task the reconciler restored
 	HandOffs   *prometheus.CounterVec   // drains that handed a non-empty key to a new task
-	// AlreadyApplied counts tasks whose request a drain had applied in a
-	// batch before the task ran (most of a rush's tasks, K4).
+	// AlreadyApplied counts tasks that found their key's mailbox empty:
+	// earlier drains had applied its requests in batches (most of a rush's
+	// tasks, K4).
 	AlreadyApplied *prometheus.CounterVec
 }
 
@@ -82,7 +83,7 @@ func NewPipeline(reg prometheus.Registerer) *Pipeline {
 			Name: "holdfast_keyed_handoffs_total", Help: "Drains that handed a non-empty key over to a new drain task, by queue.",
 		}, []string{"queue"}),
 		AlreadyApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "holdfast_keyed_tasks_already_applied_total", Help: "Tasks whose request a drain had already applied in a batch, so they had nothing to do, by queue.",
+			Name: "holdfast_keyed_tasks_already_applied_total", Help: "Tasks that found their key's mailbox empty, its requests applied by earlier drains, so they had nothing to do, by queue.",
 		}, []string{"queue"}),
 	}
 	reg.MustRegister(p.Accepted, p.Completed, p.Latency, p.Overloaded, p.BatchSize,
