@@ -151,12 +151,7 @@ func (b *Bench) writeCPU(w io.Writer) {
 		line("… all in: the run and its deferred tasks", all, r.Journeys, 0, "api")
 	}
 	f := b.AsynqFloor
-	floorCPU := map[string]float64{CPUTotal: f.CPUSeconds["total"], "floor": f.CPUSeconds["floor"],
-		CPURest: max(f.CPUSeconds["total"]-f.CPUSeconds["floor"]-f.CPUSeconds["redis"], 0)}
-	if v, found := f.CPUSeconds["redis"]; found {
-		floorCPU[CPURedis] = v
-	}
-	line("Asynq floor (per task)", floorCPU, f.Tasks, f.ProcessedPerSec, "floor")
+	line("Asynq floor (per task)", f.CPUSeconds, f.Tasks, f.ProcessedPerSec, "floor")
 	line("enqueue-only HTTP floor", b.EnqueueFloor.CPUSeconds, b.EnqueueFloor.Journeys, b.EnqueueFloor.AcceptedPerSec, "api")
 	line("seed 004 literal, synchronous", b.Literal.CPUSeconds, b.Literal.Journeys, b.Literal.CompletedPerSec, "api")
 	line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")

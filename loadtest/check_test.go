@@ -78,7 +78,7 @@ func TestBenchCPUTable(t *testing.T) {
 	// the total): the line counts the parts.
 	b.Intake.Deferred = &Deferred{Tasks: 500, CPUSeconds: map[string]float64{CPUTotal: 0.3, "worker": 0.3, CPURedis: 0.2}}
 	b.AsynqFloor.Tasks, b.AsynqFloor.ProcessedPerSec = 1000, 4000
-	b.AsynqFloor.CPUSeconds = map[string]float64{"total": 0.4, "floor": 0.3, "redis": 0.08}
+	b.AsynqFloor.CPUSeconds = map[string]float64{"total": 0.4, "floor": 0.3, "redis": 0.08, "rest": 0.02}
 	var out bytes.Buffer
 	b.WriteTable(&out)
 	table := out.String()

@@ -83,8 +83,8 @@ type Result struct {
 	// CPUSeconds is the CPU the run cost from the first enqueue until the
 	// last task was handled: "total" for the whole machine, "floor" for
 	// this process (enqueuers and Asynq server), "redis" for every
-	// redis-server on the machine.
-	// Empty where /proc cannot be read.
+	// redis-server on the machine and "rest" for anything else (see
+	// cputime.Meter). Empty where /proc cannot be read.
 	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
 }
 
@@ -146,8 +146,7 @@ func Run(ctx context.Context, opt Options) (Result, error) {
 	defer cleanup(rdb, srv, res.Queue, opt.Log)
 
 	client := asynq.NewClientFromRedisClient(rdb)
-	cpu, cpuErr := cputime.Now()
-	redisCPU, _ := cputime.ByName("redis-server")
+	cpu := cputime.Start("floor", map[string]string{"redis-server": "redis"})
 	start := time.Now()
 	if err := enqueue(ctx, client, res.Queue, opt.Tasks, opt.Enqueuers); err != nil {
 		return res, err
@@ -161,14 +160,7 @@ func Run(ctx context.Context, opt Options) (Result, error) {
 		return res, fmt.Errorf("floor: waiting for %d tasks, %d handled: %w", opt.Tasks, res.Processed, ctx.Err())
 	}
 	total := doneAt.Sub(start)
-	if cpuErr == nil {
-		if d, err := cpu.Since(); err == nil {
-			res.CPUSeconds = map[string]float64{"total": d.Machine, "floor": d.Self}
-			if now, err := cputime.ByName("redis-server"); err == nil {
-				res.CPUSeconds["redis"] = now["redis-server"] - redisCPU["redis-server"]
-			}
-		}
-	}
+	res.CPUSeconds = cpu.Stop(nil)
 	res.Processed, res.Duplicates = int(distinct.Load()), int(dups.Load())
 	res.EnqueueSeconds = enqueued.Seconds()
 	res.TotalSeconds = total.Seconds()

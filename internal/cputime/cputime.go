@@ -6,6 +6,7 @@ package cputime
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/prometheus/procfs"
 )
@@ -74,3 +75,74 @@ func ByName(names ...string) (map[string]float64, error) {
 	}
 	return out, nil
 }
+
+// Part names every Meter reports.
+const (
+	Total = "total" // every core's busy time on the machine
+	Rest  = "rest"  // Total minus every part measured on its own
+)
+
+// A Meter measures what one phase of a benchmark costs, by part: the
+// machine's busy time (Total), the calling process's own time, the named
+// server processes, any parts the caller measures itself, and the Rest.
+type Meter struct {
+	self    string            // part name of the calling process
+	servers map[string]string // command name → part name
+	start   Sample
+	was     map[string]float64 // servers' CPU seconds at the start
+	ok      bool
+}
+
+// Start begins measuring. self names the calling process's part; servers
+// maps command names (such as "redis-server") to part names. Where /proc
+// cannot be read, Stop reports nothing.
+func Start(self string, servers map[string]string) *Meter {
+	m := &Meter{self: self, servers: servers}
+	var err error
+	if m.start, err = Now(); err != nil {
+		return m
+	}
+	m.was, _ = ByName(m.names()...)
+	m.ok = true
+	return m
+}
+
+func (m *Meter) names() []string {
+	names := make([]string, 0, len(m.servers))
+	for n := range m.servers {
+		names = append(names, n)
+	}
+	return names
+}
+
+// Stop returns the CPU seconds of each part since Start, rounded to 1/100 s;
+// own adds the parts the caller measured itself (such as processes read
+// through their metrics). A server that could not be read is left out, and
+// its time falls to the Rest. It returns nil when /proc could not be read.
+func (m *Meter) Stop(own map[string]float64) map[string]float64 {
+	if !m.ok {
+		return nil
+	}
+	d, err := m.start.Since()
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{Total: round2(d.Machine), m.self: round2(d.Self)}
+	rest := d.Machine - d.Self
+	if now, err := ByName(m.names()...); err == nil {
+		for name, part := range m.servers {
+			if was, ok := m.was[name]; ok {
+				out[part] = round2(now[name] - was)
+				rest -= now[name] - was
+			}
+		}
+	}
+	for part, v := range own {
+		out[part] = round2(v)
+		rest -= v
+	}
+	out[Rest] = round2(max(rest, 0))
+	return out
+}
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }

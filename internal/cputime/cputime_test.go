@@ -37,3 +37,23 @@ func TestByNameFindsThisProcess(t *testing.T) {
 	require.Contains(t, got, st.Comm)
 	require.NotContains(t, got, "holdfast-no-such-process")
 }
+
+// A Meter reports the machine's total, this process under its part name, a
+// server process found by command name (here the test binary itself) and
+// the parts the caller measured, and the rest is the total minus them all.
+func TestMeterReportsPartsAndRest(t *testing.T) {
+	self, err := procfs.Self()
+	require.NoError(t, err)
+	st, err := self.Stat()
+	require.NoError(t, err)
+	m := Start("me", map[string]string{st.Comm: "server", "holdfast-no-such-process": "ghost"})
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	got := m.Stop(map[string]float64{"scraped": 0.05})
+	require.Greater(t, got["me"], 0.1)
+	require.InDelta(t, got["me"], got["server"], 0.05, "the same process, read two ways")
+	require.Equal(t, 0.05, got["scraped"])
+	require.NotContains(t, got, "ghost", "a server not running is left out")
+	want := max(got[Total]-got["me"]-got["server"]-got["scraped"], 0)
+	require.InDelta(t, want, got[Rest], 0.02)
+}
