@@ -2,6 +2,8 @@ package loadtest
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -90,4 +92,52 @@ func TestBenchCPUTable(t *testing.T) {
 	require.Contains(t, table, "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |")
 	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | – | – | 500/s | 400/s | 80% |")
 	require.NotContains(t, table, "seed 004 literal, synchronous | ", "a run without CPU figures has no CPU row")
+}
+
+// The JSON report carries the figures and the verdict a machine reads, and
+// the deferred tasks when they were measured.
+func TestReportJSON(t *testing.T) {
+	r := NewRecorder()
+	r.Start()
+	r.Accepted("w", r.start, 20*time.Millisecond)
+	r.Stop()
+	rep := r.Report("fcfs-rush", Options{Concurrency: 4}, 1, nil, nil)
+	rep.Deferred = &Deferred{Tasks: 3, CPUSeconds: map[string]float64{CPUTotal: 0.01}}
+	var out bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&out))
+	var got struct {
+		Scenario string
+		Accepted int
+		OK       bool
+		Submit   struct{ P50Ms float64 } `json:"submitLatency"`
+		Deferred struct{ Tasks int }
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &got))
+	require.Equal(t, "fcfs-rush", got.Scenario)
+	require.Equal(t, 1, got.Accepted)
+	require.True(t, got.OK)
+	require.InDelta(t, 20, got.Submit.P50Ms, 0.5)
+	require.Equal(t, 3, got.Deferred.Tasks)
+}
+
+// The progress bar shows journeys done of all, and draws nothing where the
+// output is not a terminal (a pipe, a file, a buffer).
+func TestProgressBar(t *testing.T) {
+	var buf bytes.Buffer
+	require.False(t, isTerminal(&buf))
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	require.NoError(t, err)
+	defer f.Close()
+	require.False(t, isTerminal(f), "a regular file is not a terminal")
+	quiet := newProgress(&buf, "fcfs-rush", 10)
+	quiet.Step()
+	quiet.Done()
+	require.Zero(t, buf.Len())
+
+	p := &progress{w: &buf, name: "fcfs-rush", total: 10, start: time.Now()}
+	for range 4 {
+		p.Step()
+	}
+	p.draw()
+	require.Contains(t, buf.String(), "fcfs-rush [################........................] 4/10")
 }
