@@ -52,12 +52,22 @@ func (s Sample) Since() (Sample, error) {
 	return Sample{Machine: now.Machine - s.Machine, Self: now.Self - s.Self}, nil
 }
 
-// ByName sums the CPU seconds of every running process whose command name
-// is one of names (such as "postgres", "redis-server"), per name. A process
-// that exits between two readings takes its time with it, so the figures
-// suit long-lived servers.
-func ByName(names ...string) (map[string]float64, error) {
-	procs, err := procfs.AllProcs()
+// proc is one running process: its command name and CPU seconds so far.
+type proc struct {
+	Name    string
+	Seconds float64
+}
+
+// procID tells processes apart even when the kernel reuses a pid.
+type procID struct {
+	pid   int
+	start uint64 // clock ticks after boot
+}
+
+// procs reads every running process whose command name is one of names
+// (such as "postgres", "redis-server").
+func procs(names ...string) (map[procID]proc, error) {
+	all, err := procfs.AllProcs()
 	if err != nil {
 		return nil, fmt.Errorf("cputime: list processes: %w", err)
 	}
@@ -65,15 +75,31 @@ func ByName(names ...string) (map[string]float64, error) {
 	for _, n := range names {
 		want[n] = true
 	}
-	out := map[string]float64{}
-	for _, p := range procs {
+	out := map[procID]proc{}
+	for _, p := range all {
 		st, err := p.Stat()
 		if err != nil || !want[st.Comm] {
 			continue // gone meanwhile, or not one of ours
 		}
-		out[st.Comm] += st.CPUTime()
+		out[procID{p.PID, st.Starttime}] = proc{st.Comm, st.CPUTime()}
 	}
 	return out, nil
+}
+
+// spent sums, per command name, the CPU seconds the processes in now spent
+// since was was read: all of a process's time if it started since, none of
+// a process that exited meanwhile (its time is gone with it, so the figures
+// suit long-lived servers). A name with a process in either reading is
+// present, even at zero.
+func spent(was, now map[procID]proc) map[string]float64 {
+	out := map[string]float64{}
+	for id, p := range now {
+		out[p.Name] += p.Seconds - was[id].Seconds
+	}
+	for _, p := range was {
+		out[p.Name] += 0
+	}
+	return out
 }
 
 // Part names every Meter reports.
@@ -89,7 +115,7 @@ type Meter struct {
 	self    string            // part name of the calling process
 	servers map[string]string // command name → part name
 	start   Sample
-	was     map[string]float64 // servers' CPU seconds at the start
+	was     map[procID]proc // the servers at the start
 	ok      bool
 }
 
@@ -102,7 +128,9 @@ func Start(self string, servers map[string]string) *Meter {
 	if m.start, err = Now(); err != nil {
 		return m
 	}
-	m.was, _ = ByName(m.names()...)
+	if m.was, err = procs(m.names()...); err != nil {
+		m.was = nil // servers unread: Stop leaves them out
+	}
 	m.ok = true
 	return m
 }
@@ -118,7 +146,8 @@ func (m *Meter) names() []string {
 // Stop returns the CPU seconds of each part since Start, rounded to 1/100 s;
 // own adds the parts the caller measured itself (such as processes read
 // through their metrics). A server that could not be read is left out, and
-// its time falls to the Rest. It returns nil when /proc could not be read.
+// its time falls to the Rest, as does the time of a server process that
+// exited before Stop. It returns nil when /proc could not be read.
 func (m *Meter) Stop(own map[string]float64) map[string]float64 {
 	if !m.ok {
 		return nil
@@ -129,11 +158,12 @@ func (m *Meter) Stop(own map[string]float64) map[string]float64 {
 	}
 	out := map[string]float64{Total: round2(d.Machine), m.self: round2(d.Self)}
 	rest := d.Machine - d.Self
-	if now, err := ByName(m.names()...); err == nil {
+	if now, err := procs(m.names()...); err == nil && m.was != nil {
+		byName := spent(m.was, now)
 		for name, part := range m.servers {
-			if was, ok := m.was[name]; ok {
-				out[part] = round2(now[name] - was)
-				rest -= now[name] - was
+			if v, ok := byName[name]; ok {
+				out[part] = round2(v)
+				rest -= v
 			}
 		}
 	}

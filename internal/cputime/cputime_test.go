@@ -1,6 +1,9 @@
 package cputime
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,15 +30,71 @@ func TestSinceCountsOwnWork(t *testing.T) {
 
 // The test binary finds itself by its command name and no process by a
 // name nothing runs under.
-func TestByNameFindsThisProcess(t *testing.T) {
+func TestProcsFindsThisProcess(t *testing.T) {
 	self, err := procfs.Self()
 	require.NoError(t, err)
 	st, err := self.Stat()
 	require.NoError(t, err)
-	got, err := ByName(st.Comm, "holdfast-no-such-process")
+	got, err := procs(st.Comm, "holdfast-no-such-process")
 	require.NoError(t, err)
-	require.Contains(t, got, st.Comm)
-	require.NotContains(t, got, "holdfast-no-such-process")
+	names := map[string]bool{}
+	for _, p := range got {
+		names[p.Name] = true
+	}
+	require.True(t, names[st.Comm])
+	require.False(t, names["holdfast-no-such-process"])
+}
+
+// burner starts a shell that spins under command name name until killed.
+func burner(t *testing.T, name string) *exec.Cmd {
+	sh, err := exec.LookPath("sh")
+	require.NoError(t, err)
+	link := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.Symlink(sh, link))
+	cmd := exec.Command(link, "-c", "while :; do :; done")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+func spin(d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+	}
+}
+
+// A server process that exits between two readings takes its time with it
+// instead of making the figure negative, and one that starts between them
+// counts in full.
+func TestSpentSurvivesProcessesComingAndGoing(t *testing.T) {
+	gone := burner(t, "hfburn-gone")
+	time.Sleep(300 * time.Millisecond)
+	was, err := procs("hfburn-gone", "hfburn-new")
+	require.NoError(t, err)
+	require.NoError(t, gone.Process.Kill())
+	_ = gone.Wait()
+	burner(t, "hfburn-new")
+	time.Sleep(300 * time.Millisecond)
+	now, err := procs("hfburn-gone", "hfburn-new")
+	require.NoError(t, err)
+
+	byName := spent(was, now)
+	t.Logf("spent: %v", byName)
+	require.Contains(t, byName, "hfburn-gone", "present at the start")
+	require.Zero(t, byName["hfburn-gone"])
+	require.Greater(t, byName["hfburn-new"], 0.1)
+
+	// The sum of each name's readings, as the Meter used to subtract them,
+	// goes negative for the process that exited: the control.
+	sum := func(ps map[procID]proc, name string) float64 {
+		total := 0.0
+		for _, p := range ps {
+			if p.Name == name {
+				total += p.Seconds
+			}
+		}
+		return total
+	}
+	require.Less(t, sum(now, "hfburn-gone")-sum(was, "hfburn-gone"), -0.1)
 }
 
 // A Meter reports the machine's total, this process under its part name, a
@@ -47,8 +106,7 @@ func TestMeterReportsPartsAndRest(t *testing.T) {
 	st, err := self.Stat()
 	require.NoError(t, err)
 	m := Start("me", map[string]string{st.Comm: "server", "holdfast-no-such-process": "ghost"})
-	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
-	}
+	spin(300 * time.Millisecond)
 	got := m.Stop(map[string]float64{"scraped": 0.05})
 	require.Greater(t, got["me"], 0.1)
 	require.InDelta(t, got["me"], got["server"], 0.05, "the same process, read two ways")
