@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/storage"
 )
 
 // A Limit lets each key (a client IP, a user) make PerSecond requests per
@@ -104,7 +105,7 @@ func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limi
 	if len(on) == 0 && w.Duration <= 0 {
 		return func(c *fiber.Ctx) error { return c.Next() }
 	}
-	g := gcra{rdb: rdb}
+	g := gcra{rdb: rdb, batch: storage.NewBatcher(rdb)}
 	args := make([][]any, len(on))
 	scopes := make([]string, len(on))
 	for i, l := range on {
@@ -200,7 +201,13 @@ type claim struct {
 	ttl        time.Duration
 }
 
-type gcra struct{ rdb redis.UniversalClient }
+// gcra checks limits and claims windows; concurrent requests' checks go to
+// Redis together (storage.Batcher), so a rush costs a round trip per batch
+// of requests rather than per request.
+type gcra struct {
+	rdb   redis.UniversalClient
+	batch *storage.Batcher
+}
 
 // check runs the script for each key with its args and makes the claim, all
 // in one pipeline. It returns the longest wait (0: allowed by every limit)
@@ -213,7 +220,7 @@ func (g gcra) check(ctx context.Context, keys []string, args [][]any, cl claim) 
 	}
 	scripts := make([]*redis.Cmd, len(keys))
 	var held *redis.StringCmd
-	_, _ = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_ = g.batch.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
 			scripts[i] = gcraScript.EvalSha(ctx, p, []string{k}, args[i]...)
 		}

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -127,27 +126,36 @@ func TestRateLimitChecksEveryLimitInOneRoundTrip(t *testing.T) {
 	// The first request also loads the script into this Redis.
 	st, _ := hit(t, url, "warm")
 	require.Equal(t, http.StatusNoContent, st)
-	t.Logf("first request: [pipelines, commands in them, single commands] = %v", rt.reset())
+	pipelines, alone := took(rt)
+	t.Logf("first request: pipelines %v, %d commands alone", pipelines, alone)
 
 	st, _ = hit(t, url, "a")
 	require.Equal(t, http.StatusNoContent, st)
-	require.Equal(t, [3]int64{1, 2, 0}, rt.reset(), "one pipeline of two script calls, nothing else")
+	pipelines, alone = took(rt)
+	require.Equal(t, []int{2}, pipelines, "one pipeline of two script calls")
+	require.Zero(t, alone, "nothing else")
 
 	st, retry := hit(t, url, "a")
 	require.Equal(t, http.StatusTooManyRequests, st)
 	require.Equal(t, "2", retry, "the narrow limit's wait")
 }
 
-// countedRedis is a client of a test database that counts what it sends.
-func countedRedis(t *testing.T) (*redis.Client, *roundTrips) {
+// countedRedis is a client of a test database that records what it sends.
+func countedRedis(t *testing.T) (*redis.Client, *testenv.Sent) {
 	url, _ := testenv.Redis(t)
 	opt, err := redis.ParseURL(url)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	rt := &roundTrips{}
-	rdb.AddHook(rt)
-	return rdb, rt
+	return rdb, testenv.WatchRedis(rdb)
+}
+
+// took returns what was sent since the last call: each pipeline's length,
+// and the commands sent on their own.
+func took(s *testenv.Sent) (pipelines []int, alone int) {
+	pipelines, alone = s.Pipelines(), s.Alone()
+	s.Reset()
+	return pipelines, alone
 }
 
 // oneThenRefused checks that who gets one request through url and then a
@@ -159,30 +167,6 @@ func oneThenRefused(t *testing.T, url, who, retry string) {
 	st, got := hit(t, url, who)
 	require.Equal(t, http.StatusTooManyRequests, st)
 	require.Equal(t, retry, got)
-}
-
-// roundTrips counts what a go-redis client sends.
-type roundTrips struct{ pipelines, pipelined, single atomic.Int64 }
-
-// reset returns the pipelines, the commands in them and the commands sent on
-// their own since the last reset.
-func (r *roundTrips) reset() [3]int64 {
-	return [3]int64{r.pipelines.Swap(0), r.pipelined.Swap(0), r.single.Swap(0)}
-}
-
-func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.single.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.pipelines.Add(1)
-		r.pipelined.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 // Redis forgets scripts on a restart or failover. The limiter loads its
@@ -237,22 +221,14 @@ func TestRateLimitHoldsUnderConcurrentRequests(t *testing.T) {
 
 // race runs f in n goroutines released together and counts the trues.
 func race(n int, f func() bool) (int, time.Duration) {
-	var wg sync.WaitGroup
 	var ok atomic.Int64
-	start := make(chan struct{})
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			if f() {
-				ok.Add(1)
-			}
-		}()
-	}
 	began := time.Now()
-	close(start)
-	wg.Wait()
+	testenv.AtOnce(n, func(int) error {
+		if f() {
+			ok.Add(1)
+		}
+		return nil
+	})
 	return int(ok.Load()), time.Since(began)
 }
 
@@ -315,9 +291,11 @@ func TestGuardTurnsAwayARepeatWithinTheWindow(t *testing.T) {
 	}
 
 	require.Equal(t, "204  ", status("X-Who", "a", "X-Claim", "a"))
-	rt.reset()
+	rt.Reset()
 	require.Equal(t, "204  ", status("X-Who", "b", "X-Claim", "b"))
-	require.Equal(t, [3]int64{1, 3, 0}, rt.reset(), "one round trip: the limit's script and the claim's SET NX and GET")
+	pipelines, alone := took(rt)
+	require.Equal(t, []int{3}, pipelines, "one round trip: the limit's script and the claim's SET NX and GET")
+	require.Zero(t, alone)
 
 	require.Equal(t, "429 DUPLICATE_REQUEST 1", status("X-Who", "c", "X-Claim", "a"))
 	require.Equal(t, "204  ", status("X-Who", "d"), "no claim key: no window")
@@ -364,7 +342,7 @@ func TestGuardAnswersAnInvalidRepeatForWhatItIs(t *testing.T) {
 func TestGuardKeepsTheWindowWhenALimitFails(t *testing.T) {
 	t.Parallel()
 	rdb, _ := countedRedis(t)
-	rdb.AddHook(failFirst{})
+	rdb.AddHook(failFirst)
 	prefix := "hf:dup:" + scope(t) + ":"
 	w := api.Window{Duration: time.Minute, Key: func(c *fiber.Ctx) string { return prefix + c.Get("X-Claim") }}
 	url := guarded(t, rdb, w, api.Limit{Scope: scope(t), PerSecond: 0.5})
@@ -379,19 +357,13 @@ func TestGuardKeepsTheWindowWhenALimitFails(t *testing.T) {
 }
 
 // failFirst fails the first command of every pipeline after it ran.
-type failFirst struct{}
-
-func (failFirst) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (failFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if len(cmds) > 1 {
-			cmds[0].SetErr(errors.New("i/o timeout"))
-		}
-		return err
+var failFirst = testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+	err := next(ctx, cmds)
+	if len(cmds) > 1 {
+		cmds[0].SetErr(errors.New("i/o timeout"))
 	}
-}
+	return err
+})
 
 // go-redis sends a pipeline again when a reply is lost. The claim carries
 // the request's own token and is read back, so the request that made it
@@ -399,7 +371,7 @@ func (failFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 func TestGuardClaimSurvivesAPipelineSentTwice(t *testing.T) {
 	t.Parallel()
 	rdb, _ := countedRedis(t)
-	rdb.AddHook(sendTwice{})
+	rdb.AddHook(sendTwice)
 	key := "hf:dup:" + scope(t)
 	url := guarded(t, rdb, api.Window{Duration: time.Minute, Key: func(*fiber.Ctx) string { return key }})
 	st, _, code := send(t, url)
@@ -409,15 +381,9 @@ func TestGuardClaimSurvivesAPipelineSentTwice(t *testing.T) {
 }
 
 // sendTwice runs every pipeline twice, as a retry after a lost reply would.
-type sendTwice struct{}
-
-func (sendTwice) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (sendTwice) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (sendTwice) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if err := next(ctx, cmds); err != nil {
-			return err
-		}
-		return next(ctx, cmds)
+var sendTwice = testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+	if err := next(ctx, cmds); err != nil {
+		return err
 	}
-}
+	return next(ctx, cmds)
+})

@@ -1,0 +1,163 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Batcher sends the pipelines of concurrent callers to Redis together, as
+// the group commit does for Postgres: one pipeline is in flight at a time,
+// and the callers that arrive meanwhile go together in the next one, in one
+// round trip. A lone caller's commands go at once. Under a rush this turns
+// one round trip per request into one per batch: fewer system calls in the
+// process and in Redis, which is most of what a small command costs.
+//
+// A waiting caller whose pipeline's turn has come leads it; the leader of a
+// batch hands its place to the next waiter, so no caller sends more than
+// its own batch.
+type Batcher struct {
+	rdb   redis.UniversalClient
+	mu    sync.Mutex
+	busy  bool // a batch is in flight
+	queue []*batchCall
+}
+
+type batchCall struct {
+	ctx  context.Context
+	fn   func(redis.Pipeliner) error
+	err  error
+	lead chan bool // true: lead the queued batch; false: done (see err)
+}
+
+// NewBatcher batches pipelines on rdb.
+func NewBatcher(rdb redis.UniversalClient) *Batcher { return &Batcher{rdb: rdb} }
+
+// Pipelined is redis.Pipeliner's Pipelined for a caller among many: fn
+// queues commands on the shared pipeline and keeps them to read their
+// results once Pipelined returns. The error is the first of fn's own
+// commands', or fn's. fn must only queue commands; it runs on whichever
+// goroutine sends the batch, and what it queued is sent even when it
+// returns an error.
+func (b *Batcher) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {
+	c := &batchCall{ctx: ctx, fn: fn, lead: make(chan bool, 1)}
+	b.mu.Lock()
+	if !b.busy {
+		b.busy = true
+		b.mu.Unlock()
+		b.send([]*batchCall{c})
+		return c.err
+	}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	if <-c.lead {
+		b.mu.Lock()
+		batch := b.queue // c is its first
+		b.queue = nil
+		b.mu.Unlock()
+		b.send(batch)
+	}
+	return c.err
+}
+
+// send runs batch as one pipeline, tells each caller its error, and then
+// hands the lead to the first waiter, if any. If a caller's fn or go-redis
+// panics, every caller of the batch gets an error, the lead is handed on
+// all the same, and the panic goes on in the sending goroutine.
+func (b *Batcher) send(batch []*batchCall) {
+	defer func() {
+		if r := recover(); r != nil {
+			for _, c := range batch {
+				c.err = fmt.Errorf("storage: batched pipeline panicked: %v", r)
+			}
+			b.handOff(batch)
+			panic(r)
+		}
+	}()
+	pipe := b.rdb.Pipeline()
+	ends := make([]int, len(batch))
+	for i, c := range batch {
+		c.err = c.fn(pipe)
+		ends[i] = pipe.Len()
+	}
+	// A caller's cancellation must not fail the others' commands; each
+	// command has its caller's context, and go-redis' timeouts bound the
+	// round trip.
+	cmds, _ := pipe.Exec(context.WithoutCancel(batch[0].ctx))
+	start := 0
+	for i, c := range batch {
+		for _, cmd := range cmds[start:ends[i]] {
+			if err := cmd.Err(); err != nil && c.err == nil {
+				c.err = err
+			}
+		}
+		start = ends[i]
+	}
+	b.handOff(batch)
+}
+
+// handOff wakes batch's waiting callers (all but its leader, batch[0]) and
+// passes the lead to the first caller queued meanwhile, if any.
+func (b *Batcher) handOff(batch []*batchCall) {
+	b.mu.Lock()
+	var next *batchCall
+	if len(b.queue) > 0 {
+		next = b.queue[0]
+	} else {
+		b.busy = false
+	}
+	b.mu.Unlock()
+	for _, c := range batch[1:] {
+		c.lead <- false
+	}
+	if next != nil {
+		next.lead <- true
+	}
+}
+
+// BatchScripts returns rdb with its script calls (EVALSHA, EVAL and their
+// read-only forms) sent through a Batcher, and every other command as rdb
+// sends it. Asynq's client makes each enqueue one script call; given this
+// client, the enqueues of concurrent requests reach Redis together.
+func BatchScripts(rdb redis.UniversalClient) redis.UniversalClient {
+	return &batchedScripts{UniversalClient: rdb, b: NewBatcher(rdb)}
+}
+
+type batchedScripts struct {
+	redis.UniversalClient
+	b *Batcher
+}
+
+// script runs one script command, queued by add, in the next batch.
+func (c *batchedScripts) script(ctx context.Context, add func(redis.Pipeliner) *redis.Cmd) *redis.Cmd {
+	var cmd *redis.Cmd
+	err := c.b.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = add(p)
+		return nil
+	})
+	if cmd == nil { // never queued: an earlier caller in the batch panicked
+		cmd = redis.NewCmd(ctx)
+	}
+	if err != nil && cmd.Err() == nil { // the batch failed without reaching cmd
+		cmd.SetErr(err)
+	}
+	return cmd
+}
+
+func (c *batchedScripts) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return c.script(ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalSha(ctx, sha1, keys, args...) })
+}
+
+func (c *batchedScripts) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return c.script(ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalShaRO(ctx, sha1, keys, args...) })
+}
+
+func (c *batchedScripts) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.script(ctx, func(p redis.Pipeliner) *redis.Cmd { return p.Eval(ctx, script, keys, args...) })
+}
+
+func (c *batchedScripts) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.script(ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalRO(ctx, script, keys, args...) })
+}
