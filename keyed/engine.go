@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/storage"
 	"github.com/holdfast/holdfast/tasks"
 )
 
@@ -159,7 +161,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, l
 	return &Engine{
 		pool:     pool,
 		rdb:      rdb,
-		client:   asynq.NewClientFromRedisClient(rdb),
+		client:   asynq.NewClientFromRedisClient(storage.BatchScripts(rdb)),
 		insp:     insp,
 		store:    requests.NewStore(pool),
 		log:      log,
@@ -180,13 +182,15 @@ func (e *Engine) Register(t Type) {
 	e.types[t.Name] = t
 }
 
-// Queues returns the queues of the registered types plus the maintenance queue.
-func (e *Engine) Queues() map[string]int {
-	q := map[string]int{tasks.MaintenanceQueue: 1}
+// Queues returns the queues of the registered types plus the maintenance
+// queue, sorted.
+func (e *Engine) Queues() []string {
+	q := []string{tasks.MaintenanceQueue}
 	for _, t := range e.types {
-		q[t.Queue] = 3
+		q = append(q, t.Queue)
 	}
-	return q
+	slices.Sort(q)
+	return slices.Compact(q)
 }
 
 // Handle registers the engine's task handlers on mux.
@@ -290,23 +294,48 @@ func (e *Engine) queueSize(queue string) int {
 // Dispatch adds r to its keys' mailboxes and enqueues its task. Both steps
 // are idempotent, so the reconciler may repeat them.
 func (e *Engine) Dispatch(ctx context.Context, r *requests.Request) error {
+	backlogs, err := e.Post(ctx, []*requests.Request{r})
+	if err != nil {
+		return err
+	}
+	return e.Enqueue(ctx, r, backlogs[0])
+}
+
+// Post puts rs in their keys' mailboxes (scored by seq), all in one round
+// trip, and returns each one's backlog: the length of its longest mailbox
+// right after it was added. Intake posts a group commit's whole batch at
+// once.
+func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]int64, error) {
 	pipe := e.rdb.Pipeline()
-	cards := make([]*redis.IntCmd, len(r.Keys))
-	member := r.ID.String()
-	for i, k := range r.Keys {
-		pipe.ZAddNX(ctx, mboxKey(k), redis.Z{Score: float64(r.Seq), Member: member})
-		cards[i] = pipe.ZCard(ctx, mboxKey(k))
+	cards := make([][]*redis.IntCmd, len(rs))
+	for i, r := range rs {
+		member := r.ID.String()
+		cards[i] = make([]*redis.IntCmd, len(r.Keys))
+		for j, k := range r.Keys {
+			pipe.ZAddNX(ctx, mboxKey(k), redis.Z{Score: float64(r.Seq), Member: member})
+			cards[i][j] = pipe.ZCard(ctx, mboxKey(k))
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("keyed: mailbox: %w", err)
+		return nil, fmt.Errorf("keyed: mailbox: %w", err)
 	}
 	now := e.now()
-	var backlog int64
-	for i, k := range r.Keys {
-		e.backlog.Store(k, backlogSample{cards[i].Val(), now})
-		backlog = max(backlog, cards[i].Val())
+	backlogs := make([]int64, len(rs))
+	for i, r := range rs {
+		for j, k := range r.Keys {
+			n := cards[i][j].Val()
+			e.backlog.Store(k, backlogSample{n, now})
+			backlogs[i] = max(backlogs[i], n)
+		}
 	}
-	t, err := tasks.NewRequest(r.Type, r.Queue, member, r.Keys, deferral(backlog, e.opt.DeferAfter))
+	return backlogs, nil
+}
+
+// Enqueue enqueues r's task (TaskID = requestId), scheduled past the key's
+// backlog when r waits behind a long one (see deferral). r must be in its
+// mailboxes already: a task that finds its key's mailbox empty does nothing.
+func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, backlog int64) error {
+	t, err := tasks.NewRequest(r.Type, r.Queue, r.ID.String(), r.Keys, deferral(backlog, e.opt.DeferAfter))
 	if err != nil {
 		return err
 	}

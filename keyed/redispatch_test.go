@@ -20,8 +20,8 @@ import (
 // when Redis fails between a request's commit and its dispatch.
 type failingDispatch struct{ *Engine }
 
-func (failingDispatch) Dispatch(context.Context, *requests.Request) error {
-	return errors.New("redis unreachable")
+func (failingDispatch) Post(context.Context, []*requests.Request) ([]int64, error) {
+	return nil, errors.New("redis unreachable")
 }
 
 // redispatchRace makes r1 durable but undispatched, dispatches r2 behind it,

@@ -15,15 +15,20 @@ import (
 
 // groupCommit makes concurrent submissions durable together: one INSERT
 // and one commit for every submission waiting at that moment, instead of one
-// each. There is no background goroutine: a waiting submission leads a
-// flush when fewer than maxLeaders flushes run, and a leader that has
-// flushed maxRounds batches hands its place to the next waiter, so no
+// each, and then, when post is set, puts the whole batch in its mailboxes in
+// one round trip. There is no background goroutine: a waiting submission
+// leads a flush when fewer than maxLeaders flushes run, and a leader that
+// has flushed maxRounds batches hands its place to the next waiter, so no
 // client waits behind an endless stream of others.
 type groupCommit struct {
 	store   *Store
+	post    func(context.Context, []*Request) ([]int64, error) // Intake.postBatch; nil: callers post their own
 	mu      sync.Mutex
 	queue   []*pending
 	leaders int
+	// posted closes when the last flush's batch is posted; the next batch
+	// posts after it, so mailboxes receive batches in seq order.
+	posted <-chan struct{}
 }
 
 // One flush in flight at a time: while it commits, the next batch gathers,
@@ -39,16 +44,19 @@ const (
 )
 
 type pending struct {
-	sub  *Submission
-	id   uuid.UUID
-	now  time.Time
-	r    *Request
-	err  error
-	wake chan bool // true: stored (see r, err); false: lead a flush
+	sub     *Submission
+	id      uuid.UUID
+	now     time.Time
+	r       *Request
+	err     error
+	posted  bool      // r is in its mailboxes
+	backlog int64     // Post's answer for r, when posted
+	wake    chan bool // true: stored (see r, err); false: lead a flush
 }
 
-// insert stores sub (which has no idempotency key) with the others waiting.
-func (g *groupCommit) insert(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time) (*Request, error) {
+// insert stores sub (which has no idempotency key) with the others waiting,
+// and posts it when it can. The caller posts what is not posted yet.
+func (g *groupCommit) insert(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time) *pending {
 	p := &pending{sub: sub, id: id, now: now, wake: make(chan bool, 1)}
 	g.mu.Lock()
 	lead := g.leaders < maxLeaders
@@ -61,20 +69,28 @@ func (g *groupCommit) insert(ctx context.Context, sub *Submission, id uuid.UUID,
 	if lead || !<-p.wake {
 		g.lead(context.WithoutCancel(ctx), p)
 	}
-	return p.r, p.err
+	return p
 }
 
 // lead flushes first (whose own submission it is) with whatever waits, then
 // more batches while any wait, up to maxRounds; then it gives its place up.
+// It returns once first is posted: only the first round's batch holds the
+// leader's own submission, and the later rounds' waiters are woken by their
+// own batch's post.
 func (g *groupCommit) lead(ctx context.Context, first *pending) {
 	batch := []*pending{first}
+	var firstDone <-chan struct{}
+	defer func() { <-firstDone }()
 	for round := 1; ; round++ {
 		g.mu.Lock()
 		n := min(len(g.queue), maxBatch-len(batch))
 		batch = append(batch, g.queue[:n]...)
 		g.queue = g.queue[n:]
 		g.mu.Unlock()
-		g.flush(ctx, batch, first)
+		done := g.flush(ctx, batch, first)
+		if round == 1 {
+			firstDone = done
+		}
 		g.mu.Lock()
 		if len(g.queue) == 0 {
 			g.leaders--
@@ -89,14 +105,16 @@ func (g *groupCommit) lead(ctx context.Context, first *pending) {
 			return
 		}
 		g.mu.Unlock()
-		batch = batch[:0]
+		batch = nil // the last batch is still being posted
 	}
 }
 
-// flush stores batch and wakes its waiters (all but self, the leader).
-func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending) {
+// flush stores batch. Then, while the next batch is already being stored,
+// it posts what it stored and wakes its waiters (all but self, the leader):
+// the returned channel closes when that is done. A Redis round trip thus
+// never holds up the next INSERT.
+func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending) <-chan struct{} {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	rs, err := g.store.insertMany(ctx, batch)
 	var stored map[uuid.UUID]int64
 	if err != nil {
@@ -106,6 +124,7 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending
 		// write that will be applied anyway. Only the rest get the error.
 		stored = g.store.storedSeqs(context.WithoutCancel(ctx), batch)
 	}
+	var post []*pending
 	for i, p := range batch {
 		switch seq, ok := stored[p.id]; {
 		case err == nil:
@@ -114,10 +133,55 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending
 			p.r = p.request(seq)
 		default:
 			p.err = err
+			continue
 		}
-		if p != self {
-			p.wake <- true
+		post = append(post, p)
+	}
+	done := make(chan struct{})
+	g.mu.Lock()
+	prev := g.posted
+	g.posted = done
+	g.mu.Unlock()
+	go func() {
+		defer close(done)
+		defer cancel()
+		if prev != nil {
+			<-prev
 		}
+		g.postAll(ctx, post)
+		for _, p := range batch {
+			if p != self {
+				p.wake <- true
+			}
+		}
+	}()
+	return done
+}
+
+// postAll puts batch's requests in their mailboxes in one round trip. On
+// failure, a panic included, nothing counts as posted: each caller posts its
+// own, and posting twice is harmless.
+func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
+	if g.post == nil || len(batch) == 0 {
+		return
+	}
+	defer func() {
+		if recover() != nil {
+			for _, p := range batch {
+				p.posted = false
+			}
+		}
+	}()
+	rs := make([]*Request, len(batch))
+	for i, p := range batch {
+		rs[i] = p.r
+	}
+	backlogs, err := g.post(ctx, rs)
+	if err != nil {
+		return
+	}
+	for i, p := range batch {
+		p.posted, p.backlog = true, backlogs[i]
 	}
 }
 

@@ -3,6 +3,7 @@ package requests
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestGroupFlushResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	require.NoError(t, err)
 	_, err = g.store.insertMany(ctx, stored)
 	require.Error(t, err, "the same ids again: the INSERT fails although the rows are there")
-	g.flush(ctx, stored, nil)
+	<-g.flush(ctx, stored, nil)
 	for i, p := range stored {
 		<-p.wake
 		require.NoError(t, p.err)
@@ -45,10 +46,65 @@ func TestGroupFlushResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	}
 
 	lost := pendingBatch(t, 3, `{`) // not JSON: the INSERT fails and stores nothing
-	g.flush(ctx, lost, nil)
+	<-g.flush(ctx, lost, nil)
 	for _, p := range lost {
 		<-p.wake
 		require.Error(t, p.err)
 		require.Nil(t, p.r)
+	}
+}
+
+// Batches reach their mailboxes in seq order even when an earlier batch's
+// post is slow: each waits for the one before, so a drain never sees a
+// later batch without the earlier one. Without the wait the second batch,
+// posted at once, would arrive first.
+func TestGroupPostsBatchesInSeqOrder(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	var mu sync.Mutex
+	var order []int64
+	calls := 0
+	g := &groupCommit{store: NewStore(pool), post: func(_ context.Context, rs []*Request) ([]int64, error) {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			time.Sleep(150 * time.Millisecond)
+		}
+		mu.Lock()
+		order = append(order, rs[0].Seq)
+		mu.Unlock()
+		return make([]int64, len(rs)), nil
+	}}
+	ctx := context.Background()
+	a, b := pendingBatch(t, 2, `{}`), pendingBatch(t, 2, `{}`)
+	doneA := g.flush(ctx, a, nil)
+	doneB := g.flush(ctx, b, nil)
+	<-doneA
+	<-doneB
+	require.Less(t, a[0].r.Seq, b[0].r.Seq)
+	require.Equal(t, []int64{a[0].r.Seq, b[0].r.Seq}, order)
+	for _, p := range append(a, b...) {
+		require.True(t, <-p.wake)
+		require.True(t, p.posted)
+	}
+}
+
+// A post that panics counts as failed: every caller is still woken, none
+// counts as posted, so each posts its own request.
+func TestGroupPostThatPanicsLeavesEachCallerToPost(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	g := &groupCommit{store: NewStore(pool), post: func(context.Context, []*Request) ([]int64, error) {
+		panic("post broke")
+	}}
+	batch := pendingBatch(t, 3, `{}`)
+	<-g.flush(context.Background(), batch, nil)
+	for _, p := range batch {
+		require.True(t, <-p.wake)
+		require.NoError(t, p.err)
+		require.NotNil(t, p.r, "stored")
+		require.False(t, p.posted)
 	}
 }

@@ -28,14 +28,21 @@ type Submission struct {
 	TraceID     string
 }
 
-// Dispatcher hands a durable request to the queue. The keyed engine
-// implements it; intake declares only what it needs.
+// Dispatcher hands durable requests to the queue, in two steps: Post puts
+// them in their keys' mailboxes, then Enqueue enqueues each one's task. The
+// keyed engine implements it; intake declares only what it needs. Both steps
+// are idempotent.
 type Dispatcher interface {
 	// Admit returns a *domain.Problem (429 OVERLOADED) when the queue or a
 	// key's backlog is over its cap.
 	Admit(ctx context.Context, queue string, keys []string) error
-	// Dispatch puts r in its keys' mailboxes and enqueues its task.
-	Dispatch(ctx context.Context, r *Request) error
+	// Post puts rs in their keys' mailboxes, all in one round trip, and
+	// returns each one's backlog: the length of its longest mailbox once it
+	// was there.
+	Post(ctx context.Context, rs []*Request) ([]int64, error)
+	// Enqueue enqueues the task of r, which Post put in its mailboxes with
+	// backlog.
+	Enqueue(ctx context.Context, r *Request, backlog int64) error
 }
 
 // Intake accepts writes: a request is durable in Postgres before Accept
@@ -46,8 +53,9 @@ type Intake struct {
 	log   *slog.Logger
 	now   func() time.Time
 	group *groupCommit
-	// Tracker, when set, is told of each new request before it is
-	// dispatched (the API's Notifier).
+	// Tracker, when set, is told of each new request before it is posted
+	// to its mailboxes, so before a worker can announce it (the API's
+	// Notifier).
 	Tracker interface {
 		Track(id uuid.UUID, owner string)
 	}
@@ -55,7 +63,19 @@ type Intake struct {
 
 // NewIntake wires intake.
 func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
-	return &Intake{store: store, disp: disp, log: log, now: time.Now, group: &groupCommit{store: store}}
+	in := &Intake{store: store, disp: disp, log: log, now: time.Now}
+	in.group = &groupCommit{store: store, post: in.postBatch}
+	return in
+}
+
+// postBatch tracks and posts a group commit's stored batch.
+func (in *Intake) postBatch(ctx context.Context, rs []*Request) ([]int64, error) {
+	if in.Tracker != nil {
+		for _, r := range rs {
+			in.Tracker.Track(r.ID, r.UserID)
+		}
+	}
+	return in.disp.Post(ctx, rs)
 }
 
 // Accept makes sub durable and dispatches it. created is false when an
@@ -75,8 +95,11 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	if err != nil {
 		return nil, false, fmt.Errorf("requests: new id: %w", err)
 	}
+	var posted bool
+	var backlog int64
 	if sub.IdempotencyKey == "" {
-		r, err = in.group.insert(ctx, &sub, id, in.now().UTC())
+		p := in.group.insert(ctx, &sub, id, in.now().UTC())
+		r, err, posted, backlog = p.r, p.err, p.posted, p.backlog
 		created = true
 	} else {
 		r, created, err = in.store.Insert(ctx, &sub, id, in.now().UTC())
@@ -87,14 +110,24 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	if r.Status.Terminal() {
 		return r, created, nil
 	}
-	if created && in.Tracker != nil {
-		in.Tracker.Track(r.ID, r.UserID)
+	if created && sub.IdempotencyKey != "" && in.Tracker != nil {
+		in.Tracker.Track(r.ID, r.UserID) // the group commit tracks its own
 	}
 	// The request is durable from here on. A failed dispatch is not the
 	// client's problem: it is retried briefly (both steps are idempotent),
-	// and the reconciler re-drives requests Redis never saw.
+	// and the reconciler re-drives requests Redis never saw. The group
+	// commit has usually posted it already, with the rest of its batch.
 	for try := 0; ; try++ {
-		err := in.disp.Dispatch(ctx, r)
+		var err error
+		if !posted {
+			var backlogs []int64
+			if backlogs, err = in.disp.Post(ctx, []*Request{r}); err == nil {
+				posted, backlog = true, backlogs[0]
+			}
+		}
+		if err == nil {
+			err = in.disp.Enqueue(ctx, r, backlog)
+		}
 		if err == nil {
 			break
 		}
