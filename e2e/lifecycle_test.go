@@ -2,15 +2,18 @@ package e2e
 
 import (
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/tasks"
 )
 
 func TestRequestLifecycle(t *testing.T) {
@@ -102,4 +105,35 @@ func TestLongPollWakesOnOutcome(t *testing.T) {
 	stored := c.Do("GET", "/api/v1/requests/"+id, nil)
 	require.Equal(t, http.StatusOK, stored.Status)
 	require.Equal(t, string(stored.Body), string(a.r.Body))
+}
+
+// A worker runs one Asynq server per queue, so fetching a task is one script
+// call on its own queue rather than a probe of every queue in turn; each
+// vertical's server has WORKER_CONCURRENCY slots, maintenance a quarter.
+func TestWorkerRunsAnAsynqServerPerQueue(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	insp := asynq.NewInspectorFromRedisClient(s.Redis)
+	want := []string{"events", tasks.MaintenanceQueue, probe.Queue, "shop", "stays"}
+	slices.Sort(want)
+	var servers []*asynq.ServerInfo
+	require.Eventually(t, func() bool {
+		var err error
+		servers, err = insp.Servers()
+		return err == nil && len(servers) == len(want)
+	}, 10*time.Second, 20*time.Millisecond)
+	var got []string
+	for _, srv := range servers {
+		require.Len(t, srv.Queues, 1, "server %s serves one queue", srv.ID)
+		for q := range srv.Queues {
+			got = append(got, q)
+			slots := s.Cfg.Concurrency
+			if q == tasks.MaintenanceQueue {
+				slots = max(1, slots/4)
+			}
+			require.Equal(t, slots, srv.Concurrency, "queue %s", q)
+		}
+	}
+	slices.Sort(got)
+	require.Equal(t, want, got)
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -90,15 +91,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		periodic = append(periodic, m.Periodic...)
 		reg.MustRegister(m.Collectors...)
 	}
-	for q := range engine.Queues() {
+	for _, q := range engine.Queues() {
 		if q != tasks.MaintenanceQueue {
 			m.InitQueues(q)
 		}
 	}
 
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+	srv := newServers(rdb, engine.Queues(), asynq.Config{
 		Concurrency:              cfg.Concurrency,
-		Queues:                   engine.Queues(),
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		TaskCheckInterval:        20 * time.Millisecond,
 		DelayedTaskCheckInterval: 100 * time.Millisecond,
@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		handle := p.Handle
 		mux.HandleFunc(p.Type, func(ctx context.Context, _ *asynq.Task) error { return handle(ctx) })
 	}
-	if err := srv.Start(mux); err != nil {
+	if err := srv.start(mux); err != nil {
 		return fmt.Errorf("worker: start: %w", err)
 	}
 	sched := asynq.NewSchedulerFromRedisClient(rdb, &asynq.SchedulerOpts{
@@ -125,19 +125,19 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	})
 	every := fmt.Sprintf("@every %s", cfg.ReconcileInterval)
 	if _, err := sched.Register(every, tasks.NewReconcile(cfg.ReconcileInterval)); err != nil {
-		srv.Shutdown()
+		srv.shutdown()
 		return fmt.Errorf("worker: schedule reconcile: %w", err)
 	}
 	for _, p := range periodic {
 		task := asynq.NewTask(p.Type, nil, asynq.Queue(tasks.MaintenanceQueue), asynq.MaxRetry(0),
 			asynq.Unique(max(p.Every-500*time.Millisecond, time.Second)))
 		if _, err := sched.Register(fmt.Sprintf("@every %s", p.Every), task); err != nil {
-			srv.Shutdown()
+			srv.shutdown()
 			return fmt.Errorf("worker: schedule %s: %w", p.Type, err)
 		}
 	}
 	if err := sched.Start(); err != nil {
-		srv.Shutdown()
+		srv.shutdown()
 		return fmt.Errorf("worker: start scheduler: %w", err)
 	}
 	// Recover at once what a crash or a lost Redis left behind.
@@ -152,7 +152,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.WorkerAddr); err != nil {
 			sched.Shutdown()
-			srv.Shutdown()
+			srv.shutdown()
 			return fmt.Errorf("worker: listen: %w", err)
 		}
 	}
@@ -165,15 +165,66 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 
 	<-ctx.Done()
 	log.Info("worker stopping")
-	srv.Stop()    // fetch no new tasks
+	srv.stop()    // fetch no new tasks
 	engine.Stop() // drains finish their batch and hand their key on
 	sched.Shutdown()
-	srv.Shutdown() // wait for handlers
+	srv.shutdown() // wait for handlers
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	log.Info("worker stopped")
 	return nil
+}
+
+// servers are a worker's Asynq servers, one per queue. Asynq's dequeue
+// tries a server's queues one script call each, in an order shuffled by
+// weight, until one has a task: a server of all four queues spent more
+// than two calls per task while a rush filled one of them, and the tasks a
+// rush leaves scheduled then cost 0.28 ms of CPU each to run as no-ops
+// instead of 0.16 ms. A server per queue spends one call. Each vertical's
+// queue gets base's handler slots of its own, the maintenance queue
+// (reconciler, periodic tasks) a quarter as many.
+type servers []*asynq.Server
+
+func newServers(rdb redis.UniversalClient, queues []string, base asynq.Config) servers {
+	out := make(servers, len(queues))
+	for i, q := range queues {
+		cfg := base
+		if q == tasks.MaintenanceQueue {
+			cfg.Concurrency = max(1, base.Concurrency/4)
+		}
+		cfg.Queues = map[string]int{q: 1}
+		out[i] = asynq.NewServerFromRedisClient(rdb, cfg)
+	}
+	return out
+}
+
+// start starts every server, or none.
+func (s servers) start(mux *asynq.ServeMux) error {
+	for i, srv := range s {
+		if err := srv.Start(mux); err != nil {
+			s[:i].shutdown()
+			return err
+		}
+	}
+	return nil
+}
+
+// stop makes every server stop fetching tasks.
+func (s servers) stop() {
+	for _, srv := range s {
+		srv.Stop()
+	}
+}
+
+// shutdown waits for every server's handlers, all at once, so that
+// SHUTDOWN_TIMEOUT bounds the whole.
+func (s servers) shutdown() {
+	var wg sync.WaitGroup
+	for _, srv := range s {
+		wg.Go(srv.Shutdown)
+	}
+	wg.Wait()
 }
 
 // retryDelay retries failed tasks quickly (a failed drain leaves its key
