@@ -15,10 +15,13 @@ type Bench struct {
 	Cores        int          // the machine's cores, for the CPU ceilings
 	AsynqFloor   floor.Result // raw Asynq enqueue + no-op processing
 	EnqueueFloor *Report      // enqueue-floor: an HTTP handler that only enqueues
-	Literal      *Report      // baseline-fcfs against the seed's literal UPDATE
-	SkipLocked   *Report      // baseline-fcfs with FOR UPDATE SKIP LOCKED
-	Rush         *Report      // fcfs-rush, clients waiting for each outcome
-	Intake       *Report      // fcfs-rush -intake: submissions only, then outcomes
+	// enqueue-floor against a handler that stores each request durably
+	// (holdfast's group commit) before it enqueues; nil in runs before it.
+	DurableFloor *Report
+	Literal      *Report // baseline-fcfs against the seed's literal UPDATE
+	SkipLocked   *Report // baseline-fcfs with FOR UPDATE SKIP LOCKED
+	Rush         *Report // fcfs-rush, clients waiting for each outcome
+	Intake       *Report // fcfs-rush -intake: submissions only, then outcomes
 }
 
 // Targets of the issue that make bench checks (ratios against floors from
@@ -54,6 +57,9 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		return fmt.Sprintf("%d users, %d clients%s", r.Journeys, r.Concurrency, seats)
 	}
 	row("floor: HTTP handler that only enqueues", load(b.EnqueueFloor), b.EnqueueFloor, b.EnqueueFloor.AcceptedPerSec, b.EnqueueFloor.Submit)
+	if d := b.DurableFloor; d != nil {
+		row("floor: … that stores each request in Postgres first", load(d), d, d.AcceptedPerSec, d.Submit)
+	}
 	row("baseline: seed 004 UPDATE, synchronous", load(b.Literal)+soldOutNote(b.Literal), b.Literal, b.Literal.CompletedPerSec, b.Literal.Submit)
 	row("baseline: … FOR UPDATE SKIP LOCKED", load(b.SkipLocked), b.SkipLocked, b.SkipLocked.CompletedPerSec, b.SkipLocked.Submit)
 	row("holdfast fcfs-rush: outcomes", load(b.Rush), b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
@@ -83,6 +89,10 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 	check("fcfs-rush outcomes/s ÷ seed's literal baseline", ratio(b.Rush.CompletedPerSec, b.Literal.CompletedPerSec), 1, true, "×")
 	check("intake 202s/s ÷ enqueue-only floor", ratio(b.Intake.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec), targetOfEnqueue, true, "×")
 	check("intake p99 submit latency", b.Intake.Submit.P99, targetSubmitP99Ms, false, " ms")
+	if d := b.DurableFloor; d != nil {
+		fmt.Fprintf(w, "| (no target) durable floor ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(d.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
+		fmt.Fprintf(w, "| (no target) intake 202s/s ÷ durable floor | %.2f× | – | – |\n", ratio(b.Intake.AcceptedPerSec, d.AcceptedPerSec))
+	}
 	for _, run := range []struct {
 		name string
 		r    *Report
@@ -94,8 +104,10 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		}
 	}
 	violations := 0
-	for _, r := range []*Report{b.EnqueueFloor, b.SkipLocked, b.Rush, b.Intake} {
-		violations += len(r.Violations)
+	for _, r := range []*Report{b.EnqueueFloor, b.DurableFloor, b.SkipLocked, b.Rush, b.Intake} {
+		if r != nil {
+			violations += len(r.Violations)
+		}
 	}
 	check("invariant violations (holdfast, floors, SKIP LOCKED)", float64(violations), 1, false, "")
 	b.writeCPU(w)
@@ -153,6 +165,9 @@ func (b *Bench) writeCPU(w io.Writer) {
 	f := b.AsynqFloor
 	line("Asynq floor (per task)", f.CPUSeconds, f.Tasks, f.ProcessedPerSec, "floor")
 	line("enqueue-only HTTP floor", b.EnqueueFloor.CPUSeconds, b.EnqueueFloor.Journeys, b.EnqueueFloor.AcceptedPerSec, "api")
+	if d := b.DurableFloor; d != nil {
+		line("… storing each request in Postgres first", d.CPUSeconds, d.Journeys, d.AcceptedPerSec, "api")
+	}
 	line("seed 004 literal, synchronous", b.Literal.CPUSeconds, b.Literal.Journeys, b.Literal.CompletedPerSec, "api")
 	line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")
 	holdfast("holdfast fcfs-rush (submit + outcome)", b.Rush, b.Rush.CompletedPerSec)

@@ -67,6 +67,7 @@ func TestBenchCPUTable(t *testing.T) {
 	b := Bench{
 		Cores:        2,
 		EnqueueFloor: rep(map[string]float64{CPUTotal: 1, CPULoadTool: 0.5, "api": 0.25, CPURest: 0.25}, 1000, 1500),
+		DurableFloor: rep(map[string]float64{CPUTotal: 1.5, CPULoadTool: 0.5, "api": 0.5, CPUPostgres: 0.5}, 1000, 1200),
 		Literal:      rep(nil, 1000, 100),
 		SkipLocked:   rep(nil, 1000, 200),
 		// 2 s of CPU for 1,000 seats: 2 ms each, so 2 cores allow 1,000/s.
@@ -92,6 +93,15 @@ func TestBenchCPUTable(t *testing.T) {
 	require.Contains(t, table, "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |")
 	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | – | – | 500/s | 400/s | 80% |")
 	require.NotContains(t, table, "seed 004 literal, synchronous | ", "a run without CPU figures has no CPU row")
+	require.Contains(t, table, "| … storing each request in Postgres first | 1.500 | 0.500 | 0.500 | – | 0.500 | – | – | 1333/s | 1200/s | 90% |")
+	require.Contains(t, table, "| (no target) durable floor ÷ enqueue-only floor | 0.80× | – | – |")
+	require.Contains(t, table, "| (no target) intake 202s/s ÷ durable floor | 0.33× | – | – |")
+
+	// A run from before the durable floor existed has no such lines.
+	b.DurableFloor = nil
+	out.Reset()
+	b.WriteTable(&out)
+	require.NotContains(t, out.String(), "durable floor")
 }
 
 // The JSON report carries the figures and the verdict a machine reads, and

@@ -2,8 +2,11 @@
 # `make bench`: measure holdfast against its floor and the synchronous design
 # it replaces, in one run on this machine, and print the comparison table.
 #
-#   1. floor:    raw Asynq, enqueue + no-op processing (bin/load floor), and an
-#                HTTP handler that only enqueues (bin/baseline -mode enqueue);
+#   1. floor:    raw Asynq, enqueue + no-op processing (bin/load floor), an
+#                HTTP handler that only enqueues (bin/baseline -mode enqueue),
+#                and one that stores each request in Postgres first, with
+#                holdfast's own group commit (-mode durable, in a database of
+#                its own, holdfast_bench_floor);
 #   2. baseline: seed 004's FCFS done synchronously per HTTP request, in the
 #                seed's literal form and with FOR UPDATE SKIP LOCKED;
 #   3. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
@@ -65,6 +68,16 @@ bin/baseline -mode enqueue -addr "$baseline_addr" > "$out/baseline-enqueue.log" 
 wait_ready "http://$baseline_addr/healthz" "$pid"
 bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/enqueue.json"
 stop "$pid"
+
+step "floor: HTTP handler that stores each request in Postgres, then enqueues, $users POSTs, $conc clients"
+floor_db="$pg_base/holdfast_bench_floor?sslmode=disable"
+psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_bench_floor' 2>/dev/null
+DATABASE_URL=$floor_db bin/baseline -mode durable -addr "$baseline_addr" > "$out/baseline-durable.log" 2>&1 & pid=$!; pids+=("$pid")
+wait_ready "http://$baseline_addr/healthz" "$pid"
+psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
+bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/durable.json"
+stop "$pid"
+psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
 
 for mode in literal skiplocked; do
   step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"

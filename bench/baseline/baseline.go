@@ -7,10 +7,13 @@
 // the seed's §5 shape. The caller is named by the X-User-Id header, which is
 // what reserved_by records; the seed's gateway de-duplication is left out.
 // It is deliberately the seed's design, flaws included; it is not part of
-// holdfast.
+// holdfast. Two more modes are floors for holdfast's intake: a handler that
+// only enqueues an Asynq task, and one that first makes the request durable
+// with holdfast's own intake.
 package baseline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +35,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/requests"
 )
 
 // Mode selects what the server does.
@@ -48,21 +53,27 @@ const (
 	// Enqueue serves only POST /enqueue, which enqueues one no-op Asynq task
 	// and answers 202: an HTTP handler that does nothing but enqueue.
 	Enqueue Mode = "enqueue"
+	// Durable serves POST /enqueue too, but makes each request durable
+	// first, as SPEC §2 requires of every 202: holdfast's own intake stores
+	// it in the requests table (group-committed INSERT), then one Asynq task
+	// is enqueued with the request's id. No authentication, rate limit,
+	// mailbox or worker: the least a durable intake in front of Asynq does.
+	Durable Mode = "durable"
 )
 
 // ParseMode reads a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Literal, SkipLocked, Enqueue:
+	case Literal, SkipLocked, Enqueue, Durable:
 		return m, nil
 	}
-	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked or enqueue)", s)
+	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue or durable)", s)
 }
 
 const (
 	// ReservePath is the seed's endpoint.
 	ReservePath = "/api/v1/seats/reservation/fcfs"
-	// EnqueuePath is the enqueue mode's endpoint.
+	// EnqueuePath is the endpoint of the enqueue and durable modes.
 	EnqueuePath = "/enqueue"
 	// UserHeader names the caller; it is what reserved_by records.
 	UserHeader = "X-User-Id"
@@ -74,9 +85,10 @@ const (
 	ContentionKey = "fcfs:seat:contention"
 	// MaxAttempts bounds the conditional UPDATEs per request (seed §5.4).
 	MaxAttempts = 5
-	// DefaultQueue is the Asynq queue of the enqueue mode.
+	// DefaultQueue is the Asynq queue of the enqueue and durable modes.
 	DefaultQueue = "baseline-enqueue"
-	// TaskType is the type of the enqueue mode's no-op tasks.
+	// TaskType is the type of the no-op tasks of the enqueue and durable
+	// modes, and of the durable mode's requests.
 	TaskType = "baseline:noop"
 )
 
@@ -102,7 +114,7 @@ type Reply struct {
 type Options struct {
 	Mode            Mode          // required
 	Schema          string        // Postgres schema holding seats; default DefaultSchema
-	Queue           string        // enqueue mode's queue; default DefaultQueue
+	Queue           string        // queue of the enqueue and durable modes; default DefaultQueue
 	ShutdownTimeout time.Duration // default 10s
 	Log             *slog.Logger  // 5xx answers are logged here; nil discards
 }
@@ -113,6 +125,7 @@ type Server struct {
 	pool   *pgxpool.Pool
 	rdb    redis.UniversalClient
 	client *asynq.Client
+	intake *requests.Intake // durable mode
 	app    *fiber.App
 	sql    queries
 }
@@ -141,7 +154,8 @@ func newQueries(schema string, mode Mode) queries {
 }
 
 // New builds the server. The seat modes need pool and rdb; the enqueue mode
-// needs only rdb, and pool may be nil.
+// needs only rdb, and pool may be nil. The durable mode needs pool migrated
+// to holdfast's schema (storage.Migrate).
 func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, error) {
 	if _, err := ParseMode(string(opt.Mode)); err != nil {
 		return nil, err
@@ -174,10 +188,15 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
-	if opt.Mode == Enqueue {
+	switch opt.Mode {
+	case Enqueue:
 		s.client = asynq.NewClientFromRedisClient(rdb)
 		s.app.Post(EnqueuePath, s.enqueue)
-	} else {
+	case Durable:
+		s.client = asynq.NewClientFromRedisClient(rdb)
+		s.intake = requests.NewIntake(requests.NewStore(pool), enqueueOnly{s.client}, opt.Log)
+		s.app.Post(EnqueuePath, s.acceptDurably)
+	default:
 		s.app.Post(ReservePath, s.reserve)
 	}
 	return s, nil
@@ -200,10 +219,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return <-errc
 }
 
-// Close removes the enqueue mode's queue: its tasks exist only to be
-// counted, nothing processes them. It does nothing in the seat modes.
+// Close removes the queue of the enqueue and durable modes: their tasks
+// exist only to be counted, nothing processes them. The durable mode's
+// requests stay in Postgres. It does nothing in the seat modes.
 func (s *Server) Close() error {
-	if s.opt.Mode != Enqueue {
+	if s.client == nil {
 		return nil
 	}
 	err := asynq.NewInspectorFromRedisClient(s.rdb).DeleteQueue(s.opt.Queue, true)
@@ -219,6 +239,44 @@ func (s *Server) enqueue(c *fiber.Ctx) error {
 		return fmt.Errorf("baseline: enqueue: %w", err)
 	}
 	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"taskId": info.ID})
+}
+
+// acceptDurably stores the body as a request, enqueues its task and answers
+// 202 with the request's id, as holdfast's intake does for a write.
+func (s *Server) acceptDurably(c *fiber.Ctx) error {
+	body := c.Body()
+	if len(body) == 0 {
+		body = []byte("{}")
+	}
+	if !json.Valid(body) {
+		return fiber.NewError(fiber.StatusBadRequest, "body must be JSON")
+	}
+	r, _, err := s.intake.Accept(c.UserContext(), requests.Submission{
+		Type: TaskType, Queue: s.opt.Queue, UserID: "floor", Keys: []string{"floor"},
+		Payload: bytes.Clone(body), // fasthttp reuses the body's buffer
+	})
+	if err != nil {
+		return fmt.Errorf("baseline: accept: %w", err)
+	}
+	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"requestId": r.ID})
+}
+
+// enqueueOnly dispatches a durable request as one Asynq task with the
+// request's id: it admits everything and has no mailboxes to post to.
+type enqueueOnly struct{ client *asynq.Client }
+
+func (enqueueOnly) Admit(context.Context, string, []string) error { return nil }
+
+func (enqueueOnly) Post(_ context.Context, rs []*requests.Request) ([]int64, error) {
+	return make([]int64, len(rs)), nil
+}
+
+func (d enqueueOnly) Enqueue(ctx context.Context, r *requests.Request, _ int64) error {
+	_, err := d.client.EnqueueContext(ctx, asynq.NewTask(TaskType, nil, asynq.Queue(r.Queue), asynq.TaskID(r.ID.String())))
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("baseline: enqueue: %w", err)
+	}
+	return nil
 }
 
 func (s *Server) reserve(c *fiber.Ctx) error {

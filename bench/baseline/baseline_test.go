@@ -38,7 +38,11 @@ func start(t *testing.T, mode baseline.Mode, seats int) system {
 	t.Helper()
 	ctx := context.Background()
 	var sys system
-	if mode != baseline.Enqueue {
+	switch mode {
+	case baseline.Enqueue:
+	case baseline.Durable:
+		_, sys.pool = testenv.Postgres(t) // migrated to holdfast's schema
+	default:
 		pgURL, _ := testenv.Postgres(t)
 		// More connections than testenv's pool, so that requests race in
 		// Postgres rather than queue for a connection.
@@ -407,4 +411,41 @@ func TestEnqueueModeEnqueuesOneTask(t *testing.T) {
 	require.NotContains(t, queues, "baseline-test", "queue removed on Close")
 	_, err = inspector.GetTaskInfo("baseline-test", body.TaskID)
 	require.ErrorIs(t, err, asynq.ErrQueueNotFound)
+}
+
+// The durable mode answers 202 only once the request is a row in holdfast's
+// requests table, and enqueues one task under the request's id; a body that
+// is not JSON is refused with 400 and stores nothing.
+func TestDurableModeStoresThenEnqueues(t *testing.T) {
+	t.Parallel()
+	sys := start(t, baseline.Durable, 0)
+	resp, err := sys.client.Post(sys.url+baseline.EnqueuePath, "application/json", bytes.NewBufferString(`{"n": 7}`))
+	require.NoError(t, err)
+	var body struct{ RequestID string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+
+	var payload string
+	require.NoError(t, sys.pool.QueryRow(context.Background(),
+		`SELECT payload::text FROM requests WHERE id = $1 AND status = 'queued'`, body.RequestID).Scan(&payload))
+	require.JSONEq(t, `{"n": 7}`, payload)
+	inspector := asynq.NewInspectorFromRedisClient(sys.rdb)
+	pending, err := inspector.ListPendingTasks("baseline-test")
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, body.RequestID, pending[0].ID)
+
+	resp, err = sys.client.Post(sys.url+baseline.EnqueuePath, "application/json", bytes.NewBufferString(`{`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	var rows int
+	require.NoError(t, sys.pool.QueryRow(context.Background(), `SELECT count(*) FROM requests`).Scan(&rows))
+	require.Equal(t, 1, rows)
+
+	require.NoError(t, sys.srv.Close())
+	queues, err := inspector.Queues()
+	require.NoError(t, err)
+	require.NotContains(t, queues, "baseline-test", "queue removed on Close")
 }

@@ -1,7 +1,8 @@
 // Command baseline serves the comparison point for `make bench`: seed 004's
 // first-come-first-served seat grab done synchronously inside each HTTP
-// request, deliberately the seed's design (see package bench/baseline), or
-// an HTTP handler that only enqueues an Asynq task. It is not part of
+// request, deliberately the seed's design (see package bench/baseline), an
+// HTTP handler that only enqueues an Asynq task, or one that makes each
+// request durable in Postgres and then enqueues its task. It is not part of
 // holdfast and never runs in production.
 //
 // Settings are flags; each defaults to the environment variable named in
@@ -47,7 +48,7 @@ func run(args []string) error {
 		return err
 	}
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked or enqueue (BASELINE_MODE)")
+	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, enqueue or durable (BASELINE_MODE)")
 	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
 	redisURL := fs.String("redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")
@@ -81,7 +82,12 @@ func run(args []string) error {
 			return err
 		}
 		defer pool.Close()
-		if *seats > 0 {
+		if mode == baseline.Durable {
+			if err := storage.Migrate(ctx, pool); err != nil {
+				return err
+			}
+		}
+		if *seats > 0 && mode != baseline.Durable {
 			if err := baseline.Setup(ctx, pool, baseline.DefaultSchema, *seats); err != nil {
 				return err
 			}

@@ -37,8 +37,9 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 }
 
 // tableCmd reads a make bench directory (floor.json, enqueue.json,
-// literal.json, skiplocked.json, rush.json, intake.json, machine.txt) and
-// prints the comparison table. It exits 1 when a target is not met.
+// durable.json when present, literal.json, skiplocked.json, rush.json,
+// intake.json, machine.txt) and prints the comparison table. It exits 1 when
+// a target is not met.
 func tableCmd(args []string, stdout io.Writer) (int, error) {
 	if len(args) != 1 {
 		return 2, fmt.Errorf("usage: load table DIR")
@@ -65,6 +66,12 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 		"skiplocked.json": &b.SkipLocked, "rush.json": &b.Rush, "intake.json": &b.Intake} {
 		*dst = new(loadtest.Report)
 		if err := read(name, *dst); err != nil {
+			return 1, err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "durable.json")); err == nil {
+		b.DurableFloor = new(loadtest.Report)
+		if err := read("durable.json", b.DurableFloor); err != nil {
 			return 1, err
 		}
 	}
