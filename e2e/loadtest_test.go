@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/loadtest"
 )
@@ -45,6 +47,22 @@ func TestLoadScenarios(t *testing.T) {
 	t.Run("fcfs-rush intake", func(t *testing.T) {
 		rep := run("fcfs-rush", loadtest.Options{Concurrency: 20, Users: 100, Seats: 100, Intake: true})
 		require.Equal(t, 100, rep.Outcomes["fcfs succeeded"])
+		require.Positive(t, rep.SubmitCPUSeconds[loadtest.CPUTotal], "the CPU until the last 202")
+		require.LessOrEqual(t, rep.SubmitCPUSeconds[loadtest.CPULoadTool], rep.CPUSeconds[loadtest.CPULoadTool])
+		require.Nil(t, rep.Applying, "the queues are not watched without -redis")
+	})
+	t.Run("fcfs-rush intake, applying held", func(t *testing.T) {
+		rep := run("fcfs-rush", loadtest.Options{Concurrency: 20, Users: 100, Seats: 60, Intake: true,
+			RedisURL: s.Cfg.Redis.URL, HoldApply: true})
+		require.Equal(t, 60, rep.Outcomes["fcfs succeeded"])
+		require.Equal(t, 40, rep.Outcomes["fcfs rejected SOLD_OUT"])
+		require.Equal(t, &loadtest.Applying{Held: true}, rep.Applying, "nothing processed while the clients submitted")
+		info, err := asynq.NewInspectorFromRedisClient(s.Redis).GetQueueInfo(events.Queue)
+		require.NoError(t, err)
+		require.False(t, info.Paused, "the run resumed the queue")
+		_, err = loadtest.Run(context.Background(), "fcfs-rush", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
+			Users: 10, RedisURL: s.Cfg.Redis.URL, HoldApply: true})
+		require.ErrorContains(t, err, "needs an intake run", "holding the workers back while clients wait for outcomes would never end")
 	})
 	t.Run("waiting-room-rush", func(t *testing.T) {
 		rep := run("waiting-room-rush", loadtest.Options{Concurrency: 20, Users: 60, Seats: 40})

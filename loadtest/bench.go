@@ -22,6 +22,9 @@ type Bench struct {
 	SkipLocked   *Report // baseline-fcfs with FOR UPDATE SKIP LOCKED
 	Rush         *Report // fcfs-rush, clients waiting for each outcome
 	Intake       *Report // fcfs-rush -intake: submissions only, then outcomes
+	// fcfs-rush -intake -hold-apply: the same with the workers held back
+	// until the last 202, the API's intake alone; nil in runs before it.
+	HeldIntake *Report
 }
 
 // Targets of the issue that make bench checks (ratios against floors from
@@ -64,6 +67,9 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 	row("baseline: … FOR UPDATE SKIP LOCKED", load(b.SkipLocked), b.SkipLocked, b.SkipLocked.CompletedPerSec, b.SkipLocked.Submit)
 	row("holdfast fcfs-rush: outcomes", load(b.Rush), b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
 	row("holdfast fcfs-rush -intake: 202s", load(b.Intake), b.Intake, b.Intake.AcceptedPerSec, b.Intake.Submit)
+	if h := b.HeldIntake; h != nil {
+		row("holdfast … workers held back until the last 202", load(h), h, h.AcceptedPerSec, h.Submit)
+	}
 
 	ok = true
 	check := func(name string, got, want float64, atLeast bool, unit string) {
@@ -93,10 +99,17 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		fmt.Fprintf(w, "| (no target) durable floor ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(d.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
 		fmt.Fprintf(w, "| (no target) intake 202s/s ÷ durable floor | %.2f× | – | – |\n", ratio(b.Intake.AcceptedPerSec, d.AcceptedPerSec))
 	}
+	if h := b.HeldIntake; h != nil {
+		fmt.Fprintf(w, "| (no target) intake, workers held back, ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(h.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
+		fmt.Fprintf(w, "| (no target) intake p99, workers held back | %.2f ms | – | – |\n", h.Submit.P99)
+	}
 	for _, run := range []struct {
 		name string
 		r    *Report
-	}{{"fcfs-rush", b.Rush}, {"fcfs-rush -intake", b.Intake}} {
+	}{{"fcfs-rush", b.Rush}, {"fcfs-rush -intake", b.Intake}, {"fcfs-rush -intake -hold-apply", b.HeldIntake}} {
+		if run.r == nil {
+			continue
+		}
 		for _, p := range []string{"api", "worker"} {
 			if v, found := run.r.PeakRSSMiB[p]; found {
 				check(fmt.Sprintf("%s peak resident memory, %s", p, run.name), v, targetRSSMiB, false, " MiB")
@@ -104,7 +117,7 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		}
 	}
 	violations := 0
-	for _, r := range []*Report{b.EnqueueFloor, b.DurableFloor, b.SkipLocked, b.Rush, b.Intake} {
+	for _, r := range []*Report{b.EnqueueFloor, b.DurableFloor, b.SkipLocked, b.Rush, b.Intake, b.HeldIntake} {
 		if r != nil {
 			violations += len(r.Violations)
 		}
@@ -149,6 +162,9 @@ func (b *Bench) writeCPU(w io.Writer) {
 	// deferred tasks, their line and the sum of both.
 	holdfast := func(name string, r *Report, rate float64) {
 		line(name, r.CPUSeconds, r.Journeys, rate, "api")
+		if r.SubmitCPUSeconds != nil {
+			line("… of which until the last 202 (intake)", r.SubmitCPUSeconds, r.Journeys, r.AcceptedPerSec, "api")
+		}
 		if r.Deferred == nil || r.Deferred.Error != "" {
 			return
 		}
@@ -172,6 +188,9 @@ func (b *Bench) writeCPU(w io.Writer) {
 	line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")
 	holdfast("holdfast fcfs-rush (submit + outcome)", b.Rush, b.Rush.CompletedPerSec)
 	holdfast("holdfast fcfs-rush -intake (all work)", b.Intake, b.Intake.CompletedPerSec)
+	if h := b.HeldIntake; h != nil {
+		holdfast("holdfast fcfs-rush -intake -hold-apply (all work)", h, h.CompletedPerSec)
+	}
 	switch d := b.Rush.Deferred; {
 	case d == nil || b.Rush.Journeys <= 0:
 	case d.Error != "":

@@ -73,8 +73,12 @@ func TestBenchCPUTable(t *testing.T) {
 		// 2 s of CPU for 1,000 seats: 2 ms each, so 2 cores allow 1,000/s.
 		Rush: rep(map[string]float64{CPUTotal: 2, CPULoadTool: 0.4, "api": 0.8, "worker": 0.3,
 			CPUPostgres: 0.3, CPURedis: 0.1, CPURest: 0.1}, 1000, 500),
-		Intake: rep(map[string]float64{CPUTotal: 4}, 1000, 400),
+		Intake:     rep(map[string]float64{CPUTotal: 4}, 1000, 400),
+		HeldIntake: rep(map[string]float64{CPUTotal: 3}, 1000, 600),
 	}
+	b.HeldIntake.Submit.P99 = 42
+	// Until the last 202: 1 ms a request, so 2 cores allow 2,000/s.
+	b.HeldIntake.SubmitCPUSeconds = map[string]float64{CPUTotal: 1, CPULoadTool: 0.25, "api": 0.5, CPUPostgres: 0.1, CPURedis: 0.15}
 	// 0.5 s more after the run for 600 deferred tasks: 2.5 ms a seat in all.
 	b.Rush.Deferred = &Deferred{Tasks: 600, CPUSeconds: map[string]float64{CPUTotal: 0.5, "worker": 0.3, CPURedis: 0.2}}
 	// Parts over the machine's total (time stolen by a hypervisor is not in
@@ -96,12 +100,18 @@ func TestBenchCPUTable(t *testing.T) {
 	require.Contains(t, table, "| … storing each request in Postgres first | 1.500 | 0.500 | 0.500 | – | 0.500 | – | – | 1333/s | 1200/s | 90% |")
 	require.Contains(t, table, "| (no target) durable floor ÷ enqueue-only floor | 0.80× | – | – |")
 	require.Contains(t, table, "| (no target) intake 202s/s ÷ durable floor | 0.33× | – | – |")
+	require.Contains(t, table, "| (no target) intake, workers held back, ÷ enqueue-only floor | 0.40× | – | – |")
+	require.Contains(t, table, "| (no target) intake p99, workers held back | 42.00 ms | – | – |")
+	require.Contains(t, table, "| holdfast fcfs-rush -intake -hold-apply (all work) | 3.000 | – | – | – | – | – | – | 667/s | 600/s | 90% |\n"+
+		"| … of which until the last 202 (intake) | 1.000 | 0.250 | 0.500 | – | 0.100 | 0.150 | – | 2000/s | 600/s | 30% |")
 
-	// A run from before the durable floor existed has no such lines.
-	b.DurableFloor = nil
+	// A run from before the durable floor and the held intake existed has
+	// no such lines.
+	b.DurableFloor, b.HeldIntake = nil, nil
 	out.Reset()
 	b.WriteTable(&out)
 	require.NotContains(t, out.String(), "durable floor")
+	require.NotContains(t, out.String(), "held")
 }
 
 // The JSON report carries the figures and the verdict a machine reads, and

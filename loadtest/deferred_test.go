@@ -20,9 +20,7 @@ import (
 // processed them all, and reports how many there were and the CPU they cost.
 func TestRunDeferredFiresScheduledTasksAndWaitsForThem(t *testing.T) {
 	t.Parallel()
-	url, _ := testenv.Redis(t)
-	opt, err := asynq.ParseRedisURI(url)
-	require.NoError(t, err)
+	url, opt := asynqRedis(t)
 	cl := asynq.NewClient(opt)
 	t.Cleanup(func() { _ = cl.Close() })
 	const n = 30
@@ -30,23 +28,12 @@ func TestRunDeferredFiresScheduledTasksAndWaitsForThem(t *testing.T) {
 		_, err := cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("later"), asynq.ProcessIn(time.Hour), asynq.TaskID(fmt.Sprint(i)))
 		require.NoError(t, err)
 	}
-	_, err = cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("now"))
+	_, err := cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("now"))
 	require.NoError(t, err)
 	_, err = cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("other"), asynq.ProcessIn(time.Hour))
 	require.NoError(t, err)
 
-	var ran atomic.Int64
-	srv := asynq.NewServer(opt, asynq.Config{Concurrency: 4, Queues: map[string]int{"later": 1, "now": 1, "other": 1},
-		TaskCheckInterval: 10 * time.Millisecond, Logger: quietLogger{}})
-	mux := asynq.NewServeMux()
-	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
-		for end := time.Now().Add(3 * time.Millisecond); time.Now().Before(end); { // CPU to measure
-		}
-		ran.Add(1)
-		return nil
-	})
-	require.NoError(t, srv.Start(mux))
-	t.Cleanup(srv.Shutdown)
+	ran := serveNoops(t, opt, 3*time.Millisecond, "later", "now", "other")
 
 	d, err := runDeferred(context.Background(), url, []string{"later", "now", "missing"}, nil)
 	require.NoError(t, err)
@@ -66,6 +53,37 @@ func TestRunDeferredFiresScheduledTasksAndWaitsForThem(t *testing.T) {
 // The tool fires the scheduled tasks of holdfast's queues and no others.
 func TestQueuesAreTheVerticals(t *testing.T) {
 	require.ElementsMatch(t, []string{stays.Queue, shop.Queue, events.Queue}, holdfastQueues)
+}
+
+// asynqRedis reserves a Redis database for the test: its URL, and Asynq's
+// connection to it.
+func asynqRedis(t *testing.T) (string, asynq.RedisConnOpt) {
+	url, _ := testenv.Redis(t)
+	opt, err := asynq.ParseRedisURI(url)
+	require.NoError(t, err)
+	return url, opt
+}
+
+// serveNoops runs an Asynq server on queues for the test, whose "noop"
+// tasks each spin for busy (CPU to measure) and count themselves.
+func serveNoops(t *testing.T, opt asynq.RedisConnOpt, busy time.Duration, queues ...string) *atomic.Int64 {
+	weights := map[string]int{}
+	for _, q := range queues {
+		weights[q] = 1
+	}
+	var ran atomic.Int64
+	srv := asynq.NewServer(opt, asynq.Config{Concurrency: 4, Queues: weights,
+		TaskCheckInterval: 10 * time.Millisecond, Logger: quietLogger{}})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
+		for end := time.Now().Add(busy); time.Now().Before(end); {
+		}
+		ran.Add(1)
+		return nil
+	})
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(srv.Shutdown)
+	return &ran
 }
 
 type quietLogger struct{}

@@ -46,8 +46,14 @@ type Options struct {
 	Intake bool
 	// RedisURL, when set, is the Redis holdfast's queues live on: after the
 	// run the tool fires the tasks the run left scheduled and measures them
-	// (Report.Deferred).
+	// (Report.Deferred). With Intake, the report also counts the tasks the
+	// workers processed while clients submitted (Report.Applying).
 	RedisURL string
+	// HoldApply, with Intake and RedisURL, pauses holdfast's queues while
+	// the clients submit and resumes them before following the outcomes:
+	// the API's intake with the workers idle (see Applying). Not for a
+	// live system: while the run submits, nothing is applied.
+	HoldApply bool
 }
 
 // Scenario is one kind of rush.
@@ -213,6 +219,13 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		return nil, err
 	}
 	sc := mk()
+	finisher, submitsFirst := sc.(interface {
+		Finish(context.Context, *Env) error
+	})
+	submitsFirst = submitsFirst && opt.Intake
+	if opt.HoldApply && (!submitsFirst || opt.RedisURL == "") {
+		return nil, errors.New("holding the workers back needs an intake run (-intake, fcfs-rush) and holdfast's Redis (-redis)")
+	}
 	total, err := sc.Setup(ctx, e)
 	if err != nil {
 		return nil, fmt.Errorf("%s setup: %w", name, err)
@@ -220,8 +233,24 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	if err := e.signIn(total); err != nil {
 		return nil, fmt.Errorf("%s sign-in: %w", name, err)
 	}
+	var queues *queueWatch
+	if submitsFirst && opt.RedisURL != "" {
+		if queues, err = watchQueues(opt.RedisURL, holdfastQueues); err != nil {
+			return nil, err
+		}
+		defer func() { _ = queues.close() }() // resumes what a failed run left paused
+		if opt.HoldApply {
+			if err := queues.pause(); err != nil {
+				return nil, err
+			}
+		}
+	}
 	mem := watchMemory(ctx, opt.MetricsURLs)
 	cpu := startCPU(ctx, opt.MetricsURLs)
+	var submitCPU *cpuMeter
+	if submitsFirst {
+		submitCPU = startCPU(ctx, opt.MetricsURLs)
+	}
 	e.Rec.Start()
 	bar := newProgress(opt.Progress, name, total)
 	var next, failed atomic.Int64
@@ -246,10 +275,22 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		}()
 	}
 	wg.Wait()
-	if f, ok := sc.(interface {
-		Finish(context.Context, *Env) error
-	}); ok {
-		if err := f.Finish(ctx, e); err != nil {
+	var submitCPUSeconds map[string]float64
+	if submitCPU != nil {
+		submitCPUSeconds = submitCPU.stop(ctx)
+	}
+	var applying *Applying
+	if queues != nil {
+		applying = &Applying{Held: opt.HoldApply}
+		if applying.TasksWhileSubmitting, err = queues.since(); err == nil {
+			err = queues.resume()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if finisher != nil {
+		if err := finisher.Finish(ctx, e); err != nil {
 			failed.Add(1)
 			errOnce.Do(func() { firstErr = err })
 		}
@@ -268,6 +309,8 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	violations = append(violations, e.Rec.LostViolations()...)
 	rep := e.Rec.Report(name, opt, total, peaks, violations)
 	rep.CPUSeconds = cpuSeconds
+	rep.Applying = applying
+	rep.SubmitCPUSeconds = submitCPUSeconds
 	if opt.RedisURL != "" {
 		if rep.Deferred, err = runDeferred(ctx, opt.RedisURL, holdfastQueues, opt.MetricsURLs); err != nil {
 			rep.Deferred = &Deferred{Error: err.Error()}

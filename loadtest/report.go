@@ -43,9 +43,15 @@ type Report struct {
 	// machine's total, the load tool, each process whose /metrics was
 	// scraped ("api", "worker"), and the rest (see CPURest).
 	CPUSeconds map[string]float64 `json:"cpuSeconds,omitempty"`
+	// SubmitCPUSeconds is the part of CPUSeconds from the first submit to
+	// the last 202, in a run that submits everything first (Intake).
+	SubmitCPUSeconds map[string]float64 `json:"submitCpuSeconds,omitempty"`
 	// Deferred is the run's scheduled tasks, fired and measured after it
 	// (Options.RedisURL); nil when not measured.
-	Deferred   *Deferred `json:"deferred,omitempty"`
+	Deferred *Deferred `json:"deferred,omitempty"`
+	// Applying is what the workers did while an intake run's clients
+	// submitted (Options.RedisURL, HoldApply); nil when not watched.
+	Applying   *Applying `json:"applying,omitempty"`
 	Violations []string  `json:"violations"`
 	OK         bool      `json:"ok"`
 
@@ -120,7 +126,17 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  peak resident memory: %s\n", strings.Join(parts, ", "))
 	}
+	if a := rep.Applying; a != nil {
+		held := ""
+		if a.Held {
+			held = " (queues paused until the last 202)"
+		}
+		fmt.Fprintf(w, "  tasks the workers processed while clients submitted: %d%s\n", a.TasksWhileSubmitting, held)
+	}
 	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
+	if rep.SubmitCPUSeconds != nil {
+		writeCPUPerJourney(w, "… of which until the last 202", rep.SubmitCPUSeconds, rep.Journeys)
+	}
 	switch d := rep.Deferred; {
 	case d == nil:
 	case d.Error != "":

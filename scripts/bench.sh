@@ -12,7 +12,9 @@
 #   3. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
 #                -intake (clients submit everything, outcomes followed after);
 #                after each, the load tool fires the Asynq tasks the run left
-#                scheduled and measures them too (-redis).
+#                scheduled and measures them too (-redis); then -intake again
+#                with the workers held back until the last 202 (-hold-apply):
+#                the API's intake alone, as with workers on other machines.
 #
 # Sizes: BENCH_USERS (40000), BENCH_SEATS (20000), BENCH_CONCURRENCY (200).
 # Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs) and
@@ -101,6 +103,9 @@ bin/load "${common[@]}" -json -html "$out/rush.html" fcfs-rush > "$out/rush.json
 step "holdfast: fcfs-rush -intake"
 settle
 bin/load "${common[@]}" -json -html "$out/intake.html" -intake fcfs-rush > "$out/intake.json" || true
+step "holdfast: fcfs-rush -intake -hold-apply (the workers wait until the last 202)"
+settle
+bin/load "${common[@]}" -json -intake -hold-apply fcfs-rush > "$out/intake-held.json" || true
 stop "$worker_pid"; stop "$api_pid"
 
 step "results ($out)"

@@ -37,8 +37,8 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 }
 
 // tableCmd reads a make bench directory (floor.json, enqueue.json,
-// durable.json when present, literal.json, skiplocked.json, rush.json,
-// intake.json, machine.txt) and prints the comparison table. It exits 1 when
+// literal.json, skiplocked.json, rush.json, intake.json, machine.txt, and
+// durable.json and intake-held.json when present) and prints the comparison table. It exits 1 when
 // a target is not met.
 func tableCmd(args []string, stdout io.Writer) (int, error) {
 	if len(args) != 1 {
@@ -69,9 +69,14 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 			return 1, err
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "durable.json")); err == nil {
-		b.DurableFloor = new(loadtest.Report)
-		if err := read("durable.json", b.DurableFloor); err != nil {
+	// Files of measurements added later; a directory from before them
+	// still makes its table.
+	for name, dst := range map[string]**loadtest.Report{"durable.json": &b.DurableFloor, "intake-held.json": &b.HeldIntake} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			continue
+		}
+		*dst = new(loadtest.Report)
+		if err := read(name, *dst); err != nil {
 			return 1, err
 		}
 	}

@@ -61,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.Uint64Var(&opt.Seed, "seed", 1, "seed of the random choices")
 	fs.StringVar(&opt.RedisURL, "redis", "", "holdfast's Redis URL: after the run, fire the Asynq tasks it left scheduled and measure their CPU")
 	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")
+	fs.BoolVar(&opt.HoldApply, "hold-apply", false, "with -intake and -redis: pause holdfast's queues until every client has submitted (the API's intake with the workers idle; never on a live system)")
 	apiMetrics := fs.String("api-metrics", "auto", "the API's /metrics for peak memory ('auto': URL/metrics, '' to skip)")
 	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:9090/metrics"), "the worker's /metrics for peak memory ('' to skip)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
