@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,10 +142,45 @@ func TestFCFSScenarios(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.Status, phone)
 		require.Equal(t, domain.CodeInvalidPhone, r.ErrorCode(t))
 	}
-	require.Equal(t, http.StatusAccepted, carol.Do("POST", path, nil).Status)
-	// Within the window, an invalid repeat is answered for what it is.
-	require.Equal(t, domain.CodeInvalidPhone, carol.Do("POST", path, map[string]string{"phone": "0101"}).ErrorCode(t))
-	r := carol.Do("POST", path, nil)
+	// The window is short (alice's repeat above waited it out), so a slow
+	// machine may take longer than it over the three requests below; a
+	// round that did, and found the window passed, shows nothing, and is
+	// run again by someone else. A round quicker than the window must end
+	// in the 429. Grabs the rounds run again add to the outcomes counted.
+	var r systest.Response
+	extra := map[string]int{}
+	more := func(c *systest.Client, r systest.Response) {
+		var a systest.Accepted
+		r.JSON(t, &a)
+		switch v := c.Wait(a.RequestID, 20*time.Second); {
+		case v.Status == domain.StatusSucceeded:
+			extra["success"]++
+		case v.Error != nil:
+			extra[strings.ToLower(v.Error.Code)]++
+		}
+	}
+	for try := 0; ; try++ {
+		grabber := carol
+		if try > 0 {
+			grabber = s.Client(fmt.Sprintf("carol%d", try), domain.RoleUser)
+		}
+		began := time.Now()
+		first := grabber.Do("POST", path, nil)
+		require.Equal(t, http.StatusAccepted, first.Status)
+		// Within the window, an invalid repeat is answered for what it is.
+		require.Equal(t, domain.CodeInvalidPhone, grabber.Do("POST", path, map[string]string{"phone": "0101"}).ErrorCode(t))
+		r = grabber.Do("POST", path, nil)
+		if try > 0 {
+			more(grabber, first)
+		}
+		if r.Status == http.StatusTooManyRequests || time.Since(began) < 300*time.Millisecond || try == 4 {
+			break
+		}
+		t.Logf("round %d took %s, past the window: again", try, time.Since(began))
+		if r.Status == http.StatusAccepted {
+			more(grabber, r)
+		}
+	}
 	require.Equal(t, http.StatusTooManyRequests, r.Status)
 	require.Equal(t, domain.CodeDuplicateRequest, r.ErrorCode(t))
 	require.NotEmpty(t, r.Header.Get("Retry-After"))
@@ -179,8 +215,8 @@ func TestFCFSScenarios(t *testing.T) {
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, line := range []string{`holdfast_fcfs_total{outcome="success"} 3`, `holdfast_fcfs_total{outcome="already_reserved"} 1`, `holdfast_fcfs_total{outcome="sold_out"} 2`} {
-		require.Contains(t, string(body), line)
+	for outcome, n := range map[string]int{"success": 3, "already_reserved": 1, "sold_out": 2} {
+		require.Contains(t, string(body), fmt.Sprintf(`holdfast_fcfs_total{outcome=%q} %d`, outcome, n+extra[outcome]))
 	}
 }
 

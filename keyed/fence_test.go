@@ -35,10 +35,20 @@ func newFenceRig(t *testing.T) *fenceRig {
 	return r
 }
 
-// engine builds an engine whose applier records who applied what with which token.
+// engine builds an engine whose applier records who applied what with which
+// token. Its leases last 300 ms, so a test can wait for one to lapse.
 func (r *fenceRig) engine(t *testing.T, name string, batch int) *Engine {
+	return r.engineTTL(t, name, batch, 300*time.Millisecond)
+}
+
+// holdingTTL is the lease lifetime of an engine whose leases must not lapse
+// during a test however slowly the machine runs it.
+const holdingTTL = time.Minute
+
+// engineTTL is engine with leases that last ttl.
+func (r *fenceRig) engineTTL(t *testing.T, name string, batch int, ttl time.Duration) *Engine {
 	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-		Options{LeaseTTL: 300 * time.Millisecond, BatchMax: batch, Worker: name})
+		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name})
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
 		func(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error) {
@@ -103,7 +113,9 @@ func TestFencingRefusesLateCommit(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
 	r1, r2 := r.accept(t), r.accept(t)
-	a, b := r.engine(t, "stalled", 2), r.engine(t, "successor", 1)
+	// Only the stalled holder's lease is to lapse: the successor's outlasts
+	// the test, so it still holds the key when it finishes.
+	a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
 
 	resume := r.stalledHolder(t, a, b, r1)
 	require.NoError(t, resume())
@@ -127,7 +139,8 @@ func TestFencingControlLateCommitGoesThrough(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
 	r1, r2 := r.accept(t), r.accept(t)
-	a, b := r.engine(t, "stalled", 2), r.engine(t, "successor", 1)
+	// As above, the successor's lease outlasts the test.
+	a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
 	a.noFence = true
 
 	resume := r.stalledHolder(t, a, b, r1)

@@ -20,7 +20,8 @@ func TestTaskOfAnAppliedRequestTakesNoLease(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
 	ctx := context.Background()
-	e := r.engine(t, "w", 8)
+	// Its leases outlast the test: the key must stay held while held.
+	e := r.engineTTL(t, "w", 8, holdingTTL)
 	fences := func() string { return r.rdb.Get(ctx, fenceKey("k")).Val() }
 	task := func(id string) {
 		tk, err := tasks.NewRequest("fence.test", "q", id, []string{"k"}, 0)

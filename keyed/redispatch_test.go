@@ -31,7 +31,8 @@ func (failingDispatch) Post(context.Context, []*requests.Request) ([]int64, erro
 func redispatchRace(t *testing.T, afterRedispatch func(r *fenceRig)) []application {
 	r := newFenceRig(t)
 	ctx := context.Background()
-	e := r.engine(t, "w", 8)
+	// The drain must keep its lease from the mailbox read to the last apply.
+	e := r.engineTTL(t, "w", 8, holdingTTL)
 	broken := requests.NewIntake(requests.NewStore(r.pool), failingDispatch{e}, slog.Default())
 	first, _, err := broken.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
 	require.NoError(t, err)
@@ -84,6 +85,9 @@ func TestHandOffOfLapsedLeaseEnqueuesDrain(t *testing.T) {
 	r := newFenceRig(t)
 	ctx := context.Background()
 	e := r.engine(t, "w", 8) // LeaseTTL 300 ms
+	// The live lease is taken by an engine whose leases outlast the test,
+	// so it is still live when handed on however slowly the test runs.
+	holder := r.engineTTL(t, "holder", 8, holdingTTL)
 	insp := asynq.NewInspectorFromRedisClient(r.rdb)
 	pending := func() int {
 		info, err := insp.GetQueueInfo("q")
@@ -93,10 +97,10 @@ func TestHandOffOfLapsedLeaseEnqueuesDrain(t *testing.T) {
 		return info.Pending
 	}
 
-	live, ok, err := e.TryAcquire(ctx, "live")
+	live, ok, err := holder.TryAcquire(ctx, "live")
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, e.handOff(ctx, live, "q", 0))
+	require.NoError(t, holder.handOff(ctx, live, "q", 0))
 	require.Zero(t, pending(), "a released key with nothing queued needs no drain")
 
 	l, ok, err := e.TryAcquire(ctx, "k")

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,11 +17,7 @@ import (
 func TestSinceCountsOwnWork(t *testing.T) {
 	start, err := Now()
 	require.NoError(t, err)
-	deadline := time.Now().Add(300 * time.Millisecond)
-	n := 0
-	for time.Now().Before(deadline) {
-		n++
-	}
+	n := spin(t, 300*time.Millisecond)
 	d, err := start.Since()
 	require.NoError(t, err)
 	t.Logf("spun %d times: self %.2fs, machine %.2fs", n, d.Self, d.Machine)
@@ -57,9 +54,39 @@ func burner(t *testing.T, name string) *exec.Cmd {
 	return cmd
 }
 
-func spin(d time.Duration) {
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+// spin keeps this process busy until it has used d of CPU time more, by
+// getrusage's count rather than the clock: on a loaded machine a
+// wall-clock spin may get a fraction of a core. It returns the loop count.
+func spin(t *testing.T, d time.Duration) int {
+	t.Helper()
+	used := func() time.Duration {
+		var ru syscall.Rusage
+		require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
+	n := 0
+	deadline := time.Now().Add(time.Minute)
+	for start := used(); used()-start < d; {
+		require.True(t, time.Now().Before(deadline), "no %s of CPU within a minute", d)
+		for range 1 << 16 {
+			n++
+		}
+	}
+	return n
+}
+
+// burnFor waits until the process pid has used at least secs of CPU time
+// in all: by its own count, so however busy the machine is.
+func burnFor(t *testing.T, pid int, secs float64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		p, err := procfs.NewProc(pid)
+		if err != nil {
+			return false
+		}
+		st, err := p.Stat()
+		return err == nil && st.CPUTime() >= secs
+	}, time.Minute, 10*time.Millisecond, "process %d should use %.1f s of CPU", pid, secs)
 }
 
 // A server process that exits between two readings takes its time with it
@@ -67,13 +94,13 @@ func spin(d time.Duration) {
 // counts in full.
 func TestSpentSurvivesProcessesComingAndGoing(t *testing.T) {
 	gone := burner(t, "hfburn-gone")
-	time.Sleep(300 * time.Millisecond)
+	burnFor(t, gone.Process.Pid, 0.3)
 	was, err := procs("hfburn-gone", "hfburn-new")
 	require.NoError(t, err)
 	require.NoError(t, gone.Process.Kill())
 	_ = gone.Wait()
-	burner(t, "hfburn-new")
-	time.Sleep(300 * time.Millisecond)
+	fresh := burner(t, "hfburn-new")
+	burnFor(t, fresh.Process.Pid, 0.3)
 	now, err := procs("hfburn-gone", "hfburn-new")
 	require.NoError(t, err)
 
@@ -106,7 +133,7 @@ func TestMeterReportsPartsAndRest(t *testing.T) {
 	st, err := self.Stat()
 	require.NoError(t, err)
 	m := Start("me", map[string]string{st.Comm: "server", "holdfast-no-such-process": "ghost"})
-	spin(300 * time.Millisecond)
+	spin(t, 300*time.Millisecond)
 	got := m.Stop(map[string]float64{"scraped": 0.05})
 	require.Greater(t, got["me"], 0.1)
 	require.InDelta(t, got["me"], got["server"], 0.05, "the same process, read two ways")
