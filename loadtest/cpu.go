@@ -51,9 +51,10 @@ func (c *cpuMeter) scrape(ctx context.Context) map[string]float64 {
 	return out
 }
 
-// stop returns CPU seconds per part since startCPU; nil when they could not
-// be read.
-func (c *cpuMeter) stop(ctx context.Context) map[string]float64 {
+// read returns CPU seconds per part since startCPU; nil when they could not
+// be read. The meter runs on: a later read covers the time since the start
+// again, so one meter gives a run and any phase that began with it.
+func (c *cpuMeter) read(ctx context.Context) map[string]float64 {
 	own := map[string]float64{}
 	for name, v := range c.scrape(ctx) {
 		if was, ok := c.start[name]; ok {

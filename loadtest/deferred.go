@@ -31,22 +31,38 @@ type Deferred struct {
 // same Redis are left alone. TestQueuesAreTheVerticals keeps them in step.
 var holdfastQueues = []string{"stays", "shop", "events"}
 
+// inspect opens Asynq's Inspector on the Redis at redisURL.
+func inspect(redisURL string) (*asynq.Inspector, error) {
+	opt, err := asynq.ParseRedisURI(redisURL)
+	if err != nil {
+		return nil, err
+	}
+	return asynq.NewInspector(opt), nil
+}
+
+// existing returns those of queues that Asynq knows on insp's Redis: a
+// queue no task has reached yet has no info to read.
+func existing(insp *asynq.Inspector, queues []string) ([]string, error) {
+	known, err := insp.Queues()
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(slices.Clone(queues), func(q string) bool { return !slices.Contains(known, q) }), nil
+}
+
 // runDeferred fires every scheduled task of queues on the Redis at redisURL
 // and measures the CPU until none of them has pending or active tasks.
 // Tasks that go to retry or are scheduled again meanwhile are not waited
 // for.
 func runDeferred(ctx context.Context, redisURL string, queues []string, metricsURLs map[string]string) (*Deferred, error) {
-	opt, err := asynq.ParseRedisURI(redisURL)
+	insp, err := inspect(redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("deferred tasks: %w", err)
 	}
-	insp := asynq.NewInspector(opt)
 	defer insp.Close()
-	known, err := insp.Queues()
-	if err != nil {
+	if queues, err = existing(insp, queues); err != nil {
 		return nil, fmt.Errorf("deferred tasks: %w", err)
 	}
-	queues = slices.DeleteFunc(slices.Clone(queues), func(q string) bool { return !slices.Contains(known, q) })
 	cpu := startCPU(ctx, metricsURLs)
 	start := time.Now()
 	d := &Deferred{}
@@ -79,6 +95,6 @@ func runDeferred(ctx context.Context, redisURL string, queues []string, metricsU
 		}
 	}
 	d.Seconds = round(time.Since(start).Seconds(), 3)
-	d.CPUSeconds = cpu.stop(ctx)
+	d.CPUSeconds = cpu.read(ctx)
 	return d, nil
 }

@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/hibiken/asynq"
 )
@@ -35,11 +34,11 @@ type queueWatch struct {
 // watchQueues opens the queues on redisURL and notes how many tasks they
 // have processed so far.
 func watchQueues(redisURL string, queues []string) (*queueWatch, error) {
-	opt, err := asynq.ParseRedisURI(redisURL)
+	insp, err := inspect(redisURL)
 	if err != nil {
 		return nil, fmt.Errorf("queues: %w", err)
 	}
-	w := &queueWatch{insp: asynq.NewInspector(opt), queues: queues}
+	w := &queueWatch{insp: insp, queues: queues}
 	if w.start, err = w.processed(); err != nil {
 		_ = w.insp.Close()
 		return nil, err
@@ -49,15 +48,12 @@ func watchQueues(redisURL string, queues []string) (*queueWatch, error) {
 
 // processed sums the tasks ever processed by the queues that exist.
 func (w *queueWatch) processed() (int, error) {
-	known, err := w.insp.Queues()
+	queues, err := existing(w.insp, w.queues)
 	if err != nil {
 		return 0, fmt.Errorf("queues: %w", err)
 	}
 	n := 0
-	for _, q := range w.queues {
-		if !slices.Contains(known, q) {
-			continue
-		}
+	for _, q := range queues {
 		info, err := w.insp.GetQueueInfo(q)
 		if err != nil {
 			return 0, fmt.Errorf("queue %s: %w", q, err)

@@ -247,10 +247,6 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	}
 	mem := watchMemory(ctx, opt.MetricsURLs)
 	cpu := startCPU(ctx, opt.MetricsURLs)
-	var submitCPU *cpuMeter
-	if submitsFirst {
-		submitCPU = startCPU(ctx, opt.MetricsURLs)
-	}
 	e.Rec.Start()
 	bar := newProgress(opt.Progress, name, total)
 	var next, failed atomic.Int64
@@ -276,8 +272,8 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	}
 	wg.Wait()
 	var submitCPUSeconds map[string]float64
-	if submitCPU != nil {
-		submitCPUSeconds = submitCPU.stop(ctx)
+	if submitsFirst {
+		submitCPUSeconds = cpu.read(ctx)
 	}
 	var applying *Applying
 	if queues != nil {
@@ -298,7 +294,7 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	e.Rec.Stop()
 	bar.Done()
 	peaks := mem.stop()
-	cpuSeconds := cpu.stop(ctx)
+	cpuSeconds := cpu.read(ctx)
 	violations, err := sc.Check(ctx, e)
 	if err != nil {
 		return nil, fmt.Errorf("%s check: %w", name, err)
