@@ -33,9 +33,10 @@ benchgo: ## Go benchmarks of the hot paths: intake, keyed batch apply, availabil
 	$(GO) test -run '^$$' -bench 'Intake|BatchApply' -benchtime 5000x ./keyed
 	$(GO) test -run '^$$' -bench Availability31Nights -benchtime 300x ./stays
 
-fuzz: ## Fuzz the request decoding path for FUZZTIME (default 30s) per target
+fuzz: ## Fuzz the request decoding path and every documented operation for FUZZTIME (default 30s) per target
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./probe
 	$(GO) test -run '^$$' -fuzz FuzzWriteOverHTTP -fuzztime $${FUZZTIME:-30s} ./e2e
+	$(GO) test -run '^$$' -fuzz FuzzEveryOperationOverHTTP -fuzztime $${FUZZTIME:-30s} ./e2e
 
 clean: ## Remove build output
 	rm -rf bin
