@@ -74,6 +74,7 @@ func FuzzEveryOperationOverHTTP(f *testing.F) {
 		{"POST /api/v1/holds", "", "", `{"roomTypeId":1,"checkIn":"2030-02-30","checkOut":"2030-03-01","clientHoldKey":"k"}`, "", false},
 		{"GET /api/v1/hotels/{hotelId}/availability", "1", "from=2030-01-31&to=2029-01-01", "", "", true},
 		{"GET /api/v1/hotels/{hotelId}/reservations", "1", "limit=0&status=nope", "", "", true},
+		{"POST /api/v1/events", "", "", `{"name":"e","seatCount":3,"fcfsEntryTokenRequired":true}`, "", true},
 		{"POST /api/v1/events", "", "", `{"name":"e","seatCount":3,"seats":["a"]}`, "", true},
 		{"POST /api/v1/events/{eventId}/seats/fcfs", "1", "", `{"phone":"+82 10\u0000"}`, "tok", false},
 		{"POST /api/v1/events/{eventId}/seats/{seatId}/reservation", "-1", "", "", "not-a-token", false},
