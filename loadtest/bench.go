@@ -25,6 +25,12 @@ type Bench struct {
 	// fcfs-rush -intake -hold-apply: the same with the workers held back
 	// until the last 202, the API's intake alone; nil in runs before it.
 	HeldIntake *Report
+	// baseline-roundtrip against cmd/baseline's roundtrip mode: the durable
+	// handler plus each request's Asynq task processed as it comes and a
+	// long poll for it, a write's round trip built the plain way with
+	// nothing of holdfast's in it; then the same with -intake. Nil in runs
+	// before them.
+	RoundTrip, RoundTripIntake *Report
 }
 
 // Targets of the issue that make bench checks (ratios against floors from
@@ -63,6 +69,12 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 	if d := b.DurableFloor; d != nil {
 		row("floor: … that stores each request in Postgres first", load(d), d, d.AcceptedPerSec, d.Submit)
 	}
+	if r := b.RoundTrip; r != nil {
+		row("plain round trip: stored, its task processed as it comes, a long poll (no auth, no logic): outcomes", load(r), r, r.CompletedPerSec, r.ClientRoundTrip)
+	}
+	if r := b.RoundTripIntake; r != nil {
+		row("plain round trip, all submitted first: 202s", load(r), r, r.AcceptedPerSec, r.Submit)
+	}
 	row("baseline: seed 004 UPDATE, synchronous", load(b.Literal)+soldOutNote(b.Literal), b.Literal, b.Literal.CompletedPerSec, b.Literal.Submit)
 	row("baseline: … FOR UPDATE SKIP LOCKED", load(b.SkipLocked), b.SkipLocked, b.SkipLocked.CompletedPerSec, b.SkipLocked.Submit)
 	row("holdfast fcfs-rush: outcomes", load(b.Rush), b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
@@ -99,6 +111,14 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		fmt.Fprintf(w, "| (no target) durable floor ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(d.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
 		fmt.Fprintf(w, "| (no target) intake 202s/s ÷ durable floor | %.2f× | – | – |\n", ratio(b.Intake.AcceptedPerSec, d.AcceptedPerSec))
 	}
+	if r := b.RoundTrip; r != nil {
+		fmt.Fprintf(w, "| (no target) plain round trip outcomes/s ÷ Asynq floor | %.2f× | – | – |\n", ratio(r.CompletedPerSec, b.AsynqFloor.ProcessedPerSec))
+		fmt.Fprintf(w, "| (no target) fcfs-rush outcomes/s ÷ plain round trip | %.2f× | – | – |\n", ratio(b.Rush.CompletedPerSec, r.CompletedPerSec))
+	}
+	if r := b.RoundTripIntake; r != nil {
+		fmt.Fprintf(w, "| (no target) plain round trip 202s/s ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(r.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
+		fmt.Fprintf(w, "| (no target) intake 202s/s ÷ plain round trip's | %.2f× | – | – |\n", ratio(b.Intake.AcceptedPerSec, r.AcceptedPerSec))
+	}
 	if h := b.HeldIntake; h != nil {
 		fmt.Fprintf(w, "| (no target) intake, workers held back, ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(h.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
 		fmt.Fprintf(w, "| (no target) intake p99, workers held back | %.2f ms | – | – |\n", h.Submit.P99)
@@ -117,7 +137,7 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		}
 	}
 	violations := 0
-	for _, r := range []*Report{b.EnqueueFloor, b.DurableFloor, b.SkipLocked, b.Rush, b.Intake, b.HeldIntake} {
+	for _, r := range []*Report{b.EnqueueFloor, b.DurableFloor, b.RoundTrip, b.RoundTripIntake, b.SkipLocked, b.Rush, b.Intake, b.HeldIntake} {
 		if r != nil {
 			violations += len(r.Violations)
 		}
@@ -183,6 +203,15 @@ func (b *Bench) writeCPU(w io.Writer) {
 	line("enqueue-only HTTP floor", b.EnqueueFloor.CPUSeconds, b.EnqueueFloor.Journeys, b.EnqueueFloor.AcceptedPerSec, "api")
 	if d := b.DurableFloor; d != nil {
 		line("… storing each request in Postgres first", d.CPUSeconds, d.Journeys, d.AcceptedPerSec, "api")
+	}
+	if r := b.RoundTrip; r != nil {
+		line("plain round trip (outcomes)", r.CPUSeconds, r.Journeys, r.CompletedPerSec, "api")
+	}
+	if r := b.RoundTripIntake; r != nil {
+		line("plain round trip, all submitted first (all work)", r.CPUSeconds, r.Journeys, r.CompletedPerSec, "api")
+		if r.SubmitCPUSeconds != nil {
+			line("… of which until the last 202 (intake)", r.SubmitCPUSeconds, r.Journeys, r.AcceptedPerSec, "api")
+		}
 	}
 	line("seed 004 literal, synchronous", b.Literal.CPUSeconds, b.Literal.Journeys, b.Literal.CompletedPerSec, "api")
 	line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")

@@ -77,6 +77,11 @@ func TestBenchCPUTable(t *testing.T) {
 		HeldIntake: rep(map[string]float64{CPUTotal: 3}, 1000, 600),
 	}
 	b.HeldIntake.Submit.P99 = 42
+	// The round trip with nothing of holdfast's: 1.6 ms a request; with
+	// -intake, 202s at 900/s.
+	b.RoundTrip = rep(map[string]float64{CPUTotal: 1.6, CPULoadTool: 0.4, "api": 0.8, CPUPostgres: 0.2, CPURedis: 0.2}, 1000, 1000)
+	b.RoundTripIntake = rep(map[string]float64{CPUTotal: 1.5}, 1000, 900)
+	b.RoundTripIntake.SubmitCPUSeconds = map[string]float64{CPUTotal: 0.5}
 	// Until the last 202: 1 ms a request, so 2 cores allow 2,000/s.
 	b.HeldIntake.SubmitCPUSeconds = map[string]float64{CPUTotal: 1, CPULoadTool: 0.25, "api": 0.5, CPUPostgres: 0.1, CPURedis: 0.15}
 	// 0.5 s more after the run for 600 deferred tasks: 2.5 ms a seat in all.
@@ -105,13 +110,23 @@ func TestBenchCPUTable(t *testing.T) {
 	require.Contains(t, table, "| holdfast fcfs-rush -intake -hold-apply (all work) | 3.000 | – | – | – | – | – | – | 667/s | 600/s | 90% |\n"+
 		"| … of which until the last 202 (intake) | 1.000 | 0.250 | 0.500 | – | 0.100 | 0.150 | – | 2000/s | 600/s | 30% |")
 
-	// A run from before the durable floor and the held intake existed has
-	// no such lines.
-	b.DurableFloor, b.HeldIntake = nil, nil
+	require.Contains(t, table, "| plain round trip (outcomes) | 1.600 | 0.400 | 0.800 | – | 0.200 | 0.200 | – | 1250/s | 1000/s | 80% |\n"+
+		"| plain round trip, all submitted first (all work) | 1.500 | – | – | – | – | – | – | 1333/s | 900/s | 68% |\n"+
+		"| … of which until the last 202 (intake) | 0.500 | – | – | – | – | – | – | 4000/s | 900/s | 22% |")
+	require.Contains(t, table, "| (no target) plain round trip outcomes/s ÷ Asynq floor | 0.25× | – | – |")
+	require.Contains(t, table, "| (no target) fcfs-rush outcomes/s ÷ plain round trip | 0.50× | – | – |")
+	require.Contains(t, table, "| (no target) plain round trip 202s/s ÷ enqueue-only floor | 0.60× | – | – |")
+	require.Contains(t, table, "| (no target) intake 202s/s ÷ plain round trip's | 0.44× | – | – |")
+
+	// A run from before the durable floor, the round trip and the held
+	// intake existed has no such lines.
+	b.DurableFloor, b.HeldIntake, b.RoundTrip, b.RoundTripIntake = nil, nil, nil, nil
 	out.Reset()
 	b.WriteTable(&out)
 	require.NotContains(t, out.String(), "durable floor")
 	require.NotContains(t, out.String(), "held")
+	require.NotContains(t, out.String(), "round trip")
+	require.NotContains(t, out.String(), "long poll")
 }
 
 // The JSON report carries the figures and the verdict a machine reads, and

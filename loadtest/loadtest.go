@@ -40,7 +40,7 @@ type Options struct {
 	// scenario runs, by name ("api", "worker").
 	MetricsURLs map[string]string
 	Progress    io.Writer // a progress bar is drawn here when non-nil
-	// Intake, for fcfs-rush, only submits: clients do not wait for outcomes
+	// Intake, for fcfs-rush and baseline-roundtrip, only submits: clients do not wait for outcomes
 	// while submitting, so the report's accepted/s is the API's intake rate.
 	// Every request is still followed to its terminal state afterwards.
 	Intake bool
@@ -76,8 +76,9 @@ var Scenarios = map[string]func() Scenario{
 	"cart-checkout":     func() Scenario { return &cartCheckout{} },
 	"availability-read": func() Scenario { return &availabilityRead{} },
 	// Comparison points for make bench, served by cmd/baseline.
-	"baseline-fcfs": func() Scenario { return &baselineFCFS{} },
-	"enqueue-floor": func() Scenario { return enqueueFloor{} },
+	"baseline-fcfs":      func() Scenario { return &baselineFCFS{} },
+	"enqueue-floor":      func() Scenario { return enqueueFloor{} },
+	"baseline-roundtrip": func() Scenario { return &baselineRoundTrip{} },
 }
 
 // Names lists the scenarios in order.

@@ -6,7 +6,11 @@
 #                HTTP handler that only enqueues (bin/baseline -mode enqueue),
 #                and one that stores each request in Postgres first, with
 #                holdfast's own group commit (-mode durable, in a database of
-#                its own, holdfast_bench_floor);
+#                its own, holdfast_bench_floor); and that plus the rest of a
+#                write's round trip built the plain way, with nothing of
+#                holdfast's in it: each task processed as it comes, in the
+#                same process, and a long poll for it (-mode roundtrip;
+#                clients waiting for each outcome, then all submitting first);
 #   2. baseline: seed 004's FCFS done synchronously per HTTP request, in the
 #                seed's literal form and with FOR UPDATE SKIP LOCKED;
 #   3. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
@@ -78,6 +82,17 @@ DATABASE_URL=$floor_db bin/baseline -mode durable -addr "$baseline_addr" > "$out
 wait_ready "http://$baseline_addr/healthz" "$pid"
 psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
 bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/durable.json"
+stop "$pid"
+psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
+
+step "plain round trip: stored, each task processed as it comes, a long poll, $users users, $conc clients"
+DATABASE_URL=$floor_db bin/baseline -mode roundtrip -addr "$baseline_addr" > "$out/baseline-roundtrip.log" 2>&1 & pid=$!; pids+=("$pid")
+wait_ready "http://$baseline_addr/healthz" "$pid"
+for run in roundtrip roundtrip-intake; do
+  psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
+  intake=(); [ "$run" = roundtrip-intake ] && intake=(-intake)
+  bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json "${intake[@]}" baseline-roundtrip > "$out/$run.json"
+done
 stop "$pid"
 psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
 

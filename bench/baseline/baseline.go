@@ -7,9 +7,10 @@
 // the seed's §5 shape. The caller is named by the X-User-Id header, which is
 // what reserved_by records; the seed's gateway de-duplication is left out.
 // It is deliberately the seed's design, flaws included; it is not part of
-// holdfast. Two more modes are floors for holdfast's intake: a handler that
-// only enqueues an Asynq task, and one that first makes the request durable
-// with holdfast's own intake.
+// holdfast. Three more modes measure parts of what holdfast does: a handler
+// that only enqueues an Asynq task, one that first makes the request durable
+// with holdfast's own intake, and that plus the rest of a write's round trip
+// built the plain way (its task processed as it comes, a long poll).
 package baseline
 
 import (
@@ -22,11 +23,13 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,6 +40,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/worker"
 )
 
 // Mode selects what the server does.
@@ -59,22 +63,37 @@ const (
 	// is enqueued with the request's id. No authentication, rate limit,
 	// mailbox or worker: the least a durable intake in front of Asynq does.
 	Durable Mode = "durable"
+	// RoundTrip is Durable plus the rest of the round trip SPEC §2 gives a
+	// write, built the plain way with nothing of holdfast's in it: an Asynq
+	// server in this process takes each request's task as it comes, with a
+	// handler that only marks the request done, and
+	// GET /api/v1/requests/{id}?wait=D long-polls until it is. The mark is
+	// kept in memory only, where holdfast stores an outcome in Postgres, and
+	// there is no authentication, rate limit, per-key order or business
+	// logic. An implementation that processes every write's task as it
+	// comes does at least this much work per write; holdfast applies a hot
+	// key's writes in batches and lets their tasks run later (K4).
+	RoundTrip Mode = "roundtrip"
 )
 
 // ParseMode reads a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Literal, SkipLocked, Enqueue, Durable:
+	case Literal, SkipLocked, Enqueue, Durable, RoundTrip:
 		return m, nil
 	}
-	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue or durable)", s)
+	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable or roundtrip)", s)
 }
 
 const (
 	// ReservePath is the seed's endpoint.
 	ReservePath = "/api/v1/seats/reservation/fcfs"
-	// EnqueuePath is the endpoint of the enqueue and durable modes.
+	// EnqueuePath is the endpoint of the enqueue, durable and roundtrip
+	// modes.
 	EnqueuePath = "/enqueue"
+	// StatusPath is the roundtrip mode's long poll, shaped like holdfast's
+	// (GET /api/v1/requests/{id}?wait=10s) so that the same client reads it.
+	StatusPath = "/api/v1/requests/"
 	// UserHeader names the caller; it is what reserved_by records.
 	UserHeader = "X-User-Id"
 	// SequenceKey is the seed's Redis counter of attempts (§9), for
@@ -85,10 +104,11 @@ const (
 	ContentionKey = "fcfs:seat:contention"
 	// MaxAttempts bounds the conditional UPDATEs per request (seed §5.4).
 	MaxAttempts = 5
-	// DefaultQueue is the Asynq queue of the enqueue and durable modes.
+	// DefaultQueue is the Asynq queue of the enqueue, durable and roundtrip
+	// modes.
 	DefaultQueue = "baseline-enqueue"
-	// TaskType is the type of the no-op tasks of the enqueue and durable
-	// modes, and of the durable mode's requests.
+	// TaskType is the type of the no-op tasks of the enqueue, durable and
+	// roundtrip modes, and of their requests.
 	TaskType = "baseline:noop"
 )
 
@@ -114,7 +134,8 @@ type Reply struct {
 type Options struct {
 	Mode            Mode          // required
 	Schema          string        // Postgres schema holding seats; default DefaultSchema
-	Queue           string        // queue of the enqueue and durable modes; default DefaultQueue
+	Queue           string        // queue of the enqueue, durable and roundtrip modes; default DefaultQueue
+	Concurrency     int           // the roundtrip mode's Asynq handlers; default 64, as the Asynq floor's
 	ShutdownTimeout time.Duration // default 10s
 	Log             *slog.Logger  // 5xx answers are logged here; nil discards
 }
@@ -125,7 +146,9 @@ type Server struct {
 	pool   *pgxpool.Pool
 	rdb    redis.UniversalClient
 	client *asynq.Client
-	intake *requests.Intake // durable mode
+	intake *requests.Intake // durable and roundtrip modes
+	tasks  *asynq.Server    // roundtrip mode
+	done   *doneMarks       // roundtrip mode
 	app    *fiber.App
 	sql    queries
 }
@@ -172,6 +195,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	if opt.ShutdownTimeout <= 0 {
 		opt.ShutdownTimeout = 10 * time.Second
 	}
+	if opt.Concurrency <= 0 {
+		opt.Concurrency = 64
+	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -196,6 +222,13 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 		s.client = asynq.NewClientFromRedisClient(rdb)
 		s.intake = requests.NewIntake(requests.NewStore(pool), enqueueOnly{s.client}, opt.Log)
 		s.app.Post(EnqueuePath, s.acceptDurably)
+	case RoundTrip:
+		s.client = asynq.NewClientFromRedisClient(rdb)
+		s.intake = requests.NewIntake(requests.NewStore(pool), enqueueOnly{s.client}, opt.Log)
+		s.done = &doneMarks{}
+		s.tasks = s.newTaskServer()
+		s.app.Post(EnqueuePath, s.acceptDurably)
+		s.app.Get(StatusPath+":id", s.awaitDone)
 	default:
 		s.app.Post(ReservePath, s.reserve)
 	}
@@ -204,6 +237,17 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 
 // Serve answers on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.tasks != nil {
+		mux := asynq.NewServeMux()
+		mux.HandleFunc(TaskType, func(_ context.Context, t *asynq.Task) error {
+			s.done.mark(t.ResultWriter().TaskID())
+			return nil
+		})
+		if err := s.tasks.Start(mux); err != nil {
+			return fmt.Errorf("baseline: start task server: %w", err)
+		}
+		defer s.tasks.Shutdown()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.app.Listener(ln) }()
 	select {
@@ -219,8 +263,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return <-errc
 }
 
-// Close removes the queue of the enqueue and durable modes: their tasks
-// exist only to be counted, nothing processes them. The durable mode's
+// Close removes the queue of the enqueue, durable and roundtrip modes:
+// their tasks exist only to be counted, or were processed already. The
 // requests stay in Postgres. It does nothing in the seat modes.
 func (s *Server) Close() error {
 	if s.client == nil {
@@ -258,7 +302,104 @@ func (s *Server) acceptDurably(c *fiber.Ctx) error {
 	if err != nil {
 		return fmt.Errorf("baseline: accept: %w", err)
 	}
-	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"requestId": r.ID})
+	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"requestId": r.ID, "status": "queued", "statusUrl": StatusPath + r.ID.String()})
+}
+
+// newTaskServer is the roundtrip mode's Asynq server, configured as the
+// Asynq floor's (bench/floor) and holdfast's worker's.
+func (s *Server) newTaskServer() *asynq.Server {
+	return asynq.NewServerFromRedisClient(s.rdb, asynq.Config{
+		Concurrency:       s.opt.Concurrency,
+		Queues:            map[string]int{s.opt.Queue: 1},
+		TaskCheckInterval: 20 * time.Millisecond,
+		ShutdownTimeout:   5 * time.Second,
+		Logger:            worker.AsynqLogger(s.opt.Log),
+		LogLevel:          asynq.WarnLevel,
+	})
+}
+
+// maxWait bounds the roundtrip mode's long poll, as holdfast's.
+const maxWait = 30 * time.Second
+
+// awaitDone answers the roundtrip mode's long poll: 200 with status
+// succeeded once the request's task has run, or queued when wait (a Go
+// duration, as holdfast's ?wait=) passes first. It knows nothing of
+// requests it did not see run, so an unknown id is queued too.
+func (s *Server) awaitDone(c *fiber.Ctx) error {
+	id, err := uuid.Parse(c.Params("id"))
+	if err != nil {
+		return fiber.NewError(fiber.StatusBadRequest, "request id must be a UUID")
+	}
+	var wait time.Duration
+	if w := c.Query("wait"); w != "" {
+		if wait, err = time.ParseDuration(w); err != nil || wait < 0 {
+			return fiber.NewError(fiber.StatusBadRequest, "wait must be a duration such as 10s")
+		}
+	}
+	status := "queued"
+	if s.done.await(c.UserContext(), id.String(), min(wait, maxWait)) {
+		status = "succeeded"
+	}
+	return c.JSON(fiber.Map{"requestId": id, "type": TaskType, "status": status})
+}
+
+// doneMarks are the roundtrip mode's requests whose task has run. A
+// request's mark is made by whichever comes first, its task or a poll for
+// it; a poll that sees it done removes it, and so does a poll that gives up
+// on it, so that polls for ids that never run leave nothing behind.
+type doneMarks struct {
+	mu sync.Mutex
+	m  map[string]chan struct{} // closed once the request's task has run
+}
+
+// mark records that id's task has run; Asynq may deliver a task twice.
+func (d *doneMarks) mark(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ch := d.markLocked(id)
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (d *doneMarks) markLocked(id string) chan struct{} {
+	if d.m == nil {
+		d.m = map[string]chan struct{}{}
+	}
+	ch, ok := d.m[id]
+	if !ok {
+		ch = make(chan struct{})
+		d.m[id] = ch
+	}
+	return ch
+}
+
+// await reports whether id's task has run within wait.
+func (d *doneMarks) await(ctx context.Context, id string, wait time.Duration) bool {
+	d.mu.Lock()
+	ch := d.markLocked(id)
+	d.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-ch:
+		delete(d.m, id)
+		return true
+	default:
+		if d.m[id] == ch {
+			delete(d.m, id) // the task, when it runs, makes a new mark
+		}
+		return false
+	}
 }
 
 // enqueueOnly dispatches a durable request as one Asynq task with the

@@ -40,7 +40,7 @@ func start(t *testing.T, mode baseline.Mode, seats int) system {
 	var sys system
 	switch mode {
 	case baseline.Enqueue:
-	case baseline.Durable:
+	case baseline.Durable, baseline.RoundTrip:
 		_, sys.pool = testenv.Postgres(t) // migrated to holdfast's schema
 	default:
 		pgURL, _ := testenv.Postgres(t)
@@ -448,4 +448,91 @@ func TestDurableModeStoresThenEnqueues(t *testing.T) {
 	queues, err := inspector.Queues()
 	require.NoError(t, err)
 	require.NotContains(t, queues, "baseline-test", "queue removed on Close")
+}
+
+// The roundtrip mode stores each request, runs its task in the same process
+// and answers a long poll for it once the task has run: 200 concurrent
+// submit-and-poll round trips all end succeeded, each request a row in the
+// requests table. A poll that comes before the task runs (the queue paused)
+// waits for it, answers queued when its wait passes first, and succeeded
+// once the task has run.
+func TestRoundTripModeAnswersThePollOnceTheTaskHasRun(t *testing.T) {
+	t.Parallel()
+	sys := start(t, baseline.RoundTrip, 0)
+	ctx := context.Background()
+
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			id, err := submitRoundTrip(sys, i)
+			if err == nil {
+				var status string
+				if status, err = pollRoundTrip(sys, id, "10s"); err == nil && status != "succeeded" {
+					err = fmt.Errorf("request %s: %s after 10s", id, status)
+				}
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	var rows int
+	require.NoError(t, sys.pool.QueryRow(ctx, `SELECT count(*) FROM requests WHERE type = $1`, baseline.TaskType).Scan(&rows))
+	require.Equal(t, n, rows)
+
+	inspector := asynq.NewInspectorFromRedisClient(sys.rdb)
+	require.NoError(t, inspector.PauseQueue("baseline-test"))
+	id, err := submitRoundTrip(sys, n)
+	require.NoError(t, err)
+	status, err := pollRoundTrip(sys, id, "200ms")
+	require.NoError(t, err)
+	require.Equal(t, "queued", status, "the task cannot have run: its queue is paused")
+	require.NoError(t, inspector.UnpauseQueue("baseline-test"))
+	status, err = pollRoundTrip(sys, id, "10s")
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", status)
+
+	for _, bad := range []string{"not-a-uuid?wait=1s", id + "?wait=soon", id + "?wait=-1s"} {
+		resp, err := sys.client.Get(sys.url + baseline.StatusPath + bad)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, bad)
+	}
+}
+
+func submitRoundTrip(sys system, i int) (string, error) {
+	resp, err := sys.client.Post(sys.url+baseline.EnqueuePath, "application/json", bytes.NewBufferString(fmt.Sprintf(`{"n": %d}`, i)))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var body struct{ RequestID, StatusURL string }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusAccepted || body.StatusURL != baseline.StatusPath+body.RequestID {
+		return "", fmt.Errorf("HTTP %d, %+v", resp.StatusCode, body)
+	}
+	return body.RequestID, nil
+}
+
+func pollRoundTrip(sys system, id, wait string) (string, error) {
+	resp, err := sys.client.Get(sys.url + baseline.StatusPath + id + "?wait=" + wait)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var body struct{ RequestID, Status string }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK || body.RequestID != id {
+		return "", fmt.Errorf("HTTP %d, %+v", resp.StatusCode, body)
+	}
+	return body.Status, nil
 }

@@ -38,8 +38,9 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 
 // tableCmd reads a make bench directory (floor.json, enqueue.json,
 // literal.json, skiplocked.json, rush.json, intake.json, machine.txt, and
-// durable.json and intake-held.json when present) and prints the comparison table. It exits 1 when
-// a target is not met.
+// durable.json, roundtrip.json, roundtrip-intake.json and intake-held.json
+// when present) and prints the comparison table. It exits 1 when a target
+// is not met.
 func tableCmd(args []string, stdout io.Writer) (int, error) {
 	if len(args) != 1 {
 		return 2, fmt.Errorf("usage: load table DIR")
@@ -71,7 +72,8 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 	}
 	// Files of measurements added later; a directory from before them
 	// still makes its table.
-	for name, dst := range map[string]**loadtest.Report{"durable.json": &b.DurableFloor, "intake-held.json": &b.HeldIntake} {
+	for name, dst := range map[string]**loadtest.Report{"durable.json": &b.DurableFloor, "intake-held.json": &b.HeldIntake,
+		"roundtrip.json": &b.RoundTrip, "roundtrip-intake.json": &b.RoundTripIntake} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			continue
 		}

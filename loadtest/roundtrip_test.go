@@ -1,0 +1,65 @@
+package loadtest
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/bench/baseline"
+	"github.com/holdfast/holdfast/internal/testenv"
+)
+
+// baseline-roundtrip follows every write to the plain round trip of
+// cmd/baseline to its outcome, with clients waiting for each and with all
+// submitted first (-intake). The control: with the server's task queue
+// paused, no write reaches its outcome before the run's deadline, and the
+// report says each was lost.
+func TestBaselineRoundTripFollowsEveryWriteToItsOutcome(t *testing.T) {
+	t.Parallel()
+	const users = 300
+	url, rdb := startRoundTrip(t, "baseline-test")
+	for _, intake := range []bool{false, true} {
+		rep, err := Run(context.Background(), "baseline-roundtrip", Options{BaseURL: url, Secret: "x", Users: users, Concurrency: 20, Intake: intake})
+		require.NoError(t, err)
+		require.True(t, rep.OK, "intake=%v: %v", intake, rep.Violations)
+		require.Equal(t, map[string]int{"roundtrip succeeded": users}, rep.Outcomes, "intake=%v", intake)
+		require.Equal(t, users, rep.Accepted)
+	}
+
+	require.NoError(t, asynq.NewInspectorFromRedisClient(rdb).PauseQueue("baseline-test"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, "baseline-roundtrip", Options{BaseURL: url, Secret: "x", Users: 5, Concurrency: 5, Intake: true})
+	require.NoError(t, err)
+	require.False(t, rep.OK)
+	require.Empty(t, rep.Outcomes)
+	require.Equal(t, 5, rep.Accepted)
+	require.Contains(t, strings.Join(rep.Violations, "\n"), "no terminal state")
+}
+
+// startRoundTrip serves cmd/baseline's roundtrip mode for the test and
+// returns its URL and Redis.
+func startRoundTrip(t *testing.T, queue string) (string, redis.UniversalClient) {
+	t.Helper()
+	_, pool := testenv.Postgres(t)
+	_, rdb := testenv.Redis(t)
+	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: baseline.RoundTrip, Queue: queue, ShutdownTimeout: time.Second})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-served)
+		require.NoError(t, srv.Close())
+	})
+	return "http://" + ln.Addr().String(), rdb
+}
