@@ -16,7 +16,8 @@ import (
 )
 
 // baseline-roundtrip follows every write to the plain round trip of
-// cmd/baseline to its outcome, with clients waiting for each and with all
+// cmd/baseline (the roundtrip mode and its roundtrip-tasks worker) to its
+// outcome, with clients waiting for each and with all
 // submitted first (-intake). The control: with the server's task queue
 // paused, no write reaches its outcome before the run's deadline, and the
 // report says each was lost.
@@ -43,23 +44,28 @@ func TestBaselineRoundTripFollowsEveryWriteToItsOutcome(t *testing.T) {
 	require.Contains(t, strings.Join(rep.Violations, "\n"), "no terminal state")
 }
 
-// startRoundTrip serves cmd/baseline's roundtrip mode for the test and
-// returns its URL and Redis.
+// startRoundTrip serves cmd/baseline's roundtrip mode and its
+// roundtrip-tasks worker for the test, and returns the URL and Redis of the
+// first.
 func startRoundTrip(t *testing.T, queue string) (string, redis.UniversalClient) {
 	t.Helper()
 	_, pool := testenv.Postgres(t)
 	_, rdb := testenv.Redis(t)
-	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: baseline.RoundTrip, Queue: queue, ShutdownTimeout: time.Second})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-served)
-		require.NoError(t, srv.Close())
-	})
-	return "http://" + ln.Addr().String(), rdb
+	var url string
+	for _, mode := range []baseline.Mode{baseline.RoundTripTasks, baseline.RoundTrip} {
+		srv, err := baseline.New(pool, rdb, baseline.Options{Mode: mode, Queue: queue, ShutdownTimeout: time.Second})
+		require.NoError(t, err)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ctx, ln) }()
+		t.Cleanup(func() {
+			cancel()
+			require.NoError(t, <-served)
+			require.NoError(t, srv.Close())
+		})
+		url = "http://" + ln.Addr().String()
+	}
+	return url, rdb
 }

@@ -8,9 +8,10 @@
 #                holdfast's own group commit (-mode durable, in a database of
 #                its own, holdfast_bench_floor); and that plus the rest of a
 #                write's round trip built the plain way, with nothing of
-#                holdfast's in it: each task processed as it comes, in the
-#                same process, and a long poll for it (-mode roundtrip;
-#                clients waiting for each outcome, then all submitting first);
+#                holdfast's in it: each task processed as it comes by a
+#                worker process of its own (-mode roundtrip-tasks) and a long
+#                poll for it (-mode roundtrip; clients waiting for each
+#                outcome, then all submitting first);
 #   2. baseline: seed 004's FCFS done synchronously per HTTP request, in the
 #                seed's literal form and with FOR UPDATE SKIP LOCKED;
 #   3. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
@@ -35,7 +36,7 @@ redis_port="${BENCH_REDIS_PORT:-16399}"
 export REDIS_URL="redis://127.0.0.1:$redis_port/0"
 export JWT_SECRET="bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export LOG_LEVEL=warn
-api_addr=127.0.0.1:18181 worker_addr=127.0.0.1:19191 baseline_addr=127.0.0.1:18191
+api_addr=127.0.0.1:18181 worker_addr=127.0.0.1:19191 baseline_addr=127.0.0.1:18191 baseline_tasks_addr=127.0.0.1:18192
 out="bin/bench/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
 
@@ -85,15 +86,17 @@ bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -work
 stop "$pid"
 psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
 
-step "plain round trip: stored, each task processed as it comes, a long poll, $users users, $conc clients"
+step "plain round trip: stored, each task processed as it comes by a worker process, a long poll, $users users, $conc clients"
 DATABASE_URL=$floor_db bin/baseline -mode roundtrip -addr "$baseline_addr" > "$out/baseline-roundtrip.log" 2>&1 & pid=$!; pids+=("$pid")
 wait_ready "http://$baseline_addr/healthz" "$pid"
+bin/baseline -mode roundtrip-tasks -addr "$baseline_tasks_addr" > "$out/baseline-roundtrip-tasks.log" 2>&1 & tasks_pid=$!; pids+=("$tasks_pid")
+wait_ready "http://$baseline_tasks_addr/healthz" "$tasks_pid"
 for run in roundtrip roundtrip-intake; do
   psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
   intake=(); [ "$run" = roundtrip-intake ] && intake=(-intake)
-  bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json "${intake[@]}" baseline-roundtrip > "$out/$run.json"
+  bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics "http://$baseline_tasks_addr/metrics" -json "${intake[@]}" baseline-roundtrip > "$out/$run.json"
 done
-stop "$pid"
+stop "$tasks_pid"; stop "$pid"
 psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
 
 for mode in literal skiplocked; do

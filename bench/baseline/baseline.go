@@ -23,13 +23,11 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
-	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -40,7 +38,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/requests"
-	"github.com/holdfast/holdfast/worker"
 )
 
 // Mode selects what the server does.
@@ -64,25 +61,23 @@ const (
 	// mailbox or worker: the least a durable intake in front of Asynq does.
 	Durable Mode = "durable"
 	// RoundTrip is Durable plus the rest of the round trip SPEC §2 gives a
-	// write, built the plain way with nothing of holdfast's in it: an Asynq
-	// server in this process takes each request's task as it comes, with a
-	// handler that only marks the request done, and
-	// GET /api/v1/requests/{id}?wait=D long-polls until it is. The mark is
-	// kept in memory only, where holdfast stores an outcome in Postgres, and
-	// there is no authentication, rate limit, per-key order or business
-	// logic. An implementation that processes every write's task as it
-	// comes does at least this much work per write; holdfast applies a hot
-	// key's writes in batches and lets their tasks run later (K4).
+	// write, built the plain way with nothing of holdfast's in it: GET
+	// /api/v1/requests/{id}?wait=D long-polls until the request's task has
+	// run, which a RoundTripTasks process announces (see roundtrip.go).
 	RoundTrip Mode = "roundtrip"
+	// RoundTripTasks is RoundTrip's worker: an Asynq server that takes each
+	// request's task as it comes and announces it done. It serves only
+	// /healthz and /metrics over HTTP, and needs no Postgres.
+	RoundTripTasks Mode = "roundtrip-tasks"
 )
 
 // ParseMode reads a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Literal, SkipLocked, Enqueue, Durable, RoundTrip:
+	case Literal, SkipLocked, Enqueue, Durable, RoundTrip, RoundTripTasks:
 		return m, nil
 	}
-	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable or roundtrip)", s)
+	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable, roundtrip or roundtrip-tasks)", s)
 }
 
 const (
@@ -135,7 +130,7 @@ type Options struct {
 	Mode            Mode          // required
 	Schema          string        // Postgres schema holding seats; default DefaultSchema
 	Queue           string        // queue of the enqueue, durable and roundtrip modes; default DefaultQueue
-	Concurrency     int           // the roundtrip mode's Asynq handlers; default 64, as the Asynq floor's
+	Concurrency     int           // the roundtrip-tasks mode's Asynq handlers; default 64, as the Asynq floor's
 	ShutdownTimeout time.Duration // default 10s
 	Log             *slog.Logger  // 5xx answers are logged here; nil discards
 }
@@ -147,9 +142,13 @@ type Server struct {
 	rdb    redis.UniversalClient
 	client *asynq.Client
 	intake *requests.Intake // durable and roundtrip modes
-	tasks  *asynq.Server    // roundtrip mode
+	tasks  *asynq.Server    // roundtrip-tasks mode
 	done   *doneMarks       // roundtrip mode
-	app    *fiber.App
+	// stopping ends when Serve begins to shut down, so that long polls
+	// answer instead of holding the shutdown up.
+	stopping context.Context
+	stop     context.CancelFunc
+	app      *fiber.App
 	sql    queries
 }
 
@@ -176,14 +175,14 @@ func newQueries(schema string, mode Mode) queries {
 	}
 }
 
-// New builds the server. The seat modes need pool and rdb; the enqueue mode
-// needs only rdb, and pool may be nil. The durable mode needs pool migrated
-// to holdfast's schema (storage.Migrate).
+// New builds the server. The seat modes need pool and rdb; the enqueue and
+// roundtrip-tasks modes need only rdb, and pool may be nil. The durable and
+// roundtrip modes need pool migrated to holdfast's schema (storage.Migrate).
 func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, error) {
 	if _, err := ParseMode(string(opt.Mode)); err != nil {
 		return nil, err
 	}
-	if rdb == nil || (pool == nil && opt.Mode != Enqueue) {
+	if rdb == nil || (pool == nil && opt.Mode != Enqueue && opt.Mode != RoundTripTasks) {
 		return nil, fmt.Errorf("baseline: mode %s needs Postgres and Redis", opt.Mode)
 	}
 	if opt.Schema == "" {
@@ -202,6 +201,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{opt: opt, pool: pool, rdb: rdb, sql: newQueries(opt.Schema, opt.Mode)}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.app = fiber.New(fiber.Config{
 		AppName:               "holdfast-baseline",
 		DisableStartupMessage: true,
@@ -225,10 +225,11 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	case RoundTrip:
 		s.client = asynq.NewClientFromRedisClient(rdb)
 		s.intake = requests.NewIntake(requests.NewStore(pool), enqueueOnly{s.client}, opt.Log)
-		s.done = &doneMarks{}
-		s.tasks = s.newTaskServer()
+		s.done = &doneMarks{m: map[string]*doneMark{}}
 		s.app.Post(EnqueuePath, s.acceptDurably)
 		s.app.Get(StatusPath+":id", s.awaitDone)
+	case RoundTripTasks:
+		s.tasks = s.newTaskServer()
 	default:
 		s.app.Post(ReservePath, s.reserve)
 	}
@@ -237,14 +238,17 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 
 // Serve answers on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if s.tasks != nil {
-		mux := asynq.NewServeMux()
-		mux.HandleFunc(TaskType, func(_ context.Context, t *asynq.Task) error {
-			s.done.mark(t.ResultWriter().TaskID())
-			return nil
-		})
-		if err := s.tasks.Start(mux); err != nil {
-			return fmt.Errorf("baseline: start task server: %w", err)
+	defer s.stop()
+	switch {
+	case s.done != nil:
+		sub, err := s.followDone(ctx)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+	case s.tasks != nil:
+		if err := s.startTasks(); err != nil {
+			return err
 		}
 		defer s.tasks.Shutdown()
 	}
@@ -255,6 +259,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	s.stop()
 	sctx, cancel := context.WithTimeout(context.Background(), s.opt.ShutdownTimeout)
 	defer cancel()
 	if err := s.app.ShutdownWithContext(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -265,7 +270,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // Close removes the queue of the enqueue, durable and roundtrip modes:
 // their tasks exist only to be counted, or were processed already. The
-// requests stay in Postgres. It does nothing in the seat modes.
+// requests stay in Postgres. It does nothing in the other modes.
 func (s *Server) Close() error {
 	if s.client == nil {
 		return nil
@@ -303,103 +308,6 @@ func (s *Server) acceptDurably(c *fiber.Ctx) error {
 		return fmt.Errorf("baseline: accept: %w", err)
 	}
 	return c.Status(fiber.StatusAccepted).JSON(fiber.Map{"requestId": r.ID, "status": "queued", "statusUrl": StatusPath + r.ID.String()})
-}
-
-// newTaskServer is the roundtrip mode's Asynq server, configured as the
-// Asynq floor's (bench/floor) and holdfast's worker's.
-func (s *Server) newTaskServer() *asynq.Server {
-	return asynq.NewServerFromRedisClient(s.rdb, asynq.Config{
-		Concurrency:       s.opt.Concurrency,
-		Queues:            map[string]int{s.opt.Queue: 1},
-		TaskCheckInterval: 20 * time.Millisecond,
-		ShutdownTimeout:   5 * time.Second,
-		Logger:            worker.AsynqLogger(s.opt.Log),
-		LogLevel:          asynq.WarnLevel,
-	})
-}
-
-// maxWait bounds the roundtrip mode's long poll, as holdfast's.
-const maxWait = 30 * time.Second
-
-// awaitDone answers the roundtrip mode's long poll: 200 with status
-// succeeded once the request's task has run, or queued when wait (a Go
-// duration, as holdfast's ?wait=) passes first. It knows nothing of
-// requests it did not see run, so an unknown id is queued too.
-func (s *Server) awaitDone(c *fiber.Ctx) error {
-	id, err := uuid.Parse(c.Params("id"))
-	if err != nil {
-		return fiber.NewError(fiber.StatusBadRequest, "request id must be a UUID")
-	}
-	var wait time.Duration
-	if w := c.Query("wait"); w != "" {
-		if wait, err = time.ParseDuration(w); err != nil || wait < 0 {
-			return fiber.NewError(fiber.StatusBadRequest, "wait must be a duration such as 10s")
-		}
-	}
-	status := "queued"
-	if s.done.await(c.UserContext(), id.String(), min(wait, maxWait)) {
-		status = "succeeded"
-	}
-	return c.JSON(fiber.Map{"requestId": id, "type": TaskType, "status": status})
-}
-
-// doneMarks are the roundtrip mode's requests whose task has run. A
-// request's mark is made by whichever comes first, its task or a poll for
-// it; a poll that sees it done removes it, and so does a poll that gives up
-// on it, so that polls for ids that never run leave nothing behind.
-type doneMarks struct {
-	mu sync.Mutex
-	m  map[string]chan struct{} // closed once the request's task has run
-}
-
-// mark records that id's task has run; Asynq may deliver a task twice.
-func (d *doneMarks) mark(id string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	ch := d.markLocked(id)
-	select {
-	case <-ch:
-	default:
-		close(ch)
-	}
-}
-
-func (d *doneMarks) markLocked(id string) chan struct{} {
-	if d.m == nil {
-		d.m = map[string]chan struct{}{}
-	}
-	ch, ok := d.m[id]
-	if !ok {
-		ch = make(chan struct{})
-		d.m[id] = ch
-	}
-	return ch
-}
-
-// await reports whether id's task has run within wait.
-func (d *doneMarks) await(ctx context.Context, id string, wait time.Duration) bool {
-	d.mu.Lock()
-	ch := d.markLocked(id)
-	d.mu.Unlock()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	select {
-	case <-ch:
-		delete(d.m, id)
-		return true
-	default:
-		if d.m[id] == ch {
-			delete(d.m, id) // the task, when it runs, makes a new mark
-		}
-		return false
-	}
 }
 
 // enqueueOnly dispatches a durable request as one Asynq task with the

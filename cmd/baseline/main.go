@@ -2,10 +2,10 @@
 // first-come-first-served seat grab done synchronously inside each HTTP
 // request, deliberately the seed's design (see package bench/baseline), an
 // HTTP handler that only enqueues an Asynq task, one that makes each
-// request durable in Postgres and then enqueues its task, or that plus the
-// task processed and a long poll for it (the round trip of a write with
-// nothing of holdfast's in it). It is not part of holdfast and never runs in
-// production.
+// request durable in Postgres and then enqueues its task, or that plus a
+// long poll for the task's outcome and, in a process of its own, the tasks'
+// worker (a write's round trip built the plain way). It is not part of
+// holdfast and never runs in production.
 //
 // Settings are flags; each defaults to the environment variable named in
 // its usage (baseline -h), else to a local default:
@@ -50,7 +50,7 @@ func run(args []string) error {
 		return err
 	}
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, enqueue, durable or roundtrip (BASELINE_MODE)")
+	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, enqueue, durable, roundtrip or roundtrip-tasks (BASELINE_MODE)")
 	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
 	redisURL := fs.String("redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")
@@ -76,7 +76,7 @@ func run(args []string) error {
 	}
 	defer rdb.Close()
 	var pool *pgxpool.Pool
-	if mode != baseline.Enqueue {
+	if mode != baseline.Enqueue && mode != baseline.RoundTripTasks {
 		if err := storage.EnsureDatabase(ctx, *dbURL); err != nil {
 			return err
 		}
