@@ -22,10 +22,12 @@ import (
 // is all the outcome there is: no authentication, rate limit, per-key
 // order, business logic or durable outcome, and each task is processed as
 // it comes, where holdfast applies a hot key's writes in batches and lets
-// their tasks run later (K4). A lost announcement (the subscription
-// dropped) leaves its request queued until the poll gives up; on one
-// machine's loopback that does not happen, and a bench run would show it
-// as a write that never ended.
+// their tasks run later (K4). Nothing here recovers a write: a lost
+// announcement (the subscription dropped), or a task whose enqueue failed
+// after its request was stored (holdfast's reconciler would dispatch it
+// again), leaves the request queued for every poll. On one machine's
+// loopback neither happens, and a bench run would show it as a write that
+// never ended.
 
 // maxWait caps the roundtrip mode's long poll, as holdfast's is capped.
 const maxWait = 30 * time.Second
