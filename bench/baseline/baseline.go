@@ -149,7 +149,7 @@ type Server struct {
 	stopping context.Context
 	stop     context.CancelFunc
 	app      *fiber.App
-	sql    queries
+	sql      queries
 }
 
 // queries are the statements, with the schema spelled out so that they do
