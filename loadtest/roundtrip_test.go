@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -24,16 +25,21 @@ import (
 func TestBaselineRoundTripFollowsEveryWriteToItsOutcome(t *testing.T) {
 	t.Parallel()
 	const users = 300
-	url, rdb := startRoundTrip(t, "baseline-test")
+	// Pub/sub ignores Redis' database numbers: a queue, and so an
+	// announcement channel, of this test's own.
+	queue := fmt.Sprintf("loadtest-roundtrip-%d", time.Now().UnixNano())
+	url, rdb := startRoundTrip(t, queue)
 	for _, intake := range []bool{false, true} {
-		rep, err := Run(context.Background(), "baseline-roundtrip", Options{BaseURL: url, Secret: "x", Users: users, Concurrency: 20, Intake: intake})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		rep, err := Run(ctx, "baseline-roundtrip", Options{BaseURL: url, Secret: "x", Users: users, Concurrency: 20, Intake: intake})
 		require.NoError(t, err)
 		require.True(t, rep.OK, "intake=%v: %v", intake, rep.Violations)
 		require.Equal(t, map[string]int{"roundtrip succeeded": users}, rep.Outcomes, "intake=%v", intake)
 		require.Equal(t, users, rep.Accepted)
 	}
 
-	require.NoError(t, asynq.NewInspectorFromRedisClient(rdb).PauseQueue("baseline-test"))
+	require.NoError(t, asynq.NewInspectorFromRedisClient(rdb).PauseQueue(queue))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	rep, err := Run(ctx, "baseline-roundtrip", Options{BaseURL: url, Secret: "x", Users: 5, Concurrency: 5, Intake: true})

@@ -241,11 +241,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer s.stop()
 	switch {
 	case s.done != nil:
-		sub, err := s.followDone(ctx)
+		unfollow, err := s.followDone(ctx)
 		if err != nil {
 			return err
 		}
-		defer sub.Close()
+		defer unfollow()
 	case s.tasks != nil:
 		if err := s.startTasks(); err != nil {
 			return err

@@ -559,3 +559,54 @@ func pollRoundTrip(sys system, id, wait string) (string, error) {
 	}
 	return body.Status, nil
 }
+
+// The roundtrip mode runs no tasks itself: with no roundtrip-tasks process,
+// a request's task stays pending and its poll answers queued once its wait
+// passes. A poll still waiting when the server shuts down is answered then,
+// queued, instead of holding the shutdown up for the rest of its wait.
+func TestRoundTripModeRunsNoTasksAndEndsPollsAtShutdown(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	_, rdb := testenv.Redis(t)
+	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: baseline.RoundTrip, Queue: "baseline-alone", ShutdownTimeout: time.Minute})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	sys := system{url: "http://" + ln.Addr().String(), client: &http.Client{Timeout: time.Minute}}
+
+	id, err := submitRoundTrip(sys, 1)
+	require.NoError(t, err)
+	status, err := pollRoundTrip(sys, id, "300ms")
+	require.NoError(t, err)
+	require.Equal(t, "queued", status)
+	pending, err := asynq.NewInspectorFromRedisClient(rdb).ListPendingTasks("baseline-alone")
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, id, pending[0].ID)
+
+	type answer struct {
+		status string
+		err    error
+	}
+	polled := make(chan answer, 1)
+	go func() {
+		status, err := pollRoundTrip(sys, id, "30s")
+		polled <- answer{status, err}
+	}()
+	time.Sleep(time.Second) // the poll is waiting in the server
+	cancel()
+	select {
+	case a := <-polled:
+		require.NoError(t, a.err)
+		require.Equal(t, "queued", a.status)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the poll held the shutdown up")
+	}
+	sys.client.CloseIdleConnections()
+	require.NoError(t, <-served)
+	require.NoError(t, srv.Close())
+}

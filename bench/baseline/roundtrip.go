@@ -49,11 +49,17 @@ func (s *Server) newTaskServer() *asynq.Server {
 	})
 }
 
-// startTasks starts the Asynq server; each task's id is its request's.
+// startTasks starts the Asynq server; each task's id is its request's. An
+// announcement no roundtrip process heard (none subscribed, or one
+// resubscribing) fails the task, so Asynq runs it again later.
 func (s *Server) startTasks() error {
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TaskType, func(ctx context.Context, t *asynq.Task) error {
-		return s.rdb.Publish(ctx, s.doneChannel(), t.ResultWriter().TaskID()).Err()
+		heard, err := s.rdb.Publish(ctx, s.doneChannel(), t.ResultWriter().TaskID()).Result()
+		if err == nil && heard == 0 {
+			err = fmt.Errorf("baseline: no one follows %s", s.doneChannel())
+		}
+		return err
 	})
 	if err := s.tasks.Start(mux); err != nil {
 		return fmt.Errorf("baseline: start task server: %w", err)
@@ -61,21 +67,27 @@ func (s *Server) startTasks() error {
 	return nil
 }
 
-// followDone subscribes to the announcements, and marks each request done
-// until the subscription is closed. It returns once subscribed, so no
-// announcement made after it returns is missed.
-func (s *Server) followDone(ctx context.Context) (*redis.PubSub, error) {
+// followDone subscribes to the announcements and marks each request done
+// until the returned stop is called, which returns once nothing more is
+// marked. It returns once subscribed, so no announcement made after it
+// returns is missed.
+func (s *Server) followDone(ctx context.Context) (stop func(), err error) {
 	sub := s.rdb.Subscribe(ctx, s.doneChannel())
 	if _, err := sub.Receive(ctx); err != nil {
 		_ = sub.Close()
 		return nil, fmt.Errorf("baseline: subscribe to %s: %w", s.doneChannel(), err)
 	}
+	ended := make(chan struct{})
 	go func() {
+		defer close(ended)
 		for msg := range sub.Channel(redis.WithChannelSize(4096)) {
 			s.done.mark(msg.Payload)
 		}
 	}()
-	return sub, nil
+	return func() {
+		_ = sub.Close()
+		<-ended
+	}, nil
 }
 
 // awaitDone answers the roundtrip mode's long poll: 200 with status
@@ -100,12 +112,12 @@ func (s *Server) awaitDone(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"requestId": id, "type": TaskType, "status": status})
 }
 
-// doneMarks are the roundtrip mode's requests announced done. A request's
-// mark is made by whichever comes first, its announcement or a poll for
-// it, and removed when the last poll waiting on it returns, so that polls
-// for ids never announced leave nothing behind. An announcement that no
-// poll reads (Asynq delivering a task again after its poll) stays; in a
-// bench run every request is polled until it is done.
+// doneMarks are the roundtrip mode's requests announced done, kept for the
+// process's life so that a poll asked again answers succeeded again: in a
+// bench run, tens of bytes for each of its requests. A request's mark is
+// made by whichever comes first, its announcement or a poll for it; a mark
+// not announced is removed when the last poll waiting on it gives up, so
+// polls for ids never announced leave nothing behind.
 type doneMarks struct {
 	mu sync.Mutex
 	m  map[string]*doneMark
@@ -152,13 +164,14 @@ func (d *doneMarks) await(ctx context.Context, id string, wait time.Duration) bo
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if m.waiters--; m.waiters == 0 {
-		delete(d.m, id)
-	}
+	m.waiters--
 	select {
 	case <-m.ch:
 		return true
 	default:
+		if m.waiters == 0 {
+			delete(d.m, id)
+		}
 		return false
 	}
 }

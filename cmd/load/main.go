@@ -23,6 +23,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/holdfast/holdfast/loadtest"
 )
@@ -67,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	htmlFile := fs.String("html", "", "also write an HTML report with charts to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (go tool pprof)")
+	timeout := fs.Duration("timeout", 30*time.Minute, "give the run up after this long (0: never): a write that never ends fails the run instead of holding it forever")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
@@ -104,6 +106,11 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 			return 1, err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
 	}
 	rep, err := loadtest.Run(ctx, fs.Arg(0), opt)
 	if err != nil {
