@@ -3,7 +3,6 @@ package loadtest
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -61,17 +60,8 @@ func startRoundTrip(t *testing.T, queue string) (string, redis.UniversalClient) 
 	for _, mode := range []baseline.Mode{baseline.RoundTripTasks, baseline.RoundTrip} {
 		srv, err := baseline.New(pool, rdb, baseline.Options{Mode: mode, Queue: queue, ShutdownTimeout: time.Second})
 		require.NoError(t, err)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(context.Background())
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ctx, ln) }()
-		t.Cleanup(func() {
-			cancel()
-			require.NoError(t, <-served)
-			require.NoError(t, srv.Close())
-		})
-		url = "http://" + ln.Addr().String()
+		t.Cleanup(func() { require.NoError(t, srv.Close()) }) // after Serve's cleanup: cleanups run last first
+		url = testenv.Serve(t, srv.Serve)
 	}
 	return url, rdb
 }

@@ -68,17 +68,7 @@ func start(t *testing.T, mode baseline.Mode, seats int) system {
 // shutdown waits for connections opened but never used.
 func serve(t *testing.T, srv *baseline.Server, client *http.Client) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		client.CloseIdleConnections()
-		cancel()
-		require.NoError(t, <-served)
-	})
-	return "http://" + ln.Addr().String()
+	return testenv.Serve(t, srv.Serve, client.CloseIdleConnections)
 }
 
 func randomName() string {

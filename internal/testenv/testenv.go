@@ -268,6 +268,27 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
+// Serve runs serve on a free loopback port until the test ends and returns
+// its URL. At the end, each of beforeStop runs first (closing a client's
+// idle connections, which would hold a graceful shutdown up), then serve's
+// context ends and serve must return nil.
+func Serve(t testing.TB, serve func(context.Context, net.Listener) error, beforeStop ...func()) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, ln) }()
+	t.Cleanup(func() {
+		for _, f := range beforeStop {
+			f()
+		}
+		cancel()
+		require.NoError(t, <-served)
+	})
+	return "http://" + ln.Addr().String()
+}
+
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
