@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -49,13 +48,7 @@ func guarded(t *testing.T, rdb redis.UniversalClient, w api.Window, limits ...ap
 				return c.SendStatus(http.StatusNoContent)
 			})
 		})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String() + "/api/v1/public/limited"
+	return testenv.Serve(t, s.Serve) + "/api/v1/public/limited"
 }
 
 // hit sends one request as who and returns the status and Retry-After.

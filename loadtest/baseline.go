@@ -17,8 +17,9 @@ import (
 // The scenarios in this file drive the comparison servers of cmd/baseline,
 // not holdfast: the synchronous FCFS a team would build from seed 004, a
 // handler that only enqueues (or first stores the request), and a write's
-// round trip built the plain way with nothing of holdfast's in it. They exist so make bench can measure them
-// with the same clients, at the same concurrency, as fcfs-rush.
+// round trip built the plain way with nothing of holdfast's in it. They
+// exist so make bench can measure them with the same clients, at the same
+// concurrency, as fcfs-rush.
 
 // plainPost sends a JSON POST as user and returns the status and body.
 func plainPost(ctx context.Context, e *Env, path, user string, body any) (int, []byte, error) {

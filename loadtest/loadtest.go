@@ -40,8 +40,9 @@ type Options struct {
 	// scenario runs, by name ("api", "worker").
 	MetricsURLs map[string]string
 	Progress    io.Writer // a progress bar is drawn here when non-nil
-	// Intake, for fcfs-rush and baseline-roundtrip, only submits: clients do not wait for outcomes
-	// while submitting, so the report's accepted/s is the API's intake rate.
+	// Intake, for fcfs-rush and baseline-roundtrip, only submits: clients
+	// do not wait for outcomes while submitting, so the report's accepted/s
+	// is the API's intake rate.
 	// Every request is still followed to its terminal state afterwards.
 	Intake bool
 	// RedisURL, when set, is the Redis holdfast's queues live on: after the

@@ -80,6 +80,15 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable, roundtrip or roundtrip-tasks)", s)
 }
 
+// UsesPostgres reports whether the mode needs a Postgres pool: all but
+// enqueue and roundtrip-tasks.
+func (m Mode) UsesPostgres() bool { return m != Enqueue && m != RoundTripTasks }
+
+// StoresRequests reports whether the mode stores each request in holdfast's
+// requests table, so its pool must be migrated to holdfast's schema
+// (storage.Migrate); the seat modes use a schema of their own (Setup).
+func (m Mode) StoresRequests() bool { return m == Durable || m == RoundTrip }
+
 const (
 	// ReservePath is the seed's endpoint.
 	ReservePath = "/api/v1/seats/reservation/fcfs"
@@ -182,7 +191,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	if _, err := ParseMode(string(opt.Mode)); err != nil {
 		return nil, err
 	}
-	if rdb == nil || (pool == nil && opt.Mode != Enqueue && opt.Mode != RoundTripTasks) {
+	if rdb == nil || (pool == nil && opt.Mode.UsesPostgres()) {
 		return nil, fmt.Errorf("baseline: mode %s needs Postgres and Redis", opt.Mode)
 	}
 	if opt.Schema == "" {
@@ -218,16 +227,14 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	case Enqueue:
 		s.client = asynq.NewClientFromRedisClient(rdb)
 		s.app.Post(EnqueuePath, s.enqueue)
-	case Durable:
+	case Durable, RoundTrip:
 		s.client = asynq.NewClientFromRedisClient(rdb)
 		s.intake = requests.NewIntake(requests.NewStore(pool), enqueueOnly{s.client}, opt.Log)
 		s.app.Post(EnqueuePath, s.acceptDurably)
-	case RoundTrip:
-		s.client = asynq.NewClientFromRedisClient(rdb)
-		s.intake = requests.NewIntake(requests.NewStore(pool), enqueueOnly{s.client}, opt.Log)
-		s.done = &doneMarks{m: map[string]*doneMark{}}
-		s.app.Post(EnqueuePath, s.acceptDurably)
-		s.app.Get(StatusPath+":id", s.awaitDone)
+		if opt.Mode == RoundTrip {
+			s.done = &doneMarks{m: map[string]*doneMark{}}
+			s.app.Get(StatusPath+":id", s.awaitDone)
+		}
 	case RoundTripTasks:
 		s.tasks = s.newTaskServer()
 	default:

@@ -38,9 +38,9 @@ func start(t *testing.T, mode baseline.Mode, seats int) system {
 	t.Helper()
 	ctx := context.Background()
 	var sys system
-	switch mode {
-	case baseline.Enqueue:
-	case baseline.Durable, baseline.RoundTrip:
+	switch {
+	case !mode.UsesPostgres():
+	case mode.StoresRequests():
 		_, sys.pool = testenv.Postgres(t) // migrated to holdfast's schema
 	default:
 		pgURL, _ := testenv.Postgres(t)
@@ -457,7 +457,9 @@ func TestRoundTripModeAnswersThePollOnceTheTaskHasRun(t *testing.T) {
 	t.Parallel()
 	sys := start(t, baseline.RoundTrip, 0)
 	tasks, err := baseline.New(nil, sys.rdb, baseline.Options{Mode: baseline.RoundTripTasks, Queue: "baseline-test"})
-	require.NoError(t, err)
+	require.NoError(t, err, "the worker needs no Postgres")
+	_, err = baseline.New(nil, sys.rdb, baseline.Options{Mode: baseline.RoundTrip})
+	require.Error(t, err, "the handler stores requests in Postgres")
 	serve(t, tasks, sys.client)
 	ctx := context.Background()
 
@@ -519,35 +521,43 @@ func roundTrip(sys system, i int) error {
 }
 
 func submitRoundTrip(sys system, i int) (string, error) {
-	resp, err := sys.client.Post(sys.url+baseline.EnqueuePath, "application/json", bytes.NewBufferString(fmt.Sprintf(`{"n": %d}`, i)))
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
 	var body struct{ RequestID, StatusURL string }
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+	resp, err := sys.client.Post(sys.url+baseline.EnqueuePath, "application/json", bytes.NewBufferString(fmt.Sprintf(`{"n": %d}`, i)))
+	if err := readJSON(resp, err, http.StatusAccepted, &body); err != nil {
 		return "", err
 	}
-	if resp.StatusCode != http.StatusAccepted || body.StatusURL != baseline.StatusPath+body.RequestID {
-		return "", fmt.Errorf("HTTP %d, %+v", resp.StatusCode, body)
+	if body.StatusURL != baseline.StatusPath+body.RequestID {
+		return "", fmt.Errorf("202 %+v: statusUrl is not the request's", body)
 	}
 	return body.RequestID, nil
 }
 
 func pollRoundTrip(sys system, id, wait string) (string, error) {
-	resp, err := sys.client.Get(sys.url + baseline.StatusPath + id + "?wait=" + wait)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
 	var body struct{ RequestID, Status string }
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+	resp, err := sys.client.Get(sys.url + baseline.StatusPath + id + "?wait=" + wait)
+	if err := readJSON(resp, err, http.StatusOK, &body); err != nil {
 		return "", err
 	}
-	if resp.StatusCode != http.StatusOK || body.RequestID != id {
-		return "", fmt.Errorf("HTTP %d, %+v", resp.StatusCode, body)
+	if body.RequestID != id {
+		return "", fmt.Errorf("poll for %s answered %+v", id, body)
 	}
 	return body.Status, nil
+}
+
+// readJSON decodes the answer to a call into v when the call went through
+// with status.
+func readJSON(resp *http.Response, err error, status int, v any) error {
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
+	}
+	if resp.StatusCode != status {
+		return fmt.Errorf("HTTP %d, want %d: %+v", resp.StatusCode, status, v)
+	}
+	return nil
 }
 
 // The roundtrip mode runs no tasks itself: with no roundtrip-tasks process,

@@ -76,7 +76,7 @@ func run(args []string) error {
 	}
 	defer rdb.Close()
 	var pool *pgxpool.Pool
-	if mode != baseline.Enqueue && mode != baseline.RoundTripTasks {
+	if mode.UsesPostgres() {
 		if err := storage.EnsureDatabase(ctx, *dbURL); err != nil {
 			return err
 		}
@@ -84,13 +84,12 @@ func run(args []string) error {
 			return err
 		}
 		defer pool.Close()
-		storesRequests := mode == baseline.Durable || mode == baseline.RoundTrip
-		if storesRequests {
+		if mode.StoresRequests() {
 			if err := storage.Migrate(ctx, pool); err != nil {
 				return err
 			}
 		}
-		if *seats > 0 && !storesRequests {
+		if *seats > 0 && !mode.StoresRequests() {
 			if err := baseline.Setup(ctx, pool, baseline.DefaultSchema, *seats); err != nil {
 				return err
 			}
