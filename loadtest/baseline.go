@@ -43,9 +43,7 @@ func plainPost(ctx context.Context, e *Env, path, user string, body any) (int, [
 }
 
 var baselineHTTP = func() *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
-	return &http.Client{Transport: tr, Timeout: time.Minute}
+	return &http.Client{Transport: newFastTransport(), Timeout: time.Minute}
 }()
 
 // baselineFCFS: Users users each ask the synchronous server once for a seat

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -215,7 +216,7 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		opt.Concurrency = 200
 	}
 	e := &Env{Opt: opt, Rec: NewRecorder(), RunID: fmt.Sprintf("lt%x", time.Now().UnixNano()&0xffffffffff),
-		base: client.New(opt.BaseURL, ""), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
+		base: client.NewWithHTTP(opt.BaseURL, "", &http.Client{Transport: newFastTransport()}), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
 	var err error
 	if e.Admin, err = e.As(e.RunID+"-admin", domain.RoleAdmin); err != nil {
 		return nil, err
