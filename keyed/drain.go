@@ -64,7 +64,7 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 			leave()
 			return e.handOff(context.WithoutCancel(ctx), d.l, queue, 0)
 		}
-		ids, err := e.peek(ctx, d.l, e.opt.BatchMax)
+		ids, lastSeq, err := e.peek(ctx, d.l, e.opt.BatchMax)
 		if err == nil && len(ids) == 0 {
 			leave()
 			switch st, err := e.release(ctx, d.l, true); {
@@ -80,7 +80,7 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		}
 		more := false
 		if err == nil {
-			more, err = d.step(ctx, ids)
+			more, err = d.step(ctx, ids, lastSeq)
 		}
 		switch {
 		case errors.Is(err, ErrLeaseLost):
@@ -120,7 +120,7 @@ func (e *Engine) applyUnguarded(ctx context.Context, id uuid.UUID, keys []string
 // step applies the next batch from the head of the mailbox: the longest run
 // of requests whose only key is the held one, or a single multi-key request.
 // more is false when the holder gave the key up.
-func (d *drain) step(ctx context.Context, ids []string) (more bool, err error) {
+func (d *drain) step(ctx context.Context, ids []string, lastSeq int64) (more bool, err error) {
 	e := d.e
 	uids := make([]uuid.UUID, 0, len(ids))
 	var bad []any
@@ -139,7 +139,7 @@ func (d *drain) step(ctx context.Context, ids []string) (more bool, err error) {
 	if len(uids) == 0 {
 		return true, nil
 	}
-	if err := e.store.MarkProcessing(ctx, uids, e.now().UTC()); err != nil {
+	if err := e.store.MarkProcessing(ctx, d.l.Key, lastSeq); err != nil {
 		return false, err
 	}
 	if e.beforeApply != nil {

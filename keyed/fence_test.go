@@ -102,7 +102,7 @@ func (r *fenceRig) stalledHolder(t *testing.T, a, b *Engine, first uuid.UUID) fu
 	l, ok, err := b.TryAcquire(ctx, "k")
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = (&drain{e: b, queue: "q", l: l, limit: 1}).step(ctx, []string{first.String()})
+	_, err = (&drain{e: b, queue: "q", l: l, limit: 1}).step(ctx, []string{first.String()}, 0)
 	require.NoError(t, err)
 	return func() error { close(resume); return <-done }
 }

@@ -56,17 +56,26 @@ func (e *Engine) acquire(ctx context.Context, key string, keys ...string) (int64
 	return tok, nil
 }
 
-// peek extends l and returns up to n mailbox ids in acceptance order.
-func (e *Engine) peek(ctx context.Context, l Lease, n int) ([]string, error) {
-	ids, err := peekScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)},
+// peek extends l and returns up to n mailbox ids in acceptance order, and
+// the highest seq among them (their mailbox scores).
+func (e *Engine) peek(ctx context.Context, l Lease, n int) (ids []string, lastSeq int64, err error) {
+	pairs, err := peekScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)},
 		l.Token, e.opt.LeaseTTL.Milliseconds(), n).StringSlice()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrLeaseLost
+		return nil, 0, ErrLeaseLost
 	}
 	if err != nil {
-		return nil, fmt.Errorf("keyed: peek %s: %w", l.Key, err)
+		return nil, 0, fmt.Errorf("keyed: peek %s: %w", l.Key, err)
 	}
-	return ids, nil
+	ids = make([]string, 0, len(pairs)/2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		ids = append(ids, pairs[i])
+		// Scores are seqs, well within a float64's exact integers.
+		if seq, perr := strconv.ParseFloat(pairs[i+1], 64); perr == nil {
+			lastSeq = max(lastSeq, int64(seq))
+		}
+	}
+	return ids, lastSeq, nil
 }
 
 // release gives l up; with ifEmpty it keeps the lease while the mailbox has

@@ -33,13 +33,13 @@ local tok = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], tok, 'PX', ARGV[1])
 return tok`)
 
-// peekScript extends a held lease and reads the head of the mailbox.
-// KEYS: lease, mbox. ARGV: token, ttl ms, n. Returns nil if the lease is
-// not held with token any more.
+// peekScript extends a held lease and reads the head of the mailbox, each
+// id followed by its seq. KEYS: lease, mbox. ARGV: token, ttl ms, n.
+// Returns nil if the lease is not held with token any more.
 var peekScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)`)
+return redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')`)
 
 // releaseScript gives a lease up. KEYS: lease, mbox. ARGV: token, mode
 // ("ifempty" keeps the lease while the mailbox has entries). Returns -1 if

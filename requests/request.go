@@ -23,7 +23,10 @@ type Request struct {
 	Status      domain.Status
 	Result      json.RawMessage
 	Problem     *domain.Problem
-	AcceptedAt  time.Time
+	AcceptedAt time.Time
+	// StartedAt is when the apply transaction that completed the request
+	// began (for requests marked processing row by row, before key_progress,
+	// when they were marked); nil while open.
 	StartedAt   *time.Time
 	CompletedAt *time.Time
 }

@@ -37,6 +37,14 @@ const columns = `id, seq, type, queue, user_id, keys, payload, trace_id, status,
 // qualifiedColumns are columns taken from requests aliased r.
 var qualifiedColumns = "r." + strings.ReplaceAll(columns, ", ", ", r.")
 
+// viewColumns are columns as a client sees the request: one still queued
+// reads as processing once a drain of one of its keys has taken it from the
+// mailbox (MarkProcessing). Rows of requests marked before key_progress
+// existed say processing themselves.
+var viewColumns = strings.Replace(columns, "status,", `CASE WHEN status = 'queued' AND EXISTS (
+	SELECT 1 FROM key_progress p WHERE p.key = ANY (requests.keys) AND p.through_seq >= requests.seq)
+	THEN 'processing' ELSE status END,`, 1)
+
 func scan(row pgx.Row) (*Request, error) {
 	var r Request
 	var errJSON []byte
@@ -92,7 +100,7 @@ func (s *Store) Insert(ctx context.Context, sub *Submission, id uuid.UUID, now t
 	}
 	// The idempotency key exists: replay it if the body matches.
 	var stored []byte
-	row := s.pool.QueryRow(ctx, `SELECT body_hash, `+columns+` FROM requests
+	row := s.pool.QueryRow(ctx, `SELECT body_hash, `+viewColumns+` FROM requests
 		WHERE user_id = $1 AND idem_route = $2 AND idem_key = $3`, sub.UserID, route, key)
 	r, err = scan(prefixScan{row, &stored})
 	if err != nil {
@@ -128,15 +136,18 @@ func (p prefixScan) Scan(dest ...any) error { return p.row.Scan(append([]any{p.f
 
 // Get returns one request.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
-	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM requests WHERE id = $1`, id))
+	r, err := scan(s.pool.QueryRow(ctx, `SELECT `+viewColumns+` FROM requests WHERE id = $1`, id))
 	return r, storage.Translate("requests: get", err)
 }
 
-// MarkProcessing moves queued requests to processing.
-func (s *Store) MarkProcessing(ctx context.Context, ids []uuid.UUID, now time.Time) error {
-	// Rows locked by an apply in progress are skipped, never waited for.
-	_, err := s.pool.Exec(ctx, `UPDATE requests SET status = 'processing', started_at = $2
-		WHERE id IN (SELECT id FROM requests WHERE id = ANY($1) AND status = 'queued' FOR UPDATE SKIP LOCKED)`, ids, now)
+// MarkProcessing records that key's drain has taken every request on it up
+// to throughSeq from its mailbox: those still queued read as processing
+// (viewColumns) until they are completed. One row per key, whatever the
+// batch's size; the mark only ever moves forward.
+func (s *Store) MarkProcessing(ctx context.Context, key string, throughSeq int64) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO key_progress (key, through_seq) VALUES ($1, $2)
+		ON CONFLICT (key) DO UPDATE SET through_seq = EXCLUDED.through_seq
+		WHERE key_progress.through_seq < EXCLUDED.through_seq`, key, throughSeq)
 	return storage.Translate("requests: mark processing", err)
 }
 
