@@ -12,17 +12,17 @@ import (
 
 // Request is one accepted write as stored in Postgres.
 type Request struct {
-	ID          uuid.UUID
-	Seq         int64
-	Type        string
-	Queue       string
-	UserID      string
-	Keys        []string
-	Payload     json.RawMessage
-	TraceID     string
-	Status      domain.Status
-	Result      json.RawMessage
-	Problem     *domain.Problem
+	ID         uuid.UUID
+	Seq        int64
+	Type       string
+	Queue      string
+	UserID     string
+	Keys       []string
+	Payload    json.RawMessage
+	TraceID    string
+	Status     domain.Status
+	Result     json.RawMessage
+	Problem    *domain.Problem
 	AcceptedAt time.Time
 	// StartedAt is when the apply transaction that completed the request
 	// began (for requests marked processing row by row, before key_progress,
