@@ -88,7 +88,8 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	// A long poll listens before it looks, so an announcement made between
 	// the look and the wait is not missed, and the look need not be
 	// repeated once the wait begins. A request this process accepted and
-	// that is not announced yet is still open: it waits without a read.
+	// that is not announced yet is still open: it waits without a read;
+	// one announced already is answered with the view it was announced with.
 	var done <-chan []byte
 	var r *requests.Request // nil while not read
 	open := false
@@ -96,12 +97,17 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 		var cancel func()
 		done, cancel = s.Notifier.Wait(id)
 		defer cancel()
-		var owner string
-		var announced bool
-		if owner, announced, open = s.Notifier.Local(id); open && !p.CanActFor(owner) {
-			return errNotFound
+		var t requests.Tracked
+		if t, open = s.Notifier.Local(id); open {
+			if !p.CanActFor(t.Owner) {
+				return errNotFound
+			}
+			if t.View != nil {
+				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+				return c.Send(t.View)
+			}
+			open = !t.Announced
 		}
-		open = open && !announced
 	}
 	if !open {
 		if r, err = s.Store.Get(ctx, id); err != nil {

@@ -105,6 +105,13 @@ func TestLongPollWakesOnOutcome(t *testing.T) {
 	stored := c.Do("GET", "/api/v1/requests/"+id, nil)
 	require.Equal(t, http.StatusOK, stored.Status)
 	require.Equal(t, string(stored.Body), string(a.r.Body))
+
+	// A long poll that comes after the announcement answers at once with
+	// the same view (the API kept it), and only to its owner.
+	later := c.Do("GET", "/api/v1/requests/"+id+"?wait=20s", nil)
+	require.Equal(t, http.StatusOK, later.Status)
+	require.Equal(t, string(stored.Body), string(later.Body))
+	require.Equal(t, http.StatusNotFound, s.Client("mallory", domain.RoleUser).Do("GET", "/api/v1/requests/"+id+"?wait=1s", nil).Status)
 }
 
 // A worker runs one Asynq server per queue, so fetching a task is one script

@@ -182,9 +182,9 @@ func TestIntakeTracksARequestBeforeItsPost(t *testing.T) {
 			Keys: []string{"k"}, Route: "test", IdempotencyKey: key})
 		require.NoError(t, err)
 		require.True(t, created)
-		owner, announced, ok := n.Local(req.ID)
+		got, ok := n.Local(req.ID)
 		require.True(t, ok, "key %q: tracked", key)
-		require.Equal(t, "u", owner)
-		require.True(t, announced, "key %q: the announcement made during the post is remembered", key)
+		require.Equal(t, "u", got.Owner)
+		require.True(t, got.Announced, "key %q: the announcement made during the post is remembered", key)
 	}
 }

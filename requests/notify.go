@@ -52,12 +52,17 @@ type Notifier struct {
 	waiters map[uuid.UUID][]chan []byte
 	// tracked are the requests accepted here; announced is set and read
 	// under mu.
-	tracked *recent.Map[uuid.UUID, *trackedRequest]
+	tracked *recent.Map[uuid.UUID, *Tracked]
 }
 
-type trackedRequest struct {
-	owner     string
-	announced bool
+// Tracked is what a Notifier remembers of a request accepted in its process.
+type Tracked struct {
+	Owner     string
+	Announced bool // announced terminal since it was accepted
+	// View is the terminal view the announcement carried (nil if it carried
+	// none): a poll that comes after the announcement answers with it, as
+	// a woken poll does, without reading Postgres.
+	View []byte
 }
 
 // How long and how many accepted requests a Notifier remembers (each for
@@ -71,26 +76,26 @@ const (
 // NewNotifier returns a Notifier; call Run to start listening.
 func NewNotifier(rdb redis.UniversalClient, log *slog.Logger) *Notifier {
 	return &Notifier{rdb: rdb, log: log, waiters: make(map[uuid.UUID][]chan []byte),
-		tracked: recent.New[uuid.UUID, *trackedRequest](trackFor, trackMax)}
+		tracked: recent.New[uuid.UUID, *Tracked](trackFor, trackMax)}
 }
 
 // Track remembers that this process accepted request id for owner. Intake
 // calls it before the request can reach a worker, so no announcement of it
 // can come first.
 func (n *Notifier) Track(id uuid.UUID, owner string) {
-	n.tracked.Put(id, &trackedRequest{owner: owner})
+	n.tracked.Put(id, &Tracked{Owner: owner})
 }
 
 // Local reports whether this process accepted id (and still remembers it),
-// with its owner and whether it has been announced terminal since.
-func (n *Notifier) Local(id uuid.UUID) (owner string, announced, ok bool) {
+// with what it knows of it.
+func (n *Notifier) Local(id uuid.UUID) (Tracked, bool) {
 	t, ok := n.tracked.Get(id)
 	if !ok {
-		return "", false, false
+		return Tracked{}, false
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return t.owner, t.announced, true
+	return *t, true
 }
 
 // Run listens until ctx ends, resubscribing after connection loss.
@@ -144,16 +149,16 @@ func (n *Notifier) wake(s, view string) {
 	if err != nil {
 		return
 	}
+	var b []byte
+	if view != "" {
+		b = []byte(view)
+	}
 	if t, ok := n.tracked.Get(id); ok {
-		t.announced = true
+		t.Announced, t.View = true, b
 	}
 	ws := n.waiters[id]
 	if len(ws) == 0 {
 		return
-	}
-	var b []byte
-	if view != "" {
-		b = []byte(view)
 	}
 	for _, c := range ws {
 		c <- b // buffered, and each waiter is sent to once

@@ -60,17 +60,28 @@ func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	mine, other := &Request{ID: uuid.New(), Type: "t", Status: domain.StatusSucceeded}, uuid.New()
 	n.Track(mine.ID, "alice")
 
-	owner, announced, ok := n.Local(mine.ID)
+	got, ok := n.Local(mine.ID)
 	require.True(t, ok)
-	require.Equal(t, "alice", owner)
-	require.False(t, announced)
-	_, _, ok = n.Local(other)
+	require.Equal(t, Tracked{Owner: "alice"}, got)
+	_, ok = n.Local(other)
 	require.False(t, ok, "accepted elsewhere")
 
 	msg, err := DoneMessage([]*Request{mine})
 	require.NoError(t, err)
 	n.deliver(msg)
-	_, announced, ok = n.Local(mine.ID)
+	got, ok = n.Local(mine.ID)
 	require.True(t, ok)
-	require.True(t, announced, "announced with no poll waiting")
+	require.True(t, got.Announced, "announced with no poll waiting")
+	want, err := json.Marshal(mine.View())
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got.View), "the announced view is kept for a later poll")
+
+	// An announcement of an earlier worker version carries no view: a later
+	// poll reads Postgres.
+	older := uuid.New()
+	n.Track(older, "bob")
+	n.deliver(older.String())
+	got, ok = n.Local(older)
+	require.True(t, ok)
+	require.Equal(t, Tracked{Owner: "bob", Announced: true}, got)
 }
