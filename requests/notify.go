@@ -59,9 +59,10 @@ type Notifier struct {
 type Tracked struct {
 	Owner     string
 	Announced bool // announced terminal since it was accepted
-	// View is the terminal view the announcement carried (nil if it carried
-	// none): a poll that comes after the announcement answers with it, as
-	// a woken poll does, without reading Postgres.
+	// View is the terminal view the announcement carried, kept when no poll
+	// was waiting for it (else nil, as when it carried none): a poll that
+	// comes after the announcement answers with it, as a woken poll does,
+	// without reading Postgres.
 	View []byte
 }
 
@@ -153,10 +154,16 @@ func (n *Notifier) wake(s, view string) {
 	if view != "" {
 		b = []byte(view)
 	}
-	if t, ok := n.tracked.Get(id); ok {
-		t.Announced, t.View = true, b
-	}
 	ws := n.waiters[id]
+	if t, ok := n.tracked.Get(id); ok {
+		t.Announced = true
+		if len(ws) == 0 {
+			// Kept for the poll that has yet to come; a poll that waits
+			// already gets it below, and the API need not hold a copy of
+			// every view in a rush.
+			t.View = b
+		}
+	}
 	if len(ws) == 0 {
 		return
 	}

@@ -76,6 +76,19 @@ func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, string(want), string(got.View), "the announced view is kept for a later poll")
 
+	// A view delivered to a poll that was waiting is not kept as well.
+	waited := &Request{ID: uuid.New(), Type: "t", Status: domain.StatusRejected}
+	n.Track(waited.ID, "carol")
+	c, cancel := n.Wait(waited.ID)
+	defer cancel()
+	msg, err = DoneMessage([]*Request{waited})
+	require.NoError(t, err)
+	n.deliver(msg)
+	require.NotNil(t, <-c)
+	got, ok = n.Local(waited.ID)
+	require.True(t, ok)
+	require.Equal(t, Tracked{Owner: "carol", Announced: true}, got)
+
 	// An announcement of an earlier worker version carries no view: a later
 	// poll reads Postgres.
 	older := uuid.New()
