@@ -127,12 +127,12 @@ func (d splitDispatcher) Admit(ctx context.Context, queue string, keys []string)
 	return d.admit.Admit(ctx, queue, keys)
 }
 
-func (d splitDispatcher) Post(ctx context.Context, rs []*requests.Request) ([]int64, error) {
+func (d splitDispatcher) Post(ctx context.Context, rs []*requests.Request) ([]requests.Posting, error) {
 	return d.dispatch.Post(ctx, rs)
 }
 
-func (d splitDispatcher) Enqueue(ctx context.Context, r *requests.Request, backlog int64) error {
-	return d.dispatch.Enqueue(ctx, r, backlog)
+func (d splitDispatcher) Enqueue(ctx context.Context, r *requests.Request, p requests.Posting) error {
+	return d.dispatch.Enqueue(ctx, r, p)
 }
 
 // K3 when a dispatch fails: the request is durable and answered 202, so a

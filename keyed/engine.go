@@ -294,20 +294,21 @@ func (e *Engine) queueSize(queue string) int {
 // Dispatch adds r to its keys' mailboxes and enqueues its task. Both steps
 // are idempotent, so the reconciler may repeat them.
 func (e *Engine) Dispatch(ctx context.Context, r *requests.Request) error {
-	backlogs, err := e.Post(ctx, []*requests.Request{r})
+	postings, err := e.Post(ctx, []*requests.Request{r})
 	if err != nil {
 		return err
 	}
-	return e.Enqueue(ctx, r, backlogs[0])
+	return e.Enqueue(ctx, r, postings[0])
 }
 
 // Post puts rs in their keys' mailboxes (scored by seq), all in one round
-// trip, and returns each one's backlog: the length of its longest mailbox
-// right after it was added. Intake posts a group commit's whole batch at
-// once.
-func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]int64, error) {
+// trip, and returns what it saw right after each was added: the length of
+// its longest mailbox and, for a request on one key, whether that key's
+// lease was held. Intake posts a group commit's whole batch at once.
+func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.Posting, error) {
 	pipe := e.rdb.Pipeline()
 	cards := make([][]*redis.IntCmd, len(rs))
+	held := make([]*redis.IntCmd, len(rs))
 	for i, r := range rs {
 		member := r.ID.String()
 		cards[i] = make([]*redis.IntCmd, len(r.Keys))
@@ -315,27 +316,33 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]int64, err
 			pipe.ZAddNX(ctx, mboxKey(k), redis.Z{Score: float64(r.Seq), Member: member})
 			cards[i][j] = pipe.ZCard(ctx, mboxKey(k))
 		}
+		// Read after the ZADD: a holder seen now finds the request in the
+		// mailbox before it can let the key go.
+		if len(r.Keys) == 1 && !e.opt.Unguarded {
+			held[i] = pipe.Exists(ctx, leaseKey(r.Keys[0]))
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("keyed: mailbox: %w", err)
 	}
 	now := e.now()
-	backlogs := make([]int64, len(rs))
+	postings := make([]requests.Posting, len(rs))
 	for i, r := range rs {
 		for j, k := range r.Keys {
 			n := cards[i][j].Val()
 			e.backlog.Store(k, backlogSample{n, now})
-			backlogs[i] = max(backlogs[i], n)
+			postings[i].Backlog = max(postings[i].Backlog, n)
 		}
+		postings[i].Held = held[i] != nil && held[i].Val() == 1
 	}
-	return backlogs, nil
+	return postings, nil
 }
 
-// Enqueue enqueues r's task (TaskID = requestId), scheduled past the key's
-// backlog when r waits behind a long one (see deferral). r must be in its
-// mailboxes already: a task that finds its key's mailbox empty does nothing.
-func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, backlog int64) error {
-	t, err := tasks.NewRequest(r.Type, r.Queue, r.ID.String(), r.Keys, deferral(backlog, e.opt.DeferAfter))
+// Enqueue enqueues r's task (TaskID = requestId), scheduled for later when
+// something else applies r first (see deferral). r must be in its mailboxes
+// already: a task that finds its key's mailbox empty does nothing.
+func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Posting) error {
+	t, err := tasks.NewRequest(r.Type, r.Queue, r.ID.String(), r.Keys, deferral(p, e.opt.DeferAfter))
 	if err != nil {
 		return err
 	}
@@ -345,18 +352,23 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, backlog int64
 	return nil
 }
 
-// deferral is how long to schedule the task of a request that waits behind
-// backlog others on its key. The key's holder applies such a request in order
-// whatever its task does, and the reconciler, not the task, recovers a key
-// whose holder died; the task is there so Asynqmon shows the request (K1).
-// Scheduling it well past the expected drain keeps one hot key's tasks from
-// filling the pending list ahead of every other key (K4), even when they
-// were accepted while no worker ran; it fires later as a no-op.
-func deferral(backlog int64, after int) time.Duration {
-	if backlog <= int64(after) {
+// deferral is how long to schedule the task of a request that something
+// else applies first: its key's holder, when the key was held as the request
+// entered the mailbox, or the drain that the tasks of the requests ahead of
+// it start, when it waits behind more than after others. The key's holder
+// applies such a request in order whatever its task does, and the
+// reconciler, not the task, recovers a key whose holder died; the task is
+// there so Asynqmon shows the request (K1). Scheduling it well past the
+// expected drain keeps one hot key's tasks from filling the pending list
+// ahead of every other key (K4), even when they were accepted while no
+// worker ran, and leaves the worker's slots and Redis to the drain while a
+// rush lasts; it fires later as a no-op. Only a request that nothing else
+// would apply, the doorbell of an idle key, has its task due at once.
+func deferral(p requests.Posting, after int) time.Duration {
+	if p.Backlog <= int64(after) && !p.Held {
 		return 0
 	}
-	return min(time.Minute+time.Duration(backlog)*time.Millisecond, 10*time.Minute)
+	return min(time.Minute+time.Duration(p.Backlog)*time.Millisecond, 10*time.Minute)
 }
 
 func (e *Engine) handleRequest(ctx context.Context, t *asynq.Task) error {

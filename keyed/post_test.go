@@ -124,8 +124,8 @@ type announceOnPost struct {
 	n *requests.Notifier
 }
 
-func (d announceOnPost) Post(ctx context.Context, rs []*requests.Request) ([]int64, error) {
-	backlogs, err := d.Engine.Post(ctx, rs)
+func (d announceOnPost) Post(ctx context.Context, rs []*requests.Request) ([]requests.Posting, error) {
+	postings, err := d.Engine.Post(ctx, rs)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func (d announceOnPost) Post(ctx context.Context, rs []*requests.Request) ([]int
 			return nil, errors.New("announcement not delivered")
 		}
 	}
-	return backlogs, nil
+	return postings, nil
 }
 
 // Intake tells the notifier of a request before posting it to its mailboxes,

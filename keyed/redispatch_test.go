@@ -20,7 +20,7 @@ import (
 // when Redis fails between a request's commit and its dispatch.
 type failingDispatch struct{ *Engine }
 
-func (failingDispatch) Post(context.Context, []*requests.Request) ([]int64, error) {
+func (failingDispatch) Post(context.Context, []*requests.Request) ([]requests.Posting, error) {
 	return nil, errors.New("redis unreachable")
 }
 

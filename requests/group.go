@@ -22,7 +22,7 @@ import (
 // client waits behind an endless stream of others.
 type groupCommit struct {
 	store   *Store
-	post    func(context.Context, []*Request) ([]int64, error) // Intake.postBatch; nil: callers post their own
+	post    func(context.Context, []*Request) ([]Posting, error) // Intake.postBatch; nil: callers post their own
 	mu      sync.Mutex
 	queue   []*pending
 	leaders int
@@ -50,7 +50,7 @@ type pending struct {
 	r       *Request
 	err     error
 	posted  bool      // r is in its mailboxes
-	backlog int64     // Post's answer for r, when posted
+	posting Posting   // Post's answer for r, when posted
 	wake    chan bool // true: stored (see r, err); false: lead a flush
 }
 
@@ -176,12 +176,12 @@ func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
 	for i, p := range batch {
 		rs[i] = p.r
 	}
-	backlogs, err := g.post(ctx, rs)
+	postings, err := g.post(ctx, rs)
 	if err != nil {
 		return
 	}
 	for i, p := range batch {
-		p.posted, p.backlog = true, backlogs[i]
+		p.posted, p.posting = true, postings[i]
 	}
 }
 

@@ -64,7 +64,7 @@ func TestGroupPostsBatchesInSeqOrder(t *testing.T) {
 	var mu sync.Mutex
 	var order []int64
 	calls := 0
-	g := &groupCommit{store: NewStore(pool), post: func(_ context.Context, rs []*Request) ([]int64, error) {
+	g := &groupCommit{store: NewStore(pool), post: func(_ context.Context, rs []*Request) ([]Posting, error) {
 		mu.Lock()
 		calls++
 		first := calls == 1
@@ -75,7 +75,7 @@ func TestGroupPostsBatchesInSeqOrder(t *testing.T) {
 		mu.Lock()
 		order = append(order, rs[0].Seq)
 		mu.Unlock()
-		return make([]int64, len(rs)), nil
+		return make([]Posting, len(rs)), nil
 	}}
 	ctx := context.Background()
 	a, b := pendingBatch(t, 2, `{}`), pendingBatch(t, 2, `{}`)
@@ -96,7 +96,7 @@ func TestGroupPostsBatchesInSeqOrder(t *testing.T) {
 func TestGroupPostThatPanicsLeavesEachCallerToPost(t *testing.T) {
 	t.Parallel()
 	_, pool := testenv.Postgres(t)
-	g := &groupCommit{store: NewStore(pool), post: func(context.Context, []*Request) ([]int64, error) {
+	g := &groupCommit{store: NewStore(pool), post: func(context.Context, []*Request) ([]Posting, error) {
 		panic("post broke")
 	}}
 	batch := pendingBatch(t, 3, `{}`)

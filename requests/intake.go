@@ -37,12 +37,21 @@ type Dispatcher interface {
 	// key's backlog is over its cap.
 	Admit(ctx context.Context, queue string, keys []string) error
 	// Post puts rs in their keys' mailboxes, all in one round trip, and
-	// returns each one's backlog: the length of its longest mailbox once it
-	// was there.
-	Post(ctx context.Context, rs []*Request) ([]int64, error)
-	// Enqueue enqueues the task of r, which Post put in its mailboxes with
-	// backlog.
-	Enqueue(ctx context.Context, r *Request, backlog int64) error
+	// returns what it saw of each one's keys there.
+	Post(ctx context.Context, rs []*Request) ([]Posting, error)
+	// Enqueue enqueues the task of r, which Post put in its mailboxes as
+	// posting says.
+	Enqueue(ctx context.Context, r *Request, posting Posting) error
+}
+
+// Posting is what Post saw of a request's keys right after the request
+// entered their mailboxes; Enqueue decides from it when its task is due.
+type Posting struct {
+	Backlog int64 // the length of its longest mailbox
+	// Held is true when its only key's lease was held: that holder, or a
+	// successor, applies the request, as a holder gives a key up only when
+	// it finds the mailbox empty or hands it on.
+	Held bool
 }
 
 // Intake accepts writes: a request is durable in Postgres before Accept
@@ -69,7 +78,7 @@ func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
 }
 
 // postBatch tracks and posts a group commit's stored batch.
-func (in *Intake) postBatch(ctx context.Context, rs []*Request) ([]int64, error) {
+func (in *Intake) postBatch(ctx context.Context, rs []*Request) ([]Posting, error) {
 	if in.Tracker != nil {
 		for _, r := range rs {
 			in.Tracker.Track(r.ID, r.UserID)
@@ -96,10 +105,10 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 		return nil, false, fmt.Errorf("requests: new id: %w", err)
 	}
 	var posted bool
-	var backlog int64
+	var posting Posting
 	if sub.IdempotencyKey == "" {
 		p := in.group.insert(ctx, &sub, id, in.now().UTC())
-		r, err, posted, backlog = p.r, p.err, p.posted, p.backlog
+		r, err, posted, posting = p.r, p.err, p.posted, p.posting
 		created = true
 	} else {
 		r, created, err = in.store.Insert(ctx, &sub, id, in.now().UTC())
@@ -120,13 +129,13 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	for try := 0; ; try++ {
 		var err error
 		if !posted {
-			var backlogs []int64
-			if backlogs, err = in.disp.Post(ctx, []*Request{r}); err == nil {
-				posted, backlog = true, backlogs[0]
+			var postings []Posting
+			if postings, err = in.disp.Post(ctx, []*Request{r}); err == nil {
+				posted, posting = true, postings[0]
 			}
 		}
 		if err == nil {
-			err = in.disp.Enqueue(ctx, r, backlog)
+			err = in.disp.Enqueue(ctx, r, posting)
 		}
 		if err == nil {
 			break

@@ -323,11 +323,11 @@ type enqueueOnly struct{ client *asynq.Client }
 
 func (enqueueOnly) Admit(context.Context, string, []string) error { return nil }
 
-func (enqueueOnly) Post(_ context.Context, rs []*requests.Request) ([]int64, error) {
-	return make([]int64, len(rs)), nil
+func (enqueueOnly) Post(_ context.Context, rs []*requests.Request) ([]requests.Posting, error) {
+	return make([]requests.Posting, len(rs)), nil
 }
 
-func (d enqueueOnly) Enqueue(ctx context.Context, r *requests.Request, _ int64) error {
+func (d enqueueOnly) Enqueue(ctx context.Context, r *requests.Request, _ requests.Posting) error {
 	_, err := d.client.EnqueueContext(ctx, asynq.NewTask(TaskType, nil, asynq.Queue(r.Queue), asynq.TaskID(r.ID.String())))
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return fmt.Errorf("baseline: enqueue: %w", err)
