@@ -27,9 +27,12 @@
 //     on Redis Cluster.
 //   - A holder drains for at most DrainSlice, then releases the lease and hands
 //     the key to a new drain task, so shutdown and long backlogs hand work back.
-//   - A request far behind a long backlog on its key gets its task scheduled
-//     rather than pending: the holder applies it in order anyway, and one hot
-//     key's tasks then never fill the pending list ahead of other keys (K4).
+//   - A request far behind a long backlog on its key, or one that found its
+//     key held as it entered the mailbox, gets its task scheduled rather than
+//     pending: the holder applies it in order anyway, one hot key's tasks then
+//     never fill the pending list ahead of other keys (K4), and during a rush
+//     the worker's slots and Redis go to the drain, not to tasks with nothing
+//     to do. Only a request on an idle key has its task due at once.
 //   - A holder keeps its lease alive while a transaction runs. Transient
 //     failures (connections, deadlocks, Redis) are retried and then handed to
 //     a later task; an applier that keeps failing is narrowed down by halving
