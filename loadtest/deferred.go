@@ -11,8 +11,9 @@ import (
 
 // Deferred is the Asynq work a run leaves for later. Every accepted write is
 // one task (K1); a drain applies many requests per batch, and the tasks of
-// requests that queued behind a key's backlog are scheduled a minute or more
-// ahead (K4), to fire as no-ops once their requests are applied. That CPU
+// requests that queued behind a key's backlog or found its key held are
+// scheduled a minute or more ahead (K4), to fire as no-ops once their
+// requests are applied. That CPU
 // falls after the measured phase, so Run fires those tasks at once, waits
 // until the queues are empty and reports what they cost.
 type Deferred struct {
