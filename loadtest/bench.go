@@ -225,7 +225,7 @@ func (b *Bench) writeCPU(w io.Writer) {
 	case d.Error != "":
 		fmt.Fprintf(w, "\nfcfs-rush's deferred tasks were not measured: %s\n", d.Error)
 	case d.Tasks > 0:
-		fmt.Fprintf(w, "\nfcfs-rush left %d of its %d tasks scheduled for later, its event being held by a drain or backlogged (K1, K4), %.3f ms of CPU each.\n"+
+		fmt.Fprintf(w, "\nfcfs-rush left %d of its %d tasks scheduled for later, their requests left to the event's drain (K1, K4), %.3f ms of CPU each.\n"+
 			"They fire as no-ops once a drain has applied their requests; the load tool fires them right after the run\n"+
 			"and measures them. The rates above do not include them; the all-in line's ceiling does.\n",
 			d.Tasks, b.Rush.Journeys, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))

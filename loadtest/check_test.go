@@ -98,7 +98,7 @@ func TestBenchCPUTable(t *testing.T) {
 	require.Contains(t, table, "| Asynq floor (per task) | 0.400 | – | 0.300 | – | – | 0.080 | 0.020 | 5000/s | 4000/s | 80% |")
 	require.Contains(t, table, "| … its deferred no-op tasks, fired after the run | 0.500 | – | – | 0.300 | – | 0.200 | – | 4000/s | – | – |")
 	require.Contains(t, table, "| … all in: the run and its deferred tasks | 2.500 | 0.400 | 0.800 | 0.600 | 0.300 | 0.300 | 0.100 | 800/s | – | – |")
-	require.Contains(t, table, "fcfs-rush left 600 of its 1000 tasks scheduled for later, its event being held by a drain or backlogged (K1, K4), 0.833 ms of CPU each.")
+	require.Contains(t, table, "fcfs-rush left 600 of its 1000 tasks scheduled for later, their requests left to the event's drain (K1, K4), 0.833 ms of CPU each.")
 	require.Contains(t, table, "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |")
 	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | – | – | 500/s | 400/s | 80% |")
 	require.NotContains(t, table, "seed 004 literal, synchronous | ", "a run without CPU figures has no CPU row")
