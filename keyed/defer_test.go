@@ -2,6 +2,7 @@ package keyed
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/requests"
@@ -55,93 +55,133 @@ func TestTaskIsDeferredWhileItsKeyIsHeld(t *testing.T) {
 	require.Equal(t, asynq.TaskStatePending, task(next).State, "idle again: due at once")
 }
 
-// Races posts against a holder that drains and lets go over and over: every
-// request is applied by the holder or by a task due at once, so no request
-// waits for a deferred task. The control shows what the order inside Post
-// guards against: a lease read before the request is in the mailbox may
-// belong to a holder that lets go before the request arrives, which then
-// has neither a holder nor a task due.
+// Races posts against a worker that runs only the tasks that are due (a
+// real Asynq server): its drains take the key, apply the mailbox and let go
+// over and over while requests arrive. Every request is applied without
+// waiting for a deferred task, which would fire a minute later.
 func TestDeferredTasksLeaveNoRequestBehind(t *testing.T) {
 	t.Parallel()
+	race := deferralRace(t, false)
+	require.Empty(t, race.left, "requests left behind with their tasks deferred")
+	require.Greater(t, race.deferred, 0, "tasks were deferred while the key was held")
+	require.Greater(t, race.due, 1, "the key was free at times")
+}
+
+// The control reads the lease before the request enters the mailbox: the
+// same race then leaves requests behind, each having seen its key held and
+// landed after the holder let go, with its task deferred and nothing due to
+// apply it. The second part plays that interleaving step by step.
+func TestDeferredTasksControlLeaseReadFirst(t *testing.T) {
+	t.Parallel()
+	race := deferralRace(t, true)
+	require.NotEmpty(t, race.left, "no request was left behind with the lease read first")
+
 	r := newFenceRig(t)
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
-	const n = 200
-
-	stop, drained := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				drained <- nil
-				return
-			default:
-			}
-			if err := e.Drain(ctx, "k", "q"); err != nil {
-				drained <- err
-				return
-			}
-			time.Sleep(rand.N(4 * time.Millisecond)) // idle now and then
-		}
-	}()
-	// A few clients at a time, so the backlog stays short and posts find
-	// the key now held, now free.
-	const clients = 2
-	ids := make([]uuid.UUID, n)
-	var accepts sync.WaitGroup
-	for c := range clients {
-		accepts.Go(func() {
-			for i := c; i < n; i += clients {
-				if i%50 < clients { // now and then, post to a key just let go
-					for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) &&
-						r.rdb.Exists(ctx, leaseKey("k")).Val() == 1; {
-						time.Sleep(time.Millisecond)
-					}
-				}
-				req, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
-				if err == nil {
-					ids[i] = req.ID
-				}
-				time.Sleep(rand.N(4 * time.Millisecond))
-			}
-		})
-	}
-	accepts.Wait()
-	close(stop)
-	require.NoError(t, <-drained)
-
-	// The worker runs the tasks that are due; the deferred ones would fire
-	// a minute later.
-	due, err := asynq.NewInspectorFromRedisClient(r.rdb).ListPendingTasks("q", asynq.PageSize(n+1))
-	require.NoError(t, err)
-	for _, info := range due {
-		require.NoError(t, e.handleRequest(ctx, asynq.NewTask(info.Type, info.Payload)))
-	}
-	require.Less(t, len(due), n*9/10, "most tasks were deferred")
-	require.Greater(t, len(due), 1, "the key was free at times")
-	applied := map[uuid.UUID]bool{}
-	for _, a := range r.applied(t) {
-		applied[a.ID] = true
-	}
-	for _, id := range ids {
-		require.True(t, applied[id], "request %s was left behind", id)
-	}
-
-	// Control: the lease read first, then the holder lets go, then the post.
 	l, ok, err := e.TryAcquire(ctx, "k")
 	require.NoError(t, err)
 	require.True(t, ok)
-	held := r.rdb.Exists(ctx, leaseKey("k")).Val() == 1
-	require.NoError(t, e.drainHeld(ctx, l, "q"))
-	stranded, _, err := requests.NewStore(r.pool).Insert(ctx, &requests.Submission{Type: "fence.test", Queue: "q",
-		UserID: "u", Keys: []string{"k"}, Payload: []byte(`{}`)}, uuid.New(), time.Now().UTC())
+	intake := r.engine(t, "intake", 1)
+	intake.leaseFirst = func() { require.NoError(t, e.drainHeld(ctx, l, "q")) } // the holder lets go
+	in := requests.NewIntake(requests.NewStore(r.pool), intake, slog.Default())
+	req, _, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
 	require.NoError(t, err)
-	require.NoError(t, r.rdb.ZAddNX(ctx, mboxKey("k"), redis.Z{Score: float64(stranded.Seq), Member: stranded.ID.String()}).Err())
-	require.NoError(t, e.Enqueue(ctx, stranded, requests.Posting{Backlog: 1, Held: held}))
-	info, err := asynq.NewInspectorFromRedisClient(r.rdb).GetTaskInfo("q", stranded.ID.String())
+
+	info, err := asynq.NewInspectorFromRedisClient(r.rdb).GetTaskInfo("q", req.ID.String())
 	require.NoError(t, err)
-	require.Equal(t, asynq.TaskStateScheduled, info.State)
+	require.Equal(t, asynq.TaskStateScheduled, info.State, "deferred on a lease read too early")
 	require.Zero(t, r.rdb.Exists(ctx, leaseKey("k")).Val(), "no holder")
-	require.Equal(t, []string{stranded.ID.String()}, r.rdb.ZRange(ctx, mboxKey("k"), 0, -1).Val(),
+	require.Equal(t, []string{req.ID.String()}, r.rdb.ZRange(ctx, mboxKey("k"), 0, -1).Val(),
 		"left in the mailbox with nothing due to apply it")
+}
+
+type raceResult struct {
+	left          []uuid.UUID // accepted but not applied once the worker went idle
+	deferred, due int         // tasks scheduled for later; tasks the worker ran
+}
+
+// deferralRace accepts requests on one key from two clients, in bursts,
+// while an Asynq server runs the due tasks with the engine's handlers.
+// After each burst it waits until the worker is idle and notes what was
+// left: a request stranded early in a burst is rescued by the drain a later
+// doorbell starts, so the end of each burst is where one would stay.
+//
+// With leaseFirst, Post reads the lease before the mailbox, and each post
+// then waits (up to 20 ms) for the key to be let go: the interleaving that
+// order allows.
+func deferralRace(t *testing.T, leaseFirst bool) raceResult {
+	t.Helper()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	e := r.engineTTL(t, "w", 8, holdingTTL)
+	intake := r.engine(t, "intake", 1)
+	if leaseFirst {
+		intake.leaseFirst = func() {
+			for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end) &&
+				r.rdb.Exists(ctx, leaseKey("k")).Val() == 1; {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	in := requests.NewIntake(requests.NewStore(r.pool), intake, slog.Default())
+
+	srv := asynq.NewServerFromRedisClient(r.rdb, asynq.Config{Concurrency: 4, Queues: map[string]int{"q": 1},
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.ErrorLevel})
+	mux := asynq.NewServeMux()
+	e.Handle(mux)
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(srv.Shutdown)
+	insp := asynq.NewInspectorFromRedisClient(r.rdb)
+	idle := func() bool {
+		info, err := insp.GetQueueInfo("q")
+		return err == nil && info.Pending+info.Active == 0 && r.rdb.Exists(ctx, leaseKey("k")).Val() == 0
+	}
+
+	const bursts, clients, each = 20, 2, 5
+	var res raceResult
+	applied := map[uuid.UUID]bool{}
+	for range bursts {
+		ids := make([]uuid.UUID, clients*each)
+		errs := make(chan error, len(ids))
+		var accepts sync.WaitGroup
+		for c := range clients {
+			accepts.Go(func() {
+				for i := c; i < len(ids); i += clients {
+					req, _, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
+					if err != nil {
+						errs <- err
+						return
+					}
+					ids[i] = req.ID
+					time.Sleep(rand.N(4 * time.Millisecond))
+				}
+			})
+		}
+		accepts.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool {
+			if !idle() {
+				return false
+			}
+			time.Sleep(50 * time.Millisecond) // idle for longer than a task check
+			return idle()
+		}, 20*time.Second, 5*time.Millisecond, "the worker did not go idle")
+		for _, a := range r.applied(t) {
+			applied[a.ID] = true
+		}
+		for _, id := range ids {
+			if !applied[id] {
+				res.left = append(res.left, id)
+				applied[id] = true // counted once
+			}
+		}
+	}
+	info, err := insp.GetQueueInfo("q")
+	require.NoError(t, err)
+	res.deferred, res.due = info.Scheduled, info.Processed
+	return res
 }

@@ -2,8 +2,13 @@ package loadtest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -13,38 +18,95 @@ import (
 // over fasthttp's client. The tool shares two cores with everything it
 // measures, and net/http's transport runs two goroutines per connection
 // and hands every request and answer between them; fasthttp's client does
-// an exchange on the caller's goroutine. Every HTTP run of the tool, the
-// floors and the baselines as much as holdfast, goes through it, so a run's
-// ratios compare servers, not client stacks.
+// an exchange on one goroutine. Every HTTP run of the tool, the floors and
+// the baselines as much as holdfast, goes through it, so a run's ratios
+// compare servers, not client stacks.
 //
 // It serves what package client and the baseline scenarios send: small
-// bodies read whole, answers read whole. A request's deadline comes from
-// its context; cancelling the context does not cut an exchange short,
-// which ends within its deadline or the long poll's wait.
+// bodies read whole, answers read whole. An exchange ends at its request's
+// deadline or when its context ends, as with net/http (a context that ends
+// closes every connection, which only happens when the run ends), and a
+// request is never sent twice: a write the API may have accepted is not
+// resent on a broken connection (the tool sends no Idempotency-Key).
 type fastTransport struct {
 	c *fasthttp.Client
 	// maxWait bounds an exchange whose context has no deadline.
 	maxWait time.Duration
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // open connections, closed when a context ends
 }
 
 func newFastTransport() *fastTransport {
-	return &fastTransport{
-		c: &fasthttp.Client{
-			MaxConnsPerHost:               4096,
-			MaxIdleConnDuration:           time.Minute,
-			NoDefaultUserAgentHeader:      true,
-			DisableHeaderNamesNormalizing: true,
-			DisablePathNormalizing:        true,
-		},
-		maxWait: 2 * time.Minute,
+	t := &fastTransport{maxWait: 2 * time.Minute, conns: map[net.Conn]struct{}{}}
+	t.c = &fasthttp.Client{
+		Dial:            t.dial,
+		MaxConnsPerHost: 4096,
+		// Shorter than the API's idle timeout (two minutes), so a
+		// connection is not reused just as the server closes it.
+		MaxIdleConnDuration:           time.Minute,
+		MaxIdemponentCallAttempts:     1,
+		NoDefaultUserAgentHeader:      true,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
 	}
+	return t
+}
+
+// dial opens a connection the transport can close when a context ends.
+func (t *fastTransport) dial(addr string) (net.Conn, error) {
+	c, err := fasthttp.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, t: t}
+	t.mu.Lock()
+	t.conns[tc] = struct{}{}
+	t.mu.Unlock()
+	return tc, nil
+}
+
+// closeAll ends every exchange in flight: its connection is closed under
+// it. A context of the tool ends when the run does (its deadline, or the
+// user's interrupt), so the exchanges of other contexts end with it.
+func (t *fastTransport) closeAll() {
+	t.mu.Lock()
+	conns := make([]net.Conn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	t    *fastTransport
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.t.mu.Lock()
+		delete(c.t.conns, c)
+		c.t.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 // RoundTrip sends r and returns its answer with the body in memory.
 func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx := r.Context()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
+	release := func() {
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.URL.String())
 	for name, values := range r.Header {
@@ -56,26 +118,35 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		body, err := io.ReadAll(r.Body)
 		_ = r.Body.Close()
 		if err != nil {
+			release()
 			return nil, err
 		}
 		req.SetBodyRaw(body)
 	}
-	deadline, ok := r.Context().Deadline()
+	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(t.maxWait)
 	}
-	if err := r.Context().Err(); err != nil {
-		return nil, err
-	}
-	if err := t.c.DoDeadline(req, resp, deadline); err != nil {
+	stop := context.AfterFunc(ctx, t.closeAll)
+	err := t.c.DoDeadline(req, resp, deadline)
+	stop()
+	defer release()
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr // as net/http reports a context that ended
+		}
+		if ok && errors.Is(err, fasthttp.ErrTimeout) {
+			return nil, context.DeadlineExceeded
+		}
 		return nil, err
 	}
 	h := make(http.Header)
 	resp.Header.VisitAll(func(k, v []byte) { h.Add(string(k), string(v)) })
 	body := bytes.Clone(resp.Body())
+	code := resp.StatusCode()
 	return &http.Response{
-		Status:        http.StatusText(resp.StatusCode()),
-		StatusCode:    resp.StatusCode(),
+		Status:        strconv.Itoa(code) + " " + http.StatusText(code),
+		StatusCode:    code,
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,

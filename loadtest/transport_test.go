@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,13 +73,41 @@ func TestFastTransportCarriesWhatTheClientSendsAndReads(t *testing.T) {
 	require.Equal(t, "RATE_LIMITED", apiErr.Code)
 	require.Equal(t, 3*time.Second, apiErr.RetryAfter)
 
+	// An exchange ends at its deadline, or when its context is cancelled,
+	// with the context's error, as net/http's do.
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	require.Error(t, c.Do(short, http.MethodGet, "/api/v1/slow", nil, nil))
+	require.ErrorIs(t, c.Do(short, http.MethodGet, "/api/v1/slow", nil, nil), context.DeadlineExceeded)
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
 	require.Less(t, time.Since(start), 5*time.Second, "an exchange outlived its deadline")
+
+	long, cancelLong := context.WithTimeout(ctx, time.Hour)
+	time.AfterFunc(200*time.Millisecond, cancelLong)
+	start = time.Now()
+	require.ErrorIs(t, c.Do(long, http.MethodGet, "/api/v1/slow", nil, nil), context.Canceled)
+	require.Less(t, time.Since(start), 5*time.Second, "a cancelled exchange went on")
 
 	done, cancelDone := context.WithCancel(ctx)
 	cancelDone()
 	require.ErrorIs(t, c.Do(done, http.MethodGet, "/api/v1/slow", nil, nil), context.Canceled)
+}
+
+// A write is sent once: when the connection breaks after the request went
+// out, the error is the caller's, not a second delivery to the server.
+func TestFastTransportNeverSendsAWriteTwice(t *testing.T) {
+	t.Parallel()
+	var got atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close() // the request arrived; the answer never comes
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c := client.NewWithHTTP(srv.URL, "tok", &http.Client{Transport: newFastTransport()})
+	_, err := c.Submit(context.Background(), http.MethodPost, "/api/v1/things", map[string]int{"n": 1})
+	require.Error(t, err)
+	require.Equal(t, int32(1), got.Load(), "the write reached the server more than once")
 }
