@@ -102,6 +102,12 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 			if !p.CanActFor(t.Owner) {
 				return errNotFound
 			}
+			if t.View == nil && t.Announced {
+				select { // announced to this poll's own wait, just now
+				case t.View = <-done:
+				default:
+				}
+			}
 			if t.View != nil {
 				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 				return c.Send(t.View)

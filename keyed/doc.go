@@ -32,7 +32,8 @@
 //     pending: the holder applies it in order anyway, one hot key's tasks then
 //     never fill the pending list ahead of other keys (K4), and during a rush
 //     the worker's slots and Redis go to the drain, not to tasks with nothing
-//     to do. Only a request on an idle key has its task due at once.
+//     to do. A request on an idle key, or on several keys, has its task due
+//     at once.
 //   - A holder keeps its lease alive while a transaction runs. Transient
 //     failures (connections, deadlocks, Redis) are retried and then handed to
 //     a later task; an applier that keeps failing is narrowed down by halving

@@ -74,7 +74,7 @@ type Options struct {
 	RedriveAfter time.Duration // how long a request may stay open before the reconciler looks at it
 	KeyCap       int           // backlog per key above which intake answers 429
 	QueueCap     int           // tasks per queue above which intake answers 429
-	DeferAfter   int           // backlog on a key beyond which new tasks are enqueued as scheduled (K4)
+	DeferAfter   int           // backlog on a key beyond which new tasks are enqueued as scheduled (K4), as they are while the key is held
 	Worker       string        // name of this process, for logs and the probe's log
 
 	// Unguarded turns per-key serialization off: each request's task applies
@@ -379,8 +379,9 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Po
 // expected drain keeps one hot key's tasks from filling the pending list
 // ahead of every other key (K4), even when they were accepted while no
 // worker ran, and leaves the worker's slots and Redis to the drain while a
-// rush lasts; it fires later as a no-op. Only a request that nothing else
-// would apply, the doorbell of an idle key, has its task due at once.
+// rush lasts; it fires later as a no-op. A request that nothing else would
+// apply, the doorbell of an idle key, has its task due at once, and so does
+// one on several keys (Post does not look at their leases).
 func deferral(p requests.Posting, after int) time.Duration {
 	if p.Backlog <= int64(after) && !p.Held {
 		return 0

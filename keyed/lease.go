@@ -40,9 +40,10 @@ func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, 
 
 // acquireWork is TryAcquire for a drain: a free key whose mailbox is empty is
 // left alone (empty is true), as there is nothing to drain. A task whose
-// request a drain already applied in a batch, maybe deferred past a backlog
-// (K4), so costs one round trip instead of a lease's acquire, peek and
-// release; a key with work left and no holder is taken and drained.
+// request a drain already applied in a batch, maybe deferred while its key
+// was held or backlogged, so costs one round trip instead of a lease's
+// acquire, peek and release; a key with work left and no holder is taken and
+// drained.
 func (e *Engine) acquireWork(ctx context.Context, key string) (l Lease, ok, empty bool, err error) {
 	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key), mboxKey(key))
 	return Lease{Key: key, Token: tok}, tok > 0, tok < 0, err

@@ -1,7 +1,7 @@
 -- +goose Up
--- How far each key's drain has started: the highest seq among the requests
--- it took from the key's mailbox for its current batch. A queued request
--- whose seq a key of its own has reached reads as processing (SPEC §2).
+-- How far each key's drain has read its mailbox before applying what it
+-- read: the highest seq in the window it read. A queued request whose seq a
+-- key of its own has reached reads as processing (SPEC §2).
 -- Marking a batch is then one row's upsert instead of an update of every
 -- request in it, which in a rush was the costliest statement after the
 -- seat grants: each request row was written three times (accepted,

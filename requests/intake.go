@@ -48,9 +48,11 @@ type Dispatcher interface {
 // entered their mailboxes; Enqueue decides from it when its task is due.
 type Posting struct {
 	Backlog int64 // the length of its longest mailbox
-	// Held is true when its only key's lease was held: that holder, or a
-	// successor, applies the request, as a holder gives a key up only when
-	// it finds the mailbox empty or hands it on.
+	// Held is true when its only key's lease was held once it was in the
+	// mailbox: that holder, or a successor, applies the request, as a
+	// holder gives a key up only when it finds the mailbox empty or hands it
+	// on with a drain task, and the reconciler re-drives a key whose holder
+	// died. Never set for a request on several keys.
 	Held bool
 }
 

@@ -88,7 +88,8 @@ func (n *Notifier) Track(id uuid.UUID, owner string) {
 }
 
 // Local reports whether this process accepted id (and still remembers it),
-// with what it knows of it.
+// with what it knows of it. A kept view is handed out once: the poll that
+// gets it answers with it, and a poll after that reads Postgres.
 func (n *Notifier) Local(id uuid.UUID) (Tracked, bool) {
 	t, ok := n.tracked.Get(id)
 	if !ok {
@@ -96,7 +97,9 @@ func (n *Notifier) Local(id uuid.UUID) (Tracked, bool) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return *t, true
+	got := *t
+	t.View = nil
+	return got, true
 }
 
 // Run listens until ctx ends, resubscribing after connection loss.

@@ -75,6 +75,9 @@ func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	want, err := json.Marshal(mine.View())
 	require.NoError(t, err)
 	require.Equal(t, string(want), string(got.View), "the announced view is kept for a later poll")
+	got, ok = n.Local(mine.ID)
+	require.True(t, ok)
+	require.Equal(t, Tracked{Owner: "alice", Announced: true}, got, "and handed out once")
 
 	// A view delivered to a poll that was waiting is not kept as well.
 	waited := &Request{ID: uuid.New(), Type: "t", Status: domain.StatusRejected}

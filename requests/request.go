@@ -24,9 +24,9 @@ type Request struct {
 	Result     json.RawMessage
 	Problem    *domain.Problem
 	AcceptedAt time.Time
-	// StartedAt is when the apply transaction that completed the request
-	// began (for requests marked processing row by row, before key_progress,
-	// when they were marked); nil while open.
+	// StartedAt is when the request was marked processing, for requests
+	// marked row by row before key_progress; for the others it is set with
+	// CompletedAt, to the same time. Nil while open.
 	StartedAt   *time.Time
 	CompletedAt *time.Time
 }

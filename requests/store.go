@@ -38,10 +38,12 @@ const columns = `id, seq, type, queue, user_id, keys, payload, trace_id, status,
 var qualifiedColumns = "r." + strings.ReplaceAll(columns, ", ", ", r.")
 
 // viewColumns are columns as a client sees the request: one still queued
-// reads as processing once a drain of one of its keys has taken it from the
-// mailbox (MarkProcessing). Rows of requests marked before key_progress
-// existed say processing themselves.
-var viewColumns = strings.Replace(columns, "status,", `CASE WHEN status = 'queued' AND EXISTS (
+// reads as processing once a drain of one of its keys has read it at the
+// head of the key's mailbox (MarkProcessing marks the whole window it read,
+// as far as its highest seq). A request whose dispatch failed is not in its
+// mailboxes and stays queued until it is back. Rows of requests marked
+// before key_progress existed say processing themselves.
+var viewColumns = strings.Replace(columns, "status,", `CASE WHEN status = 'queued' AND NOT undispatched AND EXISTS (
 	SELECT 1 FROM key_progress p WHERE p.key = ANY (requests.keys) AND p.through_seq >= requests.seq)
 	THEN 'processing' ELSE status END,`, 1)
 
@@ -140,10 +142,10 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
 	return r, storage.Translate("requests: get", err)
 }
 
-// MarkProcessing records that key's drain has taken every request on it up
-// to throughSeq from its mailbox: those still queued read as processing
-// (viewColumns) until they are completed. One row per key, whatever the
-// batch's size; the mark only ever moves forward.
+// MarkProcessing records that key's drain has read its mailbox as far as
+// throughSeq and is about to apply what it read: those still queued read as
+// processing (viewColumns) until they are completed. One row per key,
+// whatever the batch's size; the mark only ever moves forward.
 func (s *Store) MarkProcessing(ctx context.Context, key string, throughSeq int64) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO key_progress (key, through_seq) VALUES ($1, $2)
 		ON CONFLICT (key) DO UPDATE SET through_seq = EXCLUDED.through_seq

@@ -17,8 +17,8 @@ import (
 // A queued request reads as processing once a drain of one of its keys has
 // marked its seq (MarkProcessing), and as its outcome once completed. The
 // mark is per key and only moves forward; a request on several keys is
-// processing once any of them is marked past it; an idempotent replay reads
-// the same as Get.
+// processing once any of them is marked past it; a request whose dispatch
+// failed stays queued; an idempotent replay reads the same as Get.
 func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 	t.Parallel()
 	_, pool := testenv.Postgres(t)
@@ -40,15 +40,18 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 		require.NoError(t, err)
 		return got.Status
 	}
-	first, second, third := insert([]string{"k"}, ""), insert([]string{"k"}, "idem-1"), insert([]string{"k"}, "")
+	first, lost := insert([]string{"k"}, ""), insert([]string{"k"}, "")
+	second, third := insert([]string{"k"}, "idem-1"), insert([]string{"k"}, "")
 	multi := insert([]string{"a", "k"}, "")
-	for _, r := range []*Request{first, second, third, multi} {
+	for _, r := range []*Request{first, lost, second, third, multi} {
 		require.Equal(t, domain.StatusQueued, status(r))
 	}
+	require.NoError(t, store.MarkUndispatched(ctx, lost.ID))
 
 	require.NoError(t, store.MarkProcessing(ctx, "k", second.Seq))
 	require.Equal(t, domain.StatusProcessing, status(first))
 	require.Equal(t, domain.StatusProcessing, status(second))
+	require.Equal(t, domain.StatusQueued, status(lost), "not in its mailbox: nothing works on it")
 	require.Equal(t, domain.StatusQueued, status(third), "past the mark")
 	require.Equal(t, domain.StatusQueued, status(multi))
 

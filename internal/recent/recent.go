@@ -31,16 +31,24 @@ func New[K comparable, V any](maxAge time.Duration, maxLen int) *Map[K, V] {
 func (m *Map[K, V]) Put(k K, v V) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if now := m.now(); now.Sub(m.newerStartedAt) > m.maxAge || len(m.newer) >= m.maxLen {
+	m.age(len(m.newer) >= m.maxLen)
+	m.newer[k] = v
+}
+
+// age starts a new generation when the newer one is old, or when full is
+// set; the older one is dropped. Puts and Gets both age the map, so entries
+// are let go while it is in use even when nothing new is put.
+func (m *Map[K, V]) age(full bool) {
+	if now := m.now(); now.Sub(m.newerStartedAt) > m.maxAge || full {
 		m.older, m.newer, m.newerStartedAt = m.newer, make(map[K]V, len(m.newer)), now
 	}
-	m.newer[k] = v
 }
 
 // Get returns the value under k, if it is still remembered.
 func (m *Map[K, V]) Get(k K) (V, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.age(false)
 	if v, ok := m.newer[k]; ok {
 		return v, true
 	}

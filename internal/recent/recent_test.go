@@ -37,3 +37,19 @@ func TestMapForgetsByAgeAndSize(t *testing.T) {
 		require.LessOrEqual(t, m.Len(), 200)
 	}
 }
+
+// Gets age the map too: with nothing new put, an entry is still forgotten
+// after twice maxAge while the map is read.
+func TestMapForgetsWhileOnlyRead(t *testing.T) {
+	m := New[string, int](time.Minute, 100)
+	clock := time.Now()
+	m.now = func() time.Time { return clock }
+	m.Put("a", 1)
+	for range 3 {
+		clock = clock.Add(time.Minute + time.Second)
+		m.Get("x")
+	}
+	_, ok := m.Get("a")
+	require.False(t, ok)
+	require.Zero(t, m.Len())
+}
