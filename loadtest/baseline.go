@@ -33,7 +33,7 @@ func plainPost(ctx context.Context, e *Env, path, user string, body any) (int, [
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-Id", user)
-	resp, err := baselineHTTP.Do(req)
+	resp, err := e.hc.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -41,10 +41,6 @@ func plainPost(ctx context.Context, e *Env, path, user string, body any) (int, [
 	rb, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, rb, err
 }
-
-var baselineHTTP = func() *http.Client {
-	return &http.Client{Transport: newFastTransport(), Timeout: time.Minute}
-}()
 
 // baselineFCFS: Users users each ask the synchronous server once for a seat
 // (POST /api/v1/seats/reservation/fcfs, answered 200 with the seed's body).

@@ -100,7 +100,10 @@ type Env struct {
 	Rec   *Recorder
 	// RunID makes this run's user ids and fixture names unique, so runs can
 	// share a database.
-	RunID  string
+	RunID string
+	// hc is the run's HTTP client, on a transport of its own (fastTransport),
+	// under package client and the baselines' plain posts alike.
+	hc     *http.Client
 	base   *client.Client
 	signer *auth.Signer
 	tokens []string // users' tokens, issued before the run (signIn)
@@ -215,8 +218,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	if opt.Concurrency <= 0 {
 		opt.Concurrency = 200
 	}
+	hc := &http.Client{Transport: newFastTransport()}
 	e := &Env{Opt: opt, Rec: NewRecorder(), RunID: fmt.Sprintf("lt%x", time.Now().UnixNano()&0xffffffffff),
-		base: client.NewWithHTTP(opt.BaseURL, "", &http.Client{Transport: newFastTransport()}), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
+		hc: hc, base: client.NewWithHTTP(opt.BaseURL, "", hc), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
 	var err error
 	if e.Admin, err = e.As(e.RunID+"-admin", domain.RoleAdmin); err != nil {
 		return nil, err

@@ -24,10 +24,11 @@ import (
 //
 // It serves what package client and the baseline scenarios send: small
 // bodies read whole, answers read whole. An exchange ends at its request's
-// deadline or when its context ends, as with net/http (a context that ends
-// closes every connection, which only happens when the run ends), and a
-// request is never sent twice: a write the API may have accepted is not
-// resent on a broken connection (the tool sends no Idempotency-Key).
+// deadline or when its context ends, as with net/http, and a request is
+// never sent twice: a write the API may have accepted is not resent on a
+// broken connection (the tool sends no Idempotency-Key). A context that ends
+// closes every connection of the transport: each run has a transport of its
+// own and hands it the run's context only, which ends when the run does.
 type fastTransport struct {
 	c *fasthttp.Client
 	// maxWait bounds an exchange whose context has no deadline.
