@@ -98,7 +98,7 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 		done, cancel = s.Notifier.Wait(id)
 		defer cancel()
 		var t requests.Tracked
-		if t, open = s.Notifier.Local(id); open {
+		if t, open = s.Notifier.Local(id, p.CanActFor); open {
 			if !p.CanActFor(t.Owner) {
 				return errNotFound
 			}

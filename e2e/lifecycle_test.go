@@ -113,8 +113,9 @@ func TestLongPollWakesOnOutcome(t *testing.T) {
 // waiting then, is answered by the API that accepted the request with the
 // view the announcement carried, without reading Postgres: once the row is
 // changed behind the API's back, a plain GET shows the change and that long
-// poll does not. The view is handed out once; a later long poll reads
-// Postgres. Another user gets 404 there as anywhere.
+// poll does not. The view is handed out once, to its owner; a later long
+// poll reads Postgres. Another user gets 404 there as anywhere, and leaves
+// the view where it was.
 func TestLongPollAfterTheAnnouncementAnswersFromTheAPI(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1})
@@ -132,11 +133,11 @@ func TestLongPollAfterTheAnnouncementAnswersFromTheAPI(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(c.Do("GET", path, nil).Body), `99`, "a plain GET reads Postgres")
 
+	require.Equal(t, http.StatusNotFound, s.Client("mallory", domain.RoleUser).Do("GET", path+"?wait=1s", nil).Status)
 	kept := c.Do("GET", path+"?wait=5s", nil)
 	require.Equal(t, http.StatusOK, kept.Status)
-	require.Equal(t, string(stored.Body), string(kept.Body), "answered with the announced view")
+	require.Equal(t, string(stored.Body), string(kept.Body), "answered with the announced view, which another user's poll left")
 	require.Contains(t, string(c.Do("GET", path+"?wait=5s", nil).Body), `99`, "handed out once")
-	require.Equal(t, http.StatusNotFound, s.Client("mallory", domain.RoleUser).Do("GET", path+"?wait=1s", nil).Status)
 }
 
 // A worker runs one Asynq server per queue, so fetching a task is one script

@@ -55,7 +55,8 @@ func sum(counts []int) int {
 // Intake's group commit puts each stored batch in its mailboxes in one
 // round trip, instead of one per request: 60 concurrent submissions take
 // fewer posting pipelines than requests, some carrying several requests,
-// and every request ends up in the mailbox, in seq order, with its task.
+// each reading its key's lease once, and every request ends up in the
+// mailbox, in seq order, with its task.
 func TestGroupCommitPostsABatchInOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
@@ -68,6 +69,9 @@ func TestGroupCommitPostsABatchInOneRoundTrip(t *testing.T) {
 	require.Equal(t, n, sum(posts), "each request posted once")
 	require.Less(t, len(posts), n)
 	require.Greater(t, slices.Max(posts), 1)
+	reads := sent.Pipelines("exists")
+	require.Len(t, reads, len(posts), "the key's lease read once per post")
+	require.Equal(t, len(posts), sum(reads), "one key: one read per post, whatever the batch")
 	ctx := context.Background()
 	mbox := r.rdb.ZRange(ctx, mboxKey("k"), 0, -1).Val()
 	require.ElementsMatch(t, ids, mbox)
@@ -182,7 +186,7 @@ func TestIntakeTracksARequestBeforeItsPost(t *testing.T) {
 			Keys: []string{"k"}, Route: "test", IdempotencyKey: key})
 		require.NoError(t, err)
 		require.True(t, created)
-		got, ok := n.Local(req.ID)
+		got, ok := n.Local(req.ID, func(string) bool { return true })
 		require.True(t, ok, "key %q: tracked", key)
 		require.Equal(t, "u", got.Owner)
 		require.True(t, got.Announced, "key %q: the announcement made during the post is remembered", key)

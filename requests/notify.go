@@ -88,9 +88,10 @@ func (n *Notifier) Track(id uuid.UUID, owner string) {
 }
 
 // Local reports whether this process accepted id (and still remembers it),
-// with what it knows of it. A kept view is handed out once: the poll that
-// gets it answers with it, and a poll after that reads Postgres.
-func (n *Notifier) Local(id uuid.UUID) (Tracked, bool) {
+// with what it knows of it. A kept view goes only to a caller mayRead lets
+// see the owner's requests, and once: the poll that gets it answers with
+// it, and a poll after that reads Postgres.
+func (n *Notifier) Local(id uuid.UUID, mayRead func(owner string) bool) (Tracked, bool) {
 	t, ok := n.tracked.Get(id)
 	if !ok {
 		return Tracked{}, false
@@ -98,6 +99,10 @@ func (n *Notifier) Local(id uuid.UUID) (Tracked, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	got := *t
+	if !mayRead(t.Owner) {
+		got.View = nil
+		return got, true
+	}
 	t.View = nil
 	return got, true
 }
@@ -153,12 +158,16 @@ func (n *Notifier) wake(s, view string) {
 	if err != nil {
 		return
 	}
+	ws := n.waiters[id]
+	t, tracked := n.tracked.Get(id)
+	if !tracked && len(ws) == 0 {
+		return // accepted by another replica, and nobody here waits
+	}
 	var b []byte
 	if view != "" {
 		b = []byte(view)
 	}
-	ws := n.waiters[id]
-	if t, ok := n.tracked.Get(id); ok {
+	if tracked {
 		t.Announced = true
 		if len(ws) == 0 {
 			// Kept for the poll that has yet to come; a poll that waits

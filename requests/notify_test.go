@@ -57,25 +57,29 @@ func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 // the announcement must not wait for another.
 func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	n := NewNotifier(nil, nil)
+	anyone := func(string) bool { return true }
 	mine, other := &Request{ID: uuid.New(), Type: "t", Status: domain.StatusSucceeded}, uuid.New()
 	n.Track(mine.ID, "alice")
 
-	got, ok := n.Local(mine.ID)
+	got, ok := n.Local(mine.ID, anyone)
 	require.True(t, ok)
 	require.Equal(t, Tracked{Owner: "alice"}, got)
-	_, ok = n.Local(other)
+	_, ok = n.Local(other, anyone)
 	require.False(t, ok, "accepted elsewhere")
 
 	msg, err := DoneMessage([]*Request{mine})
 	require.NoError(t, err)
 	n.deliver(msg)
-	got, ok = n.Local(mine.ID)
+	got, ok = n.Local(mine.ID, func(owner string) bool { return owner == "mallory" })
+	require.True(t, ok)
+	require.Equal(t, Tracked{Owner: "alice", Announced: true}, got, "no view for a caller who may not read it")
+	got, ok = n.Local(mine.ID, anyone)
 	require.True(t, ok)
 	require.True(t, got.Announced, "announced with no poll waiting")
 	want, err := json.Marshal(mine.View())
 	require.NoError(t, err)
 	require.Equal(t, string(want), string(got.View), "the announced view is kept for a later poll")
-	got, ok = n.Local(mine.ID)
+	got, ok = n.Local(mine.ID, anyone)
 	require.True(t, ok)
 	require.Equal(t, Tracked{Owner: "alice", Announced: true}, got, "and handed out once")
 
@@ -88,7 +92,7 @@ func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	require.NoError(t, err)
 	n.deliver(msg)
 	require.NotNil(t, <-c)
-	got, ok = n.Local(waited.ID)
+	got, ok = n.Local(waited.ID, anyone)
 	require.True(t, ok)
 	require.Equal(t, Tracked{Owner: "carol", Announced: true}, got)
 
@@ -97,7 +101,7 @@ func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	older := uuid.New()
 	n.Track(older, "bob")
 	n.deliver(older.String())
-	got, ok = n.Local(older)
+	got, ok = n.Local(older, anyone)
 	require.True(t, ok)
 	require.Equal(t, Tracked{Owner: "bob", Announced: true}, got)
 }
