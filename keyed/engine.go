@@ -311,11 +311,14 @@ func (e *Engine) Dispatch(ctx context.Context, r *requests.Request) error {
 // its longest mailbox and, for a request on one key, whether that key's
 // lease was held. Intake posts a group commit's whole batch at once.
 func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.Posting, error) {
-	held := make([]*redis.IntCmd, len(rs))
+	// A request on one key is told whether the key was held once it was in
+	// the mailbox; one read per key serves all of a batch's requests on it.
+	held := map[string]*redis.IntCmd{}
+	watched := func(r *requests.Request) bool { return len(r.Keys) == 1 && !e.opt.Unguarded }
 	if e.leaseFirst != nil {
-		for i, r := range rs {
-			if len(r.Keys) == 1 && !e.opt.Unguarded {
-				held[i] = e.rdb.Exists(ctx, leaseKey(r.Keys[0]))
+		for _, r := range rs {
+			if watched(r) {
+				held[r.Keys[0]] = e.rdb.Exists(ctx, leaseKey(r.Keys[0]))
 			}
 		}
 		e.leaseFirst()
@@ -329,14 +332,18 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 			pipe.ZAddNX(ctx, mboxKey(k), redis.Z{Score: float64(r.Seq), Member: member})
 			cards[i][j] = pipe.ZCard(ctx, mboxKey(k))
 		}
-		// Read after the ZADD: a holder seen now finds the request in the
-		// mailbox before it can let the key go (a release is atomic with
-		// finding the mailbox empty, a hand-off enqueues a drain, and the
-		// reconciler re-drives a key whose holder died). Under Redis
-		// Cluster, a slot migrating mid-pipeline can have the read answered
-		// first; the request then waits for the reconciler, not forever.
-		if len(r.Keys) == 1 && !e.opt.Unguarded && e.leaseFirst == nil {
-			held[i] = pipe.Exists(ctx, leaseKey(r.Keys[0]))
+	}
+	// Read after every ZADD: a holder seen now finds the requests in the
+	// mailbox before it can let the key go (a release is atomic with finding
+	// the mailbox empty, a hand-off enqueues a drain, and the reconciler
+	// re-drives a key whose holder died). Under Redis Cluster, a slot
+	// migrating mid-pipeline can have the read answered first; the request
+	// then waits for the reconciler, not forever.
+	if e.leaseFirst == nil {
+		for _, r := range rs {
+			if k := r.Keys[0]; watched(r) && held[k] == nil {
+				held[k] = pipe.Exists(ctx, leaseKey(k))
+			}
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -350,7 +357,7 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 			e.backlog.Store(k, backlogSample{n, now})
 			postings[i].Backlog = max(postings[i].Backlog, n)
 		}
-		postings[i].Held = held[i] != nil && held[i].Val() == 1
+		postings[i].Held = watched(r) && held[r.Keys[0]].Val() == 1
 	}
 	return postings, nil
 }

@@ -58,7 +58,7 @@ func (e *Engine) acquire(ctx context.Context, key string, keys ...string) (int64
 }
 
 // peek extends l and returns up to n mailbox ids in acceptance order, and
-// the highest seq among them (their mailbox scores).
+// the last one's seq (its mailbox score), the highest of them.
 func (e *Engine) peek(ctx context.Context, l Lease, n int) (ids []string, lastSeq int64, err error) {
 	pairs, err := peekScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)},
 		l.Token, e.opt.LeaseTTL.Milliseconds(), n).StringSlice()
@@ -71,10 +71,14 @@ func (e *Engine) peek(ctx context.Context, l Lease, n int) (ids []string, lastSe
 	ids = make([]string, 0, len(pairs)/2)
 	for i := 0; i+1 < len(pairs); i += 2 {
 		ids = append(ids, pairs[i])
+	}
+	if len(pairs) >= 2 {
 		// Scores are seqs, well within a float64's exact integers.
-		if seq, perr := strconv.ParseFloat(pairs[i+1], 64); perr == nil {
-			lastSeq = max(lastSeq, int64(seq))
+		seq, err := strconv.ParseFloat(pairs[len(pairs)-1], 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("keyed: peek %s: score %q: %w", l.Key, pairs[len(pairs)-1], err)
 		}
+		lastSeq = int64(seq)
 	}
 	return ids, lastSeq, nil
 }
