@@ -40,22 +40,8 @@ api_addr=127.0.0.1:18181 worker_addr=127.0.0.1:19191 baseline_addr=127.0.0.1:181
 out="bin/bench/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
-wait_ready() { # url pid
-  for _ in $(seq 1 200); do
-    curl -sf "$1" >/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || { echo "process for $1 died; see $out/*.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "$1 never became ready" >&2; exit 1
-}
-stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
-step() { printf '\n== %s\n' "$*" >&2; }
-# Each measured run starts right after a checkpoint, so none of them pays for
-# the full-page writes left over from the run before it.
-settle() { psql -q "$DATABASE_URL" -c 'CHECKPOINT' >/dev/null; }
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 
 psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_bench' 2>/dev/null
 redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no > "$out/redis.log" 2>&1 & pid=$!; pids+=("$pid")
