@@ -13,9 +13,14 @@ import (
 
 const localPrincipal = "principal"
 
-// authenticate requires a valid bearer JWT and stores its principal.
+// authenticate requires a valid bearer JWT, or a ticket for this GET
+// (ticket.go), and stores the caller's principal.
 func (s *Server) authenticate(c *fiber.Ctx) error {
 	h := c.Get(fiber.HeaderAuthorization)
+	ticket := c.Query(TicketParam)
+	if h == "" && ticket != "" {
+		return s.ticketAuth(c, ticket, nil)
+	}
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || tok == "" {
 		return errUnauthenticated
@@ -23,6 +28,9 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	p, err := s.Signer.Verify(strings.TrimSpace(tok))
 	if err != nil {
 		return errUnauthenticated
+	}
+	if ticket != "" {
+		return s.ticketAuth(c, ticket, &p)
 	}
 	c.Locals(localPrincipal, p)
 	return c.Next()

@@ -32,9 +32,10 @@ type claims struct {
 
 // Signer issues and verifies tokens with one secret.
 type Signer struct {
-	secret []byte
-	parser *jwt.Parser
-	now    func() time.Time
+	secret       []byte
+	parser       *jwt.Parser
+	ticketParser *jwt.Parser
+	now          func() time.Time
 	// verified remembers the tokens verified lately, until they expire: a
 	// client sends the same token to submit a write and then to poll for
 	// its outcome, and verifying it (HMAC and two JSON decodes) was a tenth
@@ -59,6 +60,13 @@ func NewSigner(secret string) *Signer {
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(leeway),
 		jwt.WithTimeFunc(func() time.Time { return s.now() }),
+	)
+	s.ticketParser = jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(leeway),
+		jwt.WithTimeFunc(func() time.Time { return s.now() }),
+		jwt.WithAudience(ticketAudience),
 	)
 	return s
 }
@@ -89,6 +97,9 @@ func (s *Signer) Verify(token string) (Principal, error) {
 	if c.Subject == "" {
 		return Principal{}, errors.New("auth: token has no subject")
 	}
+	if len(c.Audience) > 0 { // a ticket or an entry token is no bearer token
+		return Principal{}, errors.New("auth: token is meant for another use")
+	}
 	role, err := domain.ParseRole(c.Role)
 	if err != nil {
 		return Principal{}, fmt.Errorf("auth: %w", err)
@@ -98,4 +109,53 @@ func (s *Signer) Verify(token string) (Principal, error) {
 	// header values do): the key kept must be a copy.
 	s.verified.Put(strings.Clone(token), verifiedToken{p: p, exp: c.ExpiresAt.Time})
 	return p, nil
+}
+
+// A ticket is a short-lived credential for one GET path, for clients that
+// cannot send an Authorization header (a browser's EventSource): the caller
+// exchanges its bearer token for one and puts it in the URL. It names its
+// path, so it opens nothing else, and its id (jti) lets the API accept it
+// only once. Its audience keeps it from ever passing as a bearer token.
+type ticketClaims struct {
+	Role string `json:"role"`
+	Path string `json:"pth"`
+	jwt.RegisteredClaims
+}
+
+const ticketAudience = "holdfast-ticket"
+
+// Ticket is a verified ticket.
+type Ticket struct {
+	Principal
+	ID      string // jti: accept it once
+	Expires time.Time
+}
+
+// IssueTicket mints a ticket for p to GET path, valid for ttl from now.
+func (s *Signer) IssueTicket(p Principal, path, id string, now time.Time, ttl time.Duration) (string, error) {
+	if p.UserID == "" || id == "" {
+		return "", errors.New("auth: ticket without subject or id")
+	}
+	c := ticketClaims{Role: string(p.Role), Path: path, RegisteredClaims: jwt.RegisteredClaims{
+		Subject: p.UserID, ID: id, Audience: jwt.ClaimStrings{ticketAudience},
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(s.secret)
+}
+
+// VerifyTicket checks a ticket for a GET of path.
+func (s *Signer) VerifyTicket(token, path string) (Ticket, error) {
+	var c ticketClaims
+	_, err := s.ticketParser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.secret, nil })
+	if err != nil {
+		return Ticket{}, fmt.Errorf("auth: ticket: %w", err)
+	}
+	if c.Subject == "" || c.ID == "" || c.Path != path {
+		return Ticket{}, errors.New("auth: ticket is for another path")
+	}
+	role, err := domain.ParseRole(c.Role)
+	if err != nil {
+		return Ticket{}, fmt.Errorf("auth: ticket: %w", err)
+	}
+	return Ticket{Principal: Principal{UserID: c.Subject, Role: role}, ID: c.ID, Expires: c.ExpiresAt.Time}, nil
 }

@@ -65,3 +65,34 @@ func TestVerifyKeepsItsOwnCopyOfTheToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Principal{UserID: "st", Role: domain.RoleStaff}, p)
 }
+
+// A ticket opens one path for its holder, expires, and never passes as a
+// bearer token; a bearer token never passes as a ticket.
+func TestTicketOpensOnePathOnly(t *testing.T) {
+	s := NewSigner("a-secret-long-enough-for-hs256-0123456789")
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	ann := Principal{UserID: "ann", Role: domain.RoleUser}
+	tk, err := s.IssueTicket(ann, "/api/v1/events/7/queue/stream", "t1", clock, time.Minute)
+	require.NoError(t, err)
+
+	got, err := s.VerifyTicket(tk, "/api/v1/events/7/queue/stream")
+	require.NoError(t, err)
+	require.Equal(t, ann, got.Principal)
+	require.Equal(t, "t1", got.ID)
+
+	_, err = s.VerifyTicket(tk, "/api/v1/events/8/queue/stream")
+	require.Error(t, err, "another event's stream")
+	_, err = s.Verify(tk)
+	require.Error(t, err, "a ticket is no bearer token")
+	bearer, err := s.Issue("ann", domain.RoleUser, clock, time.Hour)
+	require.NoError(t, err)
+	_, err = s.VerifyTicket(bearer, "/api/v1/events/7/queue/stream")
+	require.Error(t, err, "a bearer token is no ticket")
+	_, err = NewSigner("another-secret-long-enough-for-hs256-0123").VerifyTicket(tk, "/api/v1/events/7/queue/stream")
+	require.Error(t, err, "forged: another secret")
+
+	clock = clock.Add(time.Minute + leeway + time.Second)
+	_, err = s.VerifyTicket(tk, "/api/v1/events/7/queue/stream")
+	require.Error(t, err, "expired")
+}

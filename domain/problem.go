@@ -92,4 +92,6 @@ const (
 	CodeInvalidPhone       = "INVALID_PHONE"
 	CodeDuplicateRequest   = "DUPLICATE_REQUEST"
 	CodeNotYourTurn        = "NOT_YOUR_TURN"
+	CodeQueueNotOpen       = "QUEUE_NOT_OPEN" // 409: the event's queue opens later
+	CodeSettingLocked      = "SETTING_LOCKED" // 409: the moment a setting governs has passed
 )

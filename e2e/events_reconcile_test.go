@@ -51,7 +51,11 @@ func TestEventsReconcileRepairs(t *testing.T) {
 		redisZ(now.Add(time.Minute), "still")).Err())
 	require.Equal(t, 999, publicEvent(t, s, e.EventID).RemainingSeats, "corrupted")
 
-	replicas := []*events.Counts{events.NewCounts(s.Pool, s.Redis), events.NewCounts(s.Pool, s.Redis)}
+	replica := func() *events.Rooms {
+		room := events.NewRoom(s.Redis, s.Cfg.JWTSecret)
+		return events.NewRooms(s.Pool, room, events.NewSealer(s.Pool, room), events.NewCounts(s.Pool, s.Redis))
+	}
+	replicas := []*events.Rooms{replica(), replica()}
 	var wg sync.WaitGroup
 	for _, c := range replicas {
 		wg.Add(1)
@@ -65,7 +69,7 @@ func TestEventsReconcileRepairs(t *testing.T) {
 	require.Equal(t, int64(1), s.Redis.ZCard(ctx, tokens).Val(), "expired tokens trimmed")
 	label := strconv.FormatInt(e.EventID, 10)
 	for _, c := range replicas {
-		require.Equal(t, 7.0, testutil.ToFloat64(c.RemainingGauge.WithLabelValues(label)))
+		require.Equal(t, 7.0, testutil.ToFloat64(c.Remaining().WithLabelValues(label)))
 		require.Equal(t, 1.0, testutil.ToFloat64(c.Active.WithLabelValues(label)))
 	}
 

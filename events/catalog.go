@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -14,22 +15,77 @@ import (
 
 // Event is an event and its settings.
 type Event struct {
-	EventID                int64     `json:"eventId"`
-	Name                   string    `json:"name"`
-	TotalSeats             int       `json:"totalSeats"`
-	MaxConcurrent          int       `json:"maxConcurrent"`
-	TokenTTLSeconds        int       `json:"tokenTtlSeconds"`
-	EntryTokenRequired     bool      `json:"entryTokenRequired"`
-	FCFSEntryTokenRequired bool      `json:"fcfsEntryTokenRequired"`
-	CreatedAt              time.Time `json:"createdAt"`
+	EventID                int64      `json:"eventId"`
+	Name                   string     `json:"name"`
+	TotalSeats             int        `json:"totalSeats"`
+	MaxConcurrent          int        `json:"maxConcurrent"`
+	TokenTTLSeconds        int        `json:"tokenTtlSeconds"`
+	EntryTokenRequired     bool       `json:"entryTokenRequired"`
+	FCFSEntryTokenRequired bool       `json:"fcfsEntryTokenRequired"`
+	PresenceTimeoutSeconds int        `json:"presenceTimeoutSeconds"`
+	ClaimWindowSeconds     int        `json:"claimWindowSeconds"`
+	AdmitPerMinute         *int       `json:"admitPerMinute"`
+	AdmissionPaused        bool       `json:"admissionPaused"`
+	QueueOpensAt           *time.Time `json:"queueOpensAt"`
+	SalesStartAt           *time.Time `json:"salesStartAt"`
+	ReturnURL              *string    `json:"returnUrl"`
+	ShuffleCommitment      string     `json:"shuffleCommitment"`
+	CreatedAt              time.Time  `json:"createdAt"`
+
+	seed     []byte     // the shuffle seed: secret until SalesStartAt
+	version  int64      // settings_version
+	sealedAt *time.Time // when the pre-queue was sealed (seal.go)
 }
 
-// Public is the unauthenticated view of an event.
+// started reports whether the sale has started at now: always, for an
+// event without a pre-queue.
+func (e Event) started(now time.Time) bool {
+	return e.SalesStartAt == nil || !now.Before(*e.SalesStartAt)
+}
+
+// inPrequeue reports whether an entry accepted at t joins the pre-queue.
+func (e Event) inPrequeue(t time.Time) bool {
+	return e.SalesStartAt != nil && t.Before(*e.SalesStartAt)
+}
+
+// queueOpen reports whether the queue takes entries at t.
+func (e Event) queueOpen(t time.Time) bool {
+	return e.QueueOpensAt == nil || !t.Before(*e.QueueOpensAt)
+}
+
+// member is user's name in the event's waiting room: its pseudonym.
+func (e Event) member(user string) string { return Pseudonym(e.seed, user) }
+
+// Public is the unauthenticated view of an event: its seats, and the
+// waiting-room settings a visitor plans by. ShuffleSeed is null until the
+// sale starts.
 type Public struct {
-	EventID        int64  `json:"eventId"`
-	Name           string `json:"name"`
-	TotalSeats     int    `json:"totalSeats"`
-	RemainingSeats int    `json:"remainingSeats"`
+	EventID                int64      `json:"eventId"`
+	Name                   string     `json:"name"`
+	TotalSeats             int        `json:"totalSeats"`
+	RemainingSeats         int        `json:"remainingSeats"`
+	PresenceTimeoutSeconds int        `json:"presenceTimeoutSeconds"`
+	ClaimWindowSeconds     int        `json:"claimWindowSeconds"`
+	AdmitPerMinute         *int       `json:"admitPerMinute"`
+	AdmissionPaused        bool       `json:"admissionPaused"`
+	QueueOpensAt           *time.Time `json:"queueOpensAt"`
+	SalesStartAt           *time.Time `json:"salesStartAt"`
+	ReturnURL              *string    `json:"returnUrl"`
+	ShuffleCommitment      string     `json:"shuffleCommitment"`
+	ShuffleSeed            *string    `json:"shuffleSeed"`
+}
+
+// public is e's public view at now with remaining seats.
+func (e Event) public(remaining int, now time.Time) Public {
+	p := Public{EventID: e.EventID, Name: e.Name, TotalSeats: e.TotalSeats, RemainingSeats: remaining,
+		PresenceTimeoutSeconds: e.PresenceTimeoutSeconds, ClaimWindowSeconds: e.ClaimWindowSeconds,
+		AdmitPerMinute: e.AdmitPerMinute, AdmissionPaused: e.AdmissionPaused, QueueOpensAt: e.QueueOpensAt,
+		SalesStartAt: e.SalesStartAt, ReturnURL: e.ReturnURL, ShuffleCommitment: e.ShuffleCommitment}
+	if e.SalesStartAt != nil && e.started(now) {
+		seed := hex.EncodeToString(e.seed)
+		p.ShuffleSeed = &seed
+	}
+	return p
 }
 
 // Seat is one seat and whether it is taken.
@@ -50,7 +106,8 @@ func NewCatalog(pool *pgxpool.Pool) *Catalog { return &Catalog{pool: pool} }
 // EventKey is an event's serialization key.
 func EventKey(id int64) string { return "events:ev:" + strconv.FormatInt(id, 10) }
 
-// CreateEvent stores an event with its seats: the given labels, or "1".."n".
+// CreateEvent stores an event with its seats: the given labels, or "1".."n",
+// and a fresh shuffle seed.
 func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Event, error) {
 	if labels == nil {
 		labels = make([]string, e.TotalSeats)
@@ -59,11 +116,19 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 		}
 	}
 	e.TotalSeats = len(labels)
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	seed, err := NewSeed()
+	if err != nil {
+		return e, err
+	}
+	e.seed, e.ShuffleCommitment, e.version = seed, Commitment(seed), 1
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO events (name, total_seats, max_concurrent, token_ttl_seconds,
-				entry_token_required, fcfs_entry_token_required)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, created_at`, e.Name, e.TotalSeats, e.MaxConcurrent,
-			e.TokenTTLSeconds, e.EntryTokenRequired, e.FCFSEntryTokenRequired).Scan(&e.EventID, &e.CreatedAt); err != nil {
+				entry_token_required, fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds,
+				admit_per_minute, admission_paused, queue_opens_at, sales_start_at, return_url, shuffle_seed)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id, created_at`,
+			e.Name, e.TotalSeats, e.MaxConcurrent, e.TokenTTLSeconds, e.EntryTokenRequired, e.FCFSEntryTokenRequired,
+			e.PresenceTimeoutSeconds, e.ClaimWindowSeconds, e.AdmitPerMinute, e.AdmissionPaused,
+			e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.seed).Scan(&e.EventID, &e.CreatedAt); err != nil {
 			return err
 		}
 		// Seat ids follow the labels' order, so FCFS hands them out in it.
@@ -85,13 +150,59 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 	return e, nil
 }
 
+// eventColumns are the columns scanEvent reads, in its order.
+const eventColumns = `id, name, total_seats, max_concurrent, token_ttl_seconds, entry_token_required,
+	fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds, admit_per_minute, admission_paused,
+	queue_opens_at, sales_start_at, return_url, shuffle_seed, settings_version, prequeue_sealed_at, created_at`
+
+func scanEvent(row pgx.Row) (Event, error) {
+	var e Event
+	err := row.Scan(&e.EventID, &e.Name, &e.TotalSeats, &e.MaxConcurrent, &e.TokenTTLSeconds, &e.EntryTokenRequired,
+		&e.FCFSEntryTokenRequired, &e.PresenceTimeoutSeconds, &e.ClaimWindowSeconds, &e.AdmitPerMinute, &e.AdmissionPaused,
+		&e.QueueOpensAt, &e.SalesStartAt, &e.ReturnURL, &e.seed, &e.version, &e.sealedAt, &e.CreatedAt)
+	e.ShuffleCommitment = Commitment(e.seed)
+	for _, t := range []**time.Time{&e.QueueOpensAt, &e.SalesStartAt, &e.sealedAt} {
+		if *t != nil {
+			u := (*t).UTC()
+			*t = &u
+		}
+	}
+	return e, err
+}
+
 // Event reads an event's settings.
 func (c *Catalog) Event(ctx context.Context, id int64) (Event, error) {
-	e := Event{EventID: id}
-	err := c.pool.QueryRow(ctx, `SELECT name, total_seats, max_concurrent, token_ttl_seconds, entry_token_required,
-			fcfs_entry_token_required, created_at FROM events WHERE id = $1`, id).
-		Scan(&e.Name, &e.TotalSeats, &e.MaxConcurrent, &e.TokenTTLSeconds, &e.EntryTokenRequired, &e.FCFSEntryTokenRequired, &e.CreatedAt)
+	e, err := scanEvent(c.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1`, id))
 	return e, storage.Translate("events: event", err)
+}
+
+// eventIn reads an event's settings in tx.
+func eventIn(ctx context.Context, tx pgx.Tx, id int64) (Event, error) {
+	e, err := scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1`, id))
+	return e, storage.Translate("events: event", err)
+}
+
+// UpdateSettings changes an event's settings with change, which sees them
+// as they stand (the row locked) and returns them changed or an error.
+func (c *Catalog) UpdateSettings(ctx context.Context, id int64, change func(Event) (Event, error)) (Event, error) {
+	var e Event
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		cur, err := scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 FOR UPDATE`, id))
+		if err != nil {
+			return err
+		}
+		if e, err = change(cur); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `UPDATE events SET max_concurrent = $2, token_ttl_seconds = $3, entry_token_required = $4,
+				fcfs_entry_token_required = $5, presence_timeout_seconds = $6, claim_window_seconds = $7,
+				admit_per_minute = $8, admission_paused = $9, queue_opens_at = $10, sales_start_at = $11,
+				return_url = $12, settings_version = settings_version + 1
+			WHERE id = $1 RETURNING settings_version`, id, e.MaxConcurrent, e.TokenTTLSeconds, e.EntryTokenRequired,
+			e.FCFSEntryTokenRequired, e.PresenceTimeoutSeconds, e.ClaimWindowSeconds, e.AdmitPerMinute,
+			e.AdmissionPaused, e.QueueOpensAt, e.SalesStartAt, e.ReturnURL).Scan(&e.version)
+	})
+	return e, storage.Translate("events: update settings", err)
 }
 
 // Seats lists an event's seats: status "" for all, or available/reserved.
@@ -112,4 +223,39 @@ func (c *Catalog) Seats(ctx context.Context, id int64, status string) ([]Seat, e
 		return nil, fmt.Errorf("events: seats: %w", err)
 	}
 	return seats, nil
+}
+
+// maxPrequeuePage bounds one page of the pre-queue's entrants.
+const maxPrequeuePage = 10_000
+
+// PrequeuePage is one page of an event's pre-queue entrants, with what a
+// verifier needs beside them (GET /api/v1/public/events/{id}/prequeue).
+type PrequeuePage struct {
+	EventID           int64      `json:"eventId"`
+	SalesStartAt      *time.Time `json:"salesStartAt"`
+	Sealed            bool       `json:"sealed"` // the list is complete
+	ShuffleCommitment string     `json:"shuffleCommitment"`
+	ShuffleSeed       *string    `json:"shuffleSeed"`
+	Total             int        `json:"total"`
+	Entrants          []string   `json:"entrants"` // pseudonyms, in entry order
+	NextOffset        *int       `json:"nextOffset"`
+}
+
+// PrequeueEntrants returns limit pseudonyms of ev's pre-queue from offset,
+// in entry order, and how many there are.
+func (c *Catalog) PrequeueEntrants(ctx context.Context, ev int64, offset, limit int) ([]string, int, error) {
+	var total int
+	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM prequeue_entries WHERE event_id = $1`, ev).Scan(&total); err != nil {
+		return nil, 0, storage.Translate("events: prequeue", err)
+	}
+	rows, err := c.pool.Query(ctx, `SELECT pseudonym FROM prequeue_entries WHERE event_id = $1
+		ORDER BY seq OFFSET $2 LIMIT $3`, ev, offset, limit)
+	if err != nil {
+		return nil, 0, storage.Translate("events: prequeue", err)
+	}
+	page, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if page == nil {
+		page = []string{}
+	}
+	return page, total, storage.Translate("events: prequeue", err)
 }

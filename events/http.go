@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,8 +34,11 @@ var e164 = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
 func API(duplicateWindow time.Duration) api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
 		cfg := s.Config()
-		h := &handlers{catalog: NewCatalog(s.Pool), s: s, room: NewRoom(s.Redis, cfg.JWTSecret),
-			counts: NewCounts(s.Pool, s.Redis)}
+		room := NewRoom(s.Redis, cfg.JWTSecret)
+		s.Registry.MustRegister(room.Collectors()...)
+		h := &handlers{catalog: NewCatalog(s.Pool), s: s, room: room, counts: NewCounts(s.Pool, s.Redis),
+			sealer: NewSealer(s.Pool, room)}
+		h.positions = newPositions(room, h.sealer, h.eventByID, s.Log)
 		writes := api.RateLimit(s.Redis, s.Log, api.PerIP(s), api.PerUser(s))
 		// Seed 004 §9's dup:req: one FCFS request per user and event per
 		// window, claimed in the same round trip as the rate limits. A
@@ -43,12 +47,16 @@ func API(duplicateWindow time.Duration) api.Mount {
 			Valid: func(c *fiber.Ctx) error { _, err := h.fcfsPayload(c); return err }}
 		grabs := api.Guard(s.Redis, s.Log, window, api.PerIP(s), api.PerUser(s))
 		v1.Post("/events", api.RequireRole(domain.RoleAdmin), h.create)
+		v1.Patch("/events/:eventId", api.RequireRole(domain.RoleAdmin), h.patch)
 		v1.Get("/events/:eventId/seats", h.seats)
 		v1.Post("/events/:eventId/seats/fcfs", grabs, h.fcfs)
 		v1.Get("/public/events/:eventId", api.LimitPerIP(s), h.public)
 		v1.Get("/public/events/:eventId/stream", api.LimitPerIP(s), h.stream)
+		v1.Get("/public/events/:eventId/prequeue", api.LimitPerIP(s), h.prequeue)
 		v1.Post("/events/:eventId/queue", api.LimitPerIP(s), h.enterQueue)
 		v1.Get("/events/:eventId/queue/status", h.queueStatus)
+		v1.Post("/events/:eventId/queue/ticket", h.ticket)
+		v1.Get("/events/:eventId/queue/stream", api.LimitPerIP(s), h.positionStream)
 		v1.Post("/events/:eventId/queue/token", h.issueToken)
 		v1.Delete("/events/:eventId/queue/token", h.leave)
 		v1.Post("/events/:eventId/seats/:seatId/reservation", writes, h.book)
@@ -62,23 +70,36 @@ func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Ty
 		counts := NewCounts(st.Pool, st.Redis)
 		f := NewFCFS(fcfsLockWait)
 		f.Counts = counts
-		rw := &RoomWrites{Room: NewRoom(st.Redis, secret), Counts: counts}
+		room := NewRoom(st.Redis, secret)
+		sealer := NewSealer(st.Pool, room)
+		rw := &RoomWrites{Room: room, Sealer: sealer, Counts: counts}
+		rooms := NewRooms(st.Pool, room, sealer, counts)
 		return worker.Module{
 			Types:      append([]keyed.Type{f.Type()}, rw.Types()...),
-			Collectors: append([]prometheus.Collector{f.Outcomes}, counts.Collectors()...),
+			Collectors: slices.Concat([]prometheus.Collector{f.Outcomes}, room.Collectors(), rooms.Collectors()),
 			Periodic: []worker.Periodic{{Type: TypeReconcile, Every: reconcileEvery,
-				Handle: func(ctx context.Context) error { return counts.Reconcile(ctx, time.Now()) }}},
+				Handle: func(ctx context.Context) error { return rooms.Reconcile(ctx, time.Now()) }}},
 		}
 	}
 }
 
 type handlers struct {
-	catalog *Catalog
-	s       *api.Server
-	room    *Room
-	counts  *Counts
-	events  sync.Map // event id → cachedEvent: settings never change after creation
+	catalog   *Catalog
+	s         *api.Server
+	room      *Room
+	counts    *Counts
+	sealer    *Sealer
+	positions *positions
+	// events caches each event's settings for eventCacheTTL: the write
+	// paths of a rush read them on every request. A PATCH here drops the
+	// entry; other API processes see a change within the TTL (the
+	// admission settings themselves are read from Redis by every script).
+	// Bounded by the events read within the TTL: stale entries are dropped
+	// as new ones are stored.
+	events sync.Map // event id → cachedEvent
 }
+
+const eventCacheTTL = 5 * time.Second
 
 type cachedEvent struct {
 	e  Event
@@ -87,13 +108,10 @@ type cachedEvent struct {
 
 func (h *handlers) create(c *fiber.Ctx) error {
 	var in struct {
-		Name                   string   `json:"name"`
-		SeatCount              *int     `json:"seatCount"`
-		Seats                  []string `json:"seats"`
-		MaxConcurrent          *int     `json:"maxConcurrent"`
-		TokenTTLSeconds        *int     `json:"tokenTtlSeconds"`
-		EntryTokenRequired     *bool    `json:"entryTokenRequired"`
-		FCFSEntryTokenRequired *bool    `json:"fcfsEntryTokenRequired"`
+		Name      string   `json:"name"`
+		SeatCount *int     `json:"seatCount"`
+		Seats     []string `json:"seats"`
+		settingsInput
 	}
 	if err := api.Decode(c, &in); err != nil {
 		return err
@@ -101,7 +119,8 @@ func (h *handlers) create(c *fiber.Ctx) error {
 	if err := api.RequireName("name", in.Name); err != nil {
 		return err
 	}
-	e := Event{Name: in.Name, MaxConcurrent: 800, TokenTTLSeconds: 300, EntryTokenRequired: true}
+	e := newEventSettings()
+	e.Name = in.Name
 	switch {
 	case in.SeatCount != nil && in.Seats != nil:
 		return api.InvalidField("seats", "send seatCount or seats, not both")
@@ -124,29 +143,42 @@ func (h *handlers) create(c *fiber.Ctx) error {
 	default:
 		return api.InvalidField("seatCount", "send seatCount or seats")
 	}
-	if in.MaxConcurrent != nil {
-		if *in.MaxConcurrent < 1 || *in.MaxConcurrent > 1_000_000 {
-			return api.InvalidField("maxConcurrent", "maxConcurrent must be between 1 and 1000000")
-		}
-		e.MaxConcurrent = *in.MaxConcurrent
-	}
-	if in.TokenTTLSeconds != nil {
-		if *in.TokenTTLSeconds < 1 || *in.TokenTTLSeconds > 86400 {
-			return api.InvalidField("tokenTtlSeconds", "tokenTtlSeconds must be between 1 and 86400")
-		}
-		e.TokenTTLSeconds = *in.TokenTTLSeconds
-	}
-	if in.EntryTokenRequired != nil {
-		e.EntryTokenRequired = *in.EntryTokenRequired
-	}
-	if in.FCFSEntryTokenRequired != nil {
-		e.FCFSEntryTokenRequired = *in.FCFSEntryTokenRequired
-	}
-	e, err := h.catalog.CreateEvent(c.UserContext(), e, in.Seats)
+	e, err := in.settingsInput.apply(e, time.Now(), true)
 	if err != nil {
 		return err
 	}
+	if e, err = h.catalog.CreateEvent(c.UserContext(), e, in.Seats); err != nil {
+		return err
+	}
+	// Best effort: a room whose settings are missing from Redis has them
+	// put back by its first script.
+	_ = h.room.Configure(c.UserContext(), e)
 	return c.Status(http.StatusCreated).JSON(e)
+}
+
+// patch changes an event's settings (admin). Admission settings reach every
+// API and worker at once through Redis; the waiting room applies them from
+// its next script on.
+func (h *handlers) patch(c *fiber.Ctx) error {
+	id, err := api.PathID(c, "eventId")
+	if err != nil {
+		return err
+	}
+	var in settingsInput
+	if err := api.Decode(c, &in); err != nil {
+		return err
+	}
+	e, err := h.catalog.UpdateSettings(c.UserContext(), id, func(cur Event) (Event, error) {
+		return in.apply(cur, time.Now(), false)
+	})
+	if err != nil {
+		return err
+	}
+	h.events.Delete(id)
+	if err := h.room.Configure(c.UserContext(), e); err != nil {
+		return err
+	}
+	return c.JSON(e)
 }
 
 func (h *handlers) public(c *fiber.Ctx) error {
@@ -162,7 +194,36 @@ func (h *handlers) public(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(Public{EventID: id, Name: e.Name, TotalSeats: e.TotalSeats, RemainingSeats: int(n)})
+	return c.JSON(e.public(int(n), time.Now()))
+}
+
+// prequeue lists the pre-queue's entrants in entry order, a page at a time,
+// with what a verifier needs beside them (shuffle.go). The list is complete
+// once sealed is true.
+func (h *handlers) prequeue(c *fiber.Ctx) error {
+	id, err := api.PathID(c, "eventId")
+	if err != nil {
+		return err
+	}
+	offset, limit := c.QueryInt("offset", 0), c.QueryInt("limit", maxPrequeuePage)
+	if offset < 0 || limit < 1 || limit > maxPrequeuePage {
+		return api.InvalidField("limit", "offset must be 0 or more and limit between 1 and %d", maxPrequeuePage)
+	}
+	e, err := h.catalog.Event(c.UserContext(), id)
+	if err != nil {
+		return err
+	}
+	page, total, err := h.catalog.PrequeueEntrants(c.UserContext(), id, offset, limit)
+	if err != nil {
+		return err
+	}
+	pub := e.public(0, time.Now())
+	out := PrequeuePage{EventID: id, SalesStartAt: e.SalesStartAt, Sealed: e.sealedAt != nil,
+		ShuffleCommitment: e.ShuffleCommitment, ShuffleSeed: pub.ShuffleSeed, Total: total, Entrants: page}
+	if next := offset + len(page); next < total {
+		out.NextOffset = &next
+	}
+	return c.JSON(out)
 }
 
 func (h *handlers) seats(c *fiber.Ctx) error {
@@ -256,18 +317,27 @@ func (h *handlers) event(c *fiber.Ctx) (Event, error) {
 // eventByID reads an event's settings, from a cache of a few seconds: the
 // write paths of a rush read them on every request.
 func (h *handlers) eventByID(ctx context.Context, id int64) (Event, error) {
-	if v, ok := h.events.Load(id); ok && time.Since(v.(cachedEvent).at) < 5*time.Second {
+	if v, ok := h.events.Load(id); ok && time.Since(v.(cachedEvent).at) < eventCacheTTL {
 		return v.(cachedEvent).e, nil
 	}
 	e, err := h.catalog.Event(ctx, id)
 	if err == nil {
-		h.events.Store(id, cachedEvent{e: e, at: time.Now()})
+		now := time.Now()
+		h.events.Range(func(k, v any) bool {
+			if now.Sub(v.(cachedEvent).at) > eventCacheTTL {
+				h.events.Delete(k)
+			}
+			return true
+		})
+		h.events.Store(id, cachedEvent{e: e, at: now})
 	}
 	return e, err
 }
 
+// enterQueue accepts a queue entry. The event must exist and its queue be
+// open; the worker checks the latter again by the acceptance time.
 func (h *handlers) enterQueue(c *fiber.Ctx) error {
-	id, err := api.PathID(c, "eventId")
+	e, err := h.event(c)
 	if err != nil {
 		return err
 	}
@@ -276,11 +346,22 @@ func (h *handlers) enterQueue(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	body, err := json.Marshal(QueuePayload{EventID: id})
+	if !e.queueOpen(time.Now()) {
+		return queueNotOpen(e)
+	}
+	body, err := json.Marshal(QueuePayload{EventID: e.EventID})
 	if err != nil {
 		return err
 	}
-	return h.s.Accept(c, requests.Submission{Type: TypeQueueEnter, Queue: Queue, Keys: []string{QueueKey(id)}, Payload: body})
+	return h.s.Accept(c, requests.Submission{Type: TypeQueueEnter, Queue: Queue, Keys: []string{QueueKey(e.EventID)}, Payload: body})
+}
+
+// sealIfDue tries to seal e's pre-queue when st says admissions wait for it.
+func (h *handlers) sealIfDue(ctx context.Context, e Event, st Status) error {
+	if st.reason != "prequeue" {
+		return nil
+	}
+	return h.sealer.TrySeal(ctx, e, time.Now())
 }
 
 func (h *handlers) queueStatus(c *fiber.Ctx) error {
@@ -288,8 +369,11 @@ func (h *handlers) queueStatus(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	st, err := h.room.Status(c.UserContext(), e, api.Principal(c).UserID, time.Now())
+	st, err := h.room.Status(c.UserContext(), e, api.Principal(c).UserID)
 	if err != nil {
+		return err
+	}
+	if err := h.sealIfDue(c.UserContext(), e, st); err != nil {
 		return err
 	}
 	return c.JSON(st)
@@ -300,18 +384,41 @@ func (h *handlers) issueToken(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	tok, exp, rank, ok, err := h.room.Issue(c.UserContext(), e, api.Principal(c).UserID, time.Now())
-	if errors.Is(err, ErrNotQueued) {
-		return domain.NewProblem(http.StatusConflict, domain.CodeNotYourTurn, "join the queue first").WithMeta("status", "not_queued")
+	a, err := h.room.Issue(c.UserContext(), e, api.Principal(c).UserID)
+	var nq ErrNotQueued
+	if errors.As(err, &nq) {
+		msg := "join the queue first"
+		if nq.Status == "expired" {
+			msg = "you lost your place in line (no sign of life, or your turn was not taken in time); join again"
+		}
+		return domain.NewProblem(http.StatusConflict, domain.CodeNotYourTurn, "%s", msg).WithMeta("status", nq.Status)
 	}
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return domain.NewProblem(http.StatusConflict, domain.CodeNotYourTurn, "it is not your turn yet").
-			WithMeta("rank", rank).WithMeta("aheadCount", rank)
+	if a.Token == "" {
+		if err := h.sealIfDue(c.UserContext(), e, a.Status); err != nil {
+			return err
+		}
+		return notYourTurn(a.Status)
 	}
-	return c.JSON(fiber.Map{"entryToken": tok, "expiresAt": exp})
+	return c.JSON(fiber.Map{"entryToken": a.Token, "expiresAt": a.Expires})
+}
+
+// notYourTurn says why a user in line may not take a token yet.
+func notYourTurn(st Status) *domain.Problem {
+	msg := map[string]string{
+		"full":     "it is not your turn yet: every admission slot is taken, and the users ahead of you go first",
+		"rate":     "it is not your turn yet: the admission rate of this minute is reached",
+		"paused":   "admissions are paused; you keep your place",
+		"prequeue": "the sale has not started; your place is drawn at the start",
+	}[st.reason]
+	p := domain.NewProblem(http.StatusConflict, domain.CodeNotYourTurn, "%s", msg).
+		WithMeta("status", st.Status).WithMeta("reason", st.reason)
+	if st.Rank != nil {
+		p = p.WithMeta("rank", *st.Rank).WithMeta("aheadCount", *st.AheadCount)
+	}
+	return p
 }
 
 func (h *handlers) leave(c *fiber.Ctx) error {
@@ -319,10 +426,44 @@ func (h *handlers) leave(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := h.room.Leave(c.UserContext(), e.EventID, api.Principal(c).UserID); err != nil {
+	if err := h.room.Leave(c.UserContext(), e, api.Principal(c).UserID); err != nil {
 		return err
 	}
 	return c.JSON(fiber.Map{"left": true})
+}
+
+// ticket exchanges the caller's bearer token for a ticket that opens its
+// position stream once (browsers' EventSource cannot send headers).
+func (h *handlers) ticket(c *fiber.Ctx) error {
+	e, err := h.event(c)
+	if err != nil {
+		return err
+	}
+	t, err := h.s.IssueTicket(c, fmt.Sprintf("/api/v1/events/%d/queue/stream", e.EventID))
+	if err != nil {
+		return err
+	}
+	return c.JSON(t)
+}
+
+// positionStream streams the caller's waiting-room status as Server-Sent
+// Events (positions), authenticated by a bearer token or a ticket.
+func (h *handlers) positionStream(c *fiber.Ctx) error {
+	e, err := h.event(c)
+	if err != nil {
+		return err
+	}
+	member := e.member(api.Principal(c).UserID)
+	first, err := h.room.Statuses(c.UserContext(), e, []string{member})
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderContentType, "text/event-stream")
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Set("X-Accel-Buffering", "no") // a proxy must not hold events back
+	done := c.Context().Done()
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) { h.positions.serve(w, e, member, first[0], done) })
+	return nil
 }
 
 // EntryTokenHeader carries the waiting room's entry token to seat booking.
@@ -362,7 +503,7 @@ func (h *handlers) requireEntry(c *fiber.Ctx, e Event) error {
 	valid := tok != "" && h.room.VerifyToken(tok, e.EventID, user)
 	if valid {
 		var err error
-		if valid, err = h.room.Valid(c.UserContext(), e.EventID, user, time.Now()); err != nil {
+		if valid, err = h.room.Valid(c.UserContext(), e, user); err != nil {
 			return err
 		}
 	}

@@ -31,7 +31,9 @@ func TestFCFSReadsDoNotGrowWithSeatsTaken(t *testing.T) {
 	_, pool := testenv.Postgres(t)
 	ctx := context.Background()
 	const seats, taken, batch = 5000, 4900, 100
-	ev, err := NewCatalog(pool).CreateEvent(ctx, Event{Name: "plans", TotalSeats: seats, MaxConcurrent: 1, TokenTTLSeconds: 60}, nil)
+	e := newEventSettings()
+	e.Name, e.TotalSeats = "plans", seats
+	ev, err := NewCatalog(pool).CreateEvent(ctx, e, nil)
 	require.NoError(t, err)
 
 	users := make([]string, batch)

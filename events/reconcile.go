@@ -33,23 +33,18 @@ type Counts struct {
 	pool *pgxpool.Pool
 	rdb  redis.UniversalClient
 
-	RemainingGauge, Queued, Active *prometheus.GaugeVec
+	RemainingGauge *prometheus.GaugeVec
 }
 
-// NewCounts returns Counts with its gauges (register them once).
+// NewCounts returns Counts with its gauge (register it once).
 func NewCounts(pool *pgxpool.Pool, rdb redis.UniversalClient) *Counts {
-	gauge := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"event"})
-	}
-	return &Counts{pool: pool, rdb: rdb,
-		RemainingGauge: gauge("holdfast_event_remaining_seats", "Seats not yet reserved, per event."),
-		Queued:         gauge("holdfast_event_queue_length", "Users waiting in the event's waiting room."),
-		Active:         gauge("holdfast_event_active_tokens", "Valid entry tokens, per event.")}
+	return &Counts{pool: pool, rdb: rdb, RemainingGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "holdfast_event_remaining_seats", Help: "Seats not yet reserved, per event."}, []string{"event"})}
 }
 
 // Collectors are the gauges, for the worker's registry.
 func (c *Counts) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.RemainingGauge, c.Queued, c.Active}
+	return []prometheus.Collector{c.RemainingGauge}
 }
 
 // Recount sets the event's remaining-seat copy from Postgres.
@@ -86,34 +81,78 @@ func (c *Counts) Remaining(ctx context.Context, ev int64) (int64, error) {
 	return max(n, 0), err
 }
 
-// Reconcile repairs every recent event's remaining-seat copy, trims expired
-// entry tokens and exports the gauges. Each step sets a value derived from
-// Postgres or removes what has expired, so two replicas may run it at once.
-func (c *Counts) Reconcile(ctx context.Context, now time.Time) error {
-	rows, err := c.pool.Query(ctx, `SELECT id FROM events ORDER BY id DESC LIMIT $1`, reconcileEvents)
+// Rooms is the periodic events task (seed 003's design card): for each
+// recent event it repairs the remaining-seat copy, puts the waiting room's
+// settings back in Redis from Postgres, seals a pre-queue whose time has
+// come, takes out of the line whoever has lapsed, and exports the gauges.
+// None of it is needed for correct counts (every waiting-room script tidies
+// first); it keeps Redis and the dashboards current while a room is quiet.
+// Each step sets a value derived from Postgres or removes what has lapsed,
+// so two replicas may run it at once.
+type Rooms struct {
+	pool   *pgxpool.Pool
+	room   *Room
+	sealer *Sealer
+	counts *Counts
+
+	Queue, Active, Admitted *prometheus.GaugeVec
+}
+
+// NewRooms returns Rooms with its gauges (register them once).
+func NewRooms(pool *pgxpool.Pool, room *Room, sealer *Sealer, counts *Counts) *Rooms {
+	return &Rooms{pool: pool, room: room, sealer: sealer, counts: counts,
+		Queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "holdfast_event_queue_length",
+			Help: "Users in the event's waiting room, by status: prequeue, waiting or ready."}, []string{"event", "status"}),
+		Active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "holdfast_event_active_tokens",
+			Help: "Valid entry tokens, per event."}, []string{"event"}),
+		Admitted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "holdfast_event_admissions_last_minute",
+			Help: "Entry tokens issued in the last rolling minute, per event (what admitPerMinute caps)."}, []string{"event"}),
+	}
+}
+
+// Collectors are the remaining-seat and waiting-room gauges, for the
+// worker's registry.
+func (r *Rooms) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{r.counts.RemainingGauge, r.Queue, r.Active, r.Admitted}
+}
+
+// Reconcile runs one pass over the most recent events.
+func (r *Rooms) Reconcile(ctx context.Context, now time.Time) error {
+	rows, err := r.pool.Query(ctx, `SELECT `+eventColumns+` FROM events ORDER BY id DESC LIMIT $1`, reconcileEvents)
 	if err != nil {
 		return err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	evs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
 	if err != nil {
 		return err
 	}
-	for _, ev := range ids {
-		n, err := c.Recount(ctx, ev)
+	for _, e := range evs {
+		n, err := r.counts.Recount(ctx, e.EventID)
 		if err != nil {
 			return err
 		}
-		pipe := c.rdb.Pipeline()
-		pipe.ZRemRangeByScore(ctx, roomKey(ev, "tokens"), "-inf", strconv.FormatInt(now.UnixMilli(), 10))
-		active := pipe.ZCard(ctx, roomKey(ev, "tokens"))
-		queued := pipe.ZCard(ctx, roomKey(ev, "queue"))
-		if _, err := pipe.Exec(ctx); err != nil {
+		label := strconv.FormatInt(e.EventID, 10)
+		r.counts.RemainingGauge.WithLabelValues(label).Set(float64(n))
+		if err := r.room.Configure(ctx, e); err != nil {
 			return err
 		}
-		label := strconv.FormatInt(ev, 10)
-		c.RemainingGauge.WithLabelValues(label).Set(float64(n))
-		c.Active.WithLabelValues(label).Set(float64(active.Val()))
-		c.Queued.WithLabelValues(label).Set(float64(queued.Val()))
+		if e.SalesStartAt != nil && e.sealedAt == nil && !now.Before(*e.SalesStartAt) {
+			if _, err := r.sealer.Seal(ctx, e.EventID); err != nil {
+				return err
+			}
+		}
+		c, err := r.room.Census(ctx, e)
+		if err != nil {
+			return err
+		}
+		r.Queue.WithLabelValues(label, "prequeue").Set(float64(c.Prequeue))
+		r.Queue.WithLabelValues(label, "waiting").Set(float64(c.Waiting))
+		r.Queue.WithLabelValues(label, "ready").Set(float64(c.Ready))
+		r.Active.WithLabelValues(label).Set(float64(c.ActiveTokens))
+		r.Admitted.WithLabelValues(label).Set(float64(c.AdmittedLastMinute))
 	}
 	return nil
 }
+
+// Remaining is the remaining-seat gauge.
+func (r *Rooms) Remaining() *prometheus.GaugeVec { return r.counts.RemainingGauge }

@@ -2,12 +2,13 @@ package events
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/keyed"
@@ -16,185 +17,464 @@ import (
 // QueueKey is the serialization key of an event's waiting-room entries.
 func QueueKey(id int64) string { return "events:q:" + strconv.FormatInt(id, 10) }
 
-// Room is an event's waiting room in Redis (seed 003), all keys of an event
-// in one hash slot:
+// Room is an event's waiting room in Redis (seed 003, SPEC §6.1). Every key
+// of an event shares the hash slot of its queue's lease, so one script sees
+// them all on Redis Cluster too:
 //
-//	hf:{events:q:7}:queue   sorted set user → acceptance seq: who waits, in order
-//	hf:{events:q:7}:tokens  sorted set user → expiry (ms): entry tokens
-//	hf:{events:q:7}:admits  sorted set admission id → time (ms): recent admissions, for ETAs
+//	hf:{events:q:7}:cfg      hash: the admission settings (Configure)
+//	hf:{events:q:7}:queue    sorted set member → place: who is in line, in order
+//	hf:{events:q:7}:seen     sorted set member → last sign of life (ms)
+//	hf:{events:q:7}:claim    sorted set member → claim deadline (ms) of a ready user
+//	hf:{events:q:7}:tokens   sorted set member → expiry (ms): entry tokens
+//	hf:{events:q:7}:admits   sorted set "member:ms" → ms: admissions of the last minute
+//	hf:{events:q:7}:expired  sorted set member → when it lost its place (ms), for an hour
 //
-// Counts are exact: a token counts while its score is after now, so an
-// expired token frees its slot at its expiry, and the token script admits
-// only while fewer than maxConcurrent tokens are valid (the seed's drifting
-// token:count is not used).
+// A member is the user's pseudonym (shuffle.go). A place is the entry's
+// acceptance seq, or 0 for a pre-queue entrant: equal places sort by
+// member, which is the published shuffle.
+//
+// Counts are exact at every instant with no sweeper: every script first
+// takes out what has lapsed at Redis's own clock (one clock for every API
+// and worker): tokens and admissions past their time leave the counts,
+// users silent for longer than the presence timeout and ready users past
+// their claim deadline leave the line (and are remembered as expired). Each
+// user is taken out once, so this costs O(1) per user over a room's life.
+// Only then does the script rank, count or admit. A user may take a token
+// while its rank is below the free slots: maxConcurrent minus valid tokens,
+// and, with admitPerMinute, that rate minus the admissions of the last
+// rolling minute, whichever is less; none while the pre-queue is not sealed
+// or admissions are paused.
+//
+// Bounds: queue, seen and claim hold the users in line; tokens at most
+// maxConcurrent; admits at most a minute of admissions; expired the users
+// who lost their place within the last hour.
 type Room struct {
 	rdb    redis.UniversalClient
 	secret []byte
+	// Admissions and Expirations count what this process's scripts did
+	// (holdfast_waiting_room_admissions_total,
+	// holdfast_waiting_room_expirations_total{reason}).
+	Admissions  prometheus.Counter
+	Expirations *prometheus.CounterVec
 }
 
 // NewRoom returns a Room; secret signs entry tokens.
 func NewRoom(rdb redis.UniversalClient, secret string) *Room {
-	return &Room{rdb: rdb, secret: []byte(secret)}
+	return &Room{rdb: rdb, secret: []byte(secret),
+		Admissions: prometheus.NewCounter(prometheus.CounterOpts{Name: "holdfast_waiting_room_admissions_total",
+			Help: "Entry tokens newly issued by the waiting room."}),
+		Expirations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "holdfast_waiting_room_expirations_total",
+			Help: "Users who lost their place in a waiting room, by reason: presence (silent too long) or claim (did not take its turn)."},
+			[]string{"reason"})}
+}
+
+// Collectors are the room's counters, for a registry.
+func (r *Room) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{r.Admissions, r.Expirations}
 }
 
 func roomKey(ev int64, part string) string { return keyed.KeyTag(QueueKey(ev)) + ":" + part }
 
-// enterKeys are enterScript's KEYS and tokenKeys tokenScript's (and, tokens
-// and queue, Leave's MULTI): all in the hash slot of the queue's lease, as
-// Redis Cluster requires of one script or transaction.
-func enterKeys(ev int64) []string {
-	return []string{keyed.LeaseKey(QueueKey(ev)), roomKey(ev, "queue"), roomKey(ev, "tokens")}
+// roomKeys are every script's KEYS, in the order the Lua prelude names them.
+func roomKeys(ev int64) []string {
+	return []string{roomKey(ev, "cfg"), roomKey(ev, "queue"), roomKey(ev, "seen"), roomKey(ev, "claim"),
+		roomKey(ev, "tokens"), roomKey(ev, "admits"), roomKey(ev, "expired")}
 }
 
-func tokenKeys(ev int64) []string {
-	return []string{roomKey(ev, "queue"), roomKey(ev, "tokens"), roomKey(ev, "admits")}
-}
+// enterKeys are enterScript's: the room's and, last, the queue's lease.
+func enterKeys(ev int64) []string { return append(roomKeys(ev), keyed.LeaseKey(QueueKey(ev))) }
 
-// enterScript puts a user in the queue at its acceptance seq, if the caller
-// still holds the queue's lease and the user is neither queued nor entered.
-// KEYS: lease, queue, tokens. ARGV: token ("0": unguarded), user, seq, now ms.
-var enterScript = redis.NewScript(`
-if ARGV[1] ~= '0' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
-local t = redis.call('ZSCORE', KEYS[3], ARGV[2])
-if t and tonumber(t) > tonumber(ARGV[4]) then return -1 end
-redis.call('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[2])
-return redis.call('ZRANK', KEYS[2], ARGV[2])`)
+// roomPrelude starts every script but cfgScript: Redis's clock, the
+// settings, the helpers, and the tidy-up that keeps the counts exact.
+// KEYS: cfg, queue, seen, claim, tokens, admits, expired.
+// It leaves `gone` = {users out for silence, users out for a lapsed claim}.
+const roomPrelude = `
+local now
+do local t = redis.call('TIME'); now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
+local v = redis.call('HMGET', KEYS[1], 'max', 'rate', 'presence', 'claim', 'paused', 'start', 'sealed')
+if not v[1] then return redis.error_reply('NOCFG') end
+local max, rate, presence, claimw = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
+local paused, start, sealed = v[5] == '1', tonumber(v[6]), v[7] == '1'
+local open = start == 0 or (now >= start and sealed)
 
-// Enter queues user at seq; rank is its 0-based place, -1 if it holds a token.
-func (r *Room) enter(ctx context.Context, ev int64, fence int64, user string, seq int64, now time.Time) (int64, error) {
-	rank, err := enterScript.Run(ctx, r.rdb, enterKeys(ev), fence, user, seq, now.UnixMilli()).Int64()
-	if err != nil && err.Error() == "FENCED" {
-		return 0, keyed.ErrLeaseLost
-	}
-	return rank, err
-}
-
-// tokenScript admits the user if it is its turn: its rank is below the free
-// slots. A user already holding a valid token has it extended.
-// KEYS: queue, tokens, admits. ARGV: user, now ms, expiry ms, maxConcurrent.
-// Returns {1, expiry} when admitted, {0, rank} when not its turn, {-1} when
-// not queued.
-var tokenScript = redis.NewScript(`
-local now, exp, max = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local held = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if held and tonumber(held) > now then
-  redis.call('ZADD', KEYS[2], exp, ARGV[1])
-  return {1, exp}
+local function out(m)
+  redis.call('ZREM', KEYS[2], m)
+  redis.call('ZREM', KEYS[3], m)
+  redis.call('ZREM', KEYS[4], m)
 end
-local rank = redis.call('ZRANK', KEYS[1], ARGV[1])
-if not rank then return {-1} end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local active = redis.call('ZCARD', KEYS[2])
-if rank >= max - active then return {0, rank} end
-redis.call('ZADD', KEYS[2], exp, ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[3], now, ARGV[1] .. ':' .. now)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 60000)
-return {1, exp}`)
+local function expire(m)
+  out(m)
+  redis.call('ZADD', KEYS[7], now, m)
+end
 
-// ErrNotQueued means the user is neither queued nor holding a token.
-var ErrNotQueued = errors.New("events: not queued")
+-- slots is how many users may take a token now, and what bounds them.
+local function slots()
+  if not open then return 0, 'prequeue' end
+  if paused then return 0, 'paused' end
+  local free, why = max - redis.call('ZCARD', KEYS[5]), 'full'
+  if rate > 0 then
+    local r = rate - redis.call('ZCARD', KEYS[6])
+    if r < free then free, why = r, 'rate' end
+  end
+  if free < 0 then free = 0 end
+  return free, why
+end
 
-// Issue gives user an entry token if it is its turn; otherwise it returns
-// ok=false and the user's rank.
-func (r *Room) Issue(ctx context.Context, e Event, user string, now time.Time) (token string, expires time.Time, rank int64, ok bool, err error) {
-	expires = now.Add(time.Duration(e.TokenTTLSeconds) * time.Second)
-	res, err := tokenScript.Run(ctx, r.rdb, tokenKeys(e.EventID),
-		user, now.UnixMilli(), expires.UnixMilli(), e.MaxConcurrent).Int64Slice()
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - 60000)
+redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - 3600000)
+local gone = {0, 0}
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - presence))) do
+  expire(m)
+  gone[1] = gone[1] + 1
+end
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
+if #lapsed > 0 then
+  local free = slots()
+  for _, m in ipairs(lapsed) do
+    local r = redis.call('ZRANK', KEYS[2], m)
+    if r and r < free then
+      expire(m)
+      gone[2] = gone[2] + 1
+    else -- no longer its turn (paused, cap lowered): a new window when it is
+      redis.call('ZREM', KEYS[4], m)
+    end
+  end
+end
+
+-- status is where member m stands; touch counts the call as a sign of life.
+-- A ready user's claim window starts the first time it is told.
+local function status(m, touch)
+  local t = redis.call('ZSCORE', KEYS[5], m)
+  if t then return {'entered', tonumber(t)} end
+  local r = redis.call('ZRANK', KEYS[2], m)
+  if not r then
+    if redis.call('ZSCORE', KEYS[7], m) then return {'expired'} end
+    return {'not_queued'}
+  end
+  if touch then redis.call('ZADD', KEYS[3], now, m) end
+  local free, why = slots()
+  if not open and tonumber(redis.call('ZSCORE', KEYS[2], m)) == 0 then return {'prequeue'} end
+  if r < free then
+    redis.call('ZADD', KEYS[4], 'NX', now + claimw, m)
+    return {'ready', r, tonumber(redis.call('ZSCORE', KEYS[4], m))}
+  end
+  return {'waiting', r, free, why, redis.call('ZCARD', KEYS[6])}
+end
+`
+
+// statusScript reports where each member stands, counting it as a sign of
+// life. ARGV: token TTL ms (a poll of an entered user extends its token
+// by it, seed 003 §4; 0: no refresh), members....
+// Returns gone, then one status per member.
+var statusScript = redis.NewScript(roomPrelude + `
+local ttl = tonumber(ARGV[1])
+local res = {gone}
+for i = 2, #ARGV do
+  local st = status(ARGV[i], true)
+  if st[1] == 'entered' and ttl > 0 then
+    redis.call('ZADD', KEYS[5], 'XX', 'GT', now + ttl, ARGV[i])
+    st[2] = tonumber(redis.call('ZSCORE', KEYS[5], ARGV[i]))
+  end
+  res[#res + 1] = st
+end
+return res`)
+
+// tokenScript admits member if it is its turn. ARGV: member, token TTL ms.
+// Returns gone, then {'admitted', expiry}, {'entered', expiry} (a valid
+// token, extended), or the member's status.
+var tokenScript = redis.NewScript(roomPrelude + `
+local m, ttl = ARGV[1], tonumber(ARGV[2])
+if redis.call('ZSCORE', KEYS[5], m) then
+  redis.call('ZADD', KEYS[5], 'GT', now + ttl, m)
+  return {gone, {'entered', tonumber(redis.call('ZSCORE', KEYS[5], m))}}
+end
+local st = status(m, true)
+if st[1] ~= 'ready' then return {gone, st} end
+out(m)
+redis.call('ZADD', KEYS[5], now + ttl, m)
+redis.call('ZADD', KEYS[6], now, m .. ':' .. now)
+return {gone, {'admitted', now + ttl}}`)
+
+// enterScript puts member in line at place, if the caller still holds the
+// queue's lease (KEYS[8]) and member neither holds a token nor is in line
+// already (then it keeps its place). ARGV: fence ("0": the keyed engine runs
+// unguarded, a control case), member, place.
+// Returns gone, then the member's status.
+var enterScript = redis.NewScript(`
+if ARGV[1] ~= '0' and redis.call('GET', KEYS[8]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+` + roomPrelude + `
+local m = ARGV[2]
+if not redis.call('ZSCORE', KEYS[5], m) and not redis.call('ZSCORE', KEYS[2], m) then
+  redis.call('ZADD', KEYS[2], ARGV[3], m)
+  redis.call('ZREM', KEYS[7], m)
+end
+return {gone, status(m, true)}`)
+
+// censusScript counts the line by status. Returns gone, then {in line,
+// pre-queue entrants not yet placed, ready, valid tokens, admissions of
+// the last minute}.
+var censusScript = redis.NewScript(roomPrelude + `
+local n = redis.call('ZCARD', KEYS[2])
+local pre, ready = 0, 0
+if open then
+  ready = math.min(n, (slots()))
+elseif start > 0 then
+  pre = redis.call('ZCOUNT', KEYS[2], 0, 0)
+end
+return {gone, {n, pre, ready, redis.call('ZCARD', KEYS[5]), redis.call('ZCARD', KEYS[6])}}`)
+
+// validScript reports whether member holds a valid token at Redis's clock.
+// KEYS: tokens. ARGV: member.
+var validScript = redis.NewScript(`
+local t = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not t then return 0 end
+local c = redis.call('TIME')
+if tonumber(t) > tonumber(c[1]) * 1000 + math.floor(tonumber(c[2]) / 1000) then return 1 end
+return 0`)
+
+// cfgScript stores the admission settings unless newer ones are there.
+// KEYS: cfg. ARGV: version, max, rate, presence ms, claim ms, paused,
+// start ms, sealed.
+var cfgScript = redis.NewScript(`
+local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '0')
+if cur > tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'ver', ARGV[1], 'max', ARGV[2], 'rate', ARGV[3], 'presence', ARGV[4],
+  'claim', ARGV[5], 'paused', ARGV[6], 'start', ARGV[7], 'sealed', ARGV[8])
+return 1`)
+
+// Configure stores e's admission settings in Redis, where every script
+// reads them, unless a newer version of them is there. Postgres holds the
+// truth; a room whose settings Redis lost has them put back by the first
+// script that misses them.
+func (r *Room) Configure(ctx context.Context, e Event) error {
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	rate, start := 0, int64(0)
+	if e.AdmitPerMinute != nil {
+		rate = *e.AdmitPerMinute
+	}
+	if e.SalesStartAt != nil {
+		start = e.SalesStartAt.UnixMilli()
+	}
+	err := cfgScript.Run(ctx, r.rdb, []string{roomKey(e.EventID, "cfg")}, e.version, e.MaxConcurrent, rate,
+		e.PresenceTimeoutSeconds*1000, e.ClaimWindowSeconds*1000, b(e.AdmissionPaused), start, b(e.sealedAt != nil)).Err()
 	if err != nil {
-		return "", time.Time{}, 0, false, fmt.Errorf("events: issue token: %w", err)
+		return fmt.Errorf("events: configure room: %w", err)
 	}
-	switch res[0] {
-	case -1:
-		return "", time.Time{}, 0, false, ErrNotQueued
-	case 0:
-		return "", time.Time{}, res[1], false, nil
-	}
-	expires = time.UnixMilli(res[1]).UTC()
-	token, err = r.sign(e.EventID, user, expires)
-	return token, expires, 0, err == nil, err
+	return nil
 }
 
-// Status is a user's place in the waiting room.
+// run runs a room script, configuring the room first if Redis lost its
+// settings, and counts the users it took out of the line. It returns the
+// script's replies after `gone`.
+func (r *Room) run(ctx context.Context, s *redis.Script, e Event, keys []string, args ...any) ([]any, error) {
+	res, err := s.Run(ctx, r.rdb, keys, args...).Slice()
+	if err != nil && err.Error() == "NOCFG" {
+		if err := r.Configure(ctx, e); err != nil {
+			return nil, err
+		}
+		res, err = s.Run(ctx, r.rdb, keys, args...).Slice()
+	}
+	if err != nil {
+		if err.Error() == "FENCED" {
+			return nil, keyed.ErrLeaseLost
+		}
+		return nil, fmt.Errorf("events: waiting room: %w", err)
+	}
+	if gone, ok := res[0].([]any); ok && len(gone) == 2 {
+		if n := gone[0].(int64); n > 0 {
+			r.Expirations.WithLabelValues("presence").Add(float64(n))
+		}
+		if n := gone[1].(int64); n > 0 {
+			r.Expirations.WithLabelValues("claim").Add(float64(n))
+		}
+	}
+	return res[1:], nil
+}
+
+// Status is a user's place in the waiting room (SPEC §6.1).
 type Status struct {
-	Status     string     `json:"status"` // waiting | ready | entered | not_queued
-	Rank       *int64     `json:"rank"`
-	AheadCount *int64     `json:"aheadCount"`
-	EtaSeconds *int64     `json:"etaSeconds"`
-	EntryToken string     `json:"entryToken,omitempty"`
-	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
+	// Status is prequeue | waiting | ready | entered | expired | not_queued.
+	Status     string `json:"status"`
+	Rank       *int64 `json:"rank"`       // 0-based, among the users in line
+	AheadCount *int64 `json:"aheadCount"` // users in line ahead: the rank
+	// EtaSeconds is null while unknown: in the pre-queue, while paused, or
+	// before any admission was measured without a rate to go by.
+	EtaSeconds      *int64     `json:"etaSeconds"`
+	ClaimBy         *time.Time `json:"claimBy,omitempty"` // ready: take the token before this
+	AdmissionPaused bool       `json:"admissionPaused,omitempty"`
+	SalesStartAt    *time.Time `json:"salesStartAt,omitempty"` // prequeue: when the order is drawn
+	EntryToken      string     `json:"entryToken,omitempty"`   // entered, on a poll: the refreshed token
+	ExpiresAt       *time.Time `json:"expiresAt,omitempty"`    // entered: the token's expiry
+
+	reason string // waiting: what bounds admissions (full, rate, paused, prequeue)
 }
 
-// Status reports where user stands; an entered user's token is refreshed
-// (seed 003 §4), and a fresh entry token returned.
-func (r *Room) Status(ctx context.Context, e Event, user string, now time.Time) (Status, error) {
-	ev := e.EventID
-	exp := now.Add(time.Duration(e.TokenTTLSeconds) * time.Second)
-	// Refresh a valid token in place (XX: only if present; GT: only later).
-	pipe := r.rdb.Pipeline()
-	held := pipe.ZScore(ctx, roomKey(ev, "tokens"), user)
-	rank := pipe.ZRank(ctx, roomKey(ev, "queue"), user)
-	active := pipe.ZCount(ctx, roomKey(ev, "tokens"), "("+strconv.FormatInt(now.UnixMilli(), 10), "+inf")
-	admits := pipe.ZCount(ctx, roomKey(ev, "admits"), strconv.FormatInt(now.Add(-time.Minute).UnixMilli(), 10), "+inf")
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Status{}, fmt.Errorf("events: queue status: %w", err)
+// parseStatus reads a status reply of the prelude's status().
+func parseStatus(e Event, v any) Status {
+	a := v.([]any)
+	st := Status{Status: a[0].(string)}
+	num := func(i int) int64 { return a[i].(int64) }
+	switch st.Status {
+	case "entered", "admitted":
+		t := time.UnixMilli(num(1)).UTC()
+		st.ExpiresAt = &t
+	case "prequeue":
+		st.SalesStartAt, st.reason = e.SalesStartAt, "prequeue"
+	case "ready":
+		rank, zero, by := num(1), int64(0), time.UnixMilli(num(2)).UTC()
+		st.Rank, st.AheadCount, st.EtaSeconds, st.ClaimBy = &rank, &rank, &zero, &by
+	case "waiting":
+		rank := num(1)
+		st.Rank, st.AheadCount, st.reason = &rank, &rank, a[3].(string)
+		st.AdmissionPaused = st.reason == "paused"
+		st.EtaSeconds = eta(rank, num(2), st.reason, num(4), e.AdmitPerMinute)
 	}
-	if h, err := held.Result(); err == nil && int64(h) > now.UnixMilli() {
-		if err := r.rdb.ZAddArgs(ctx, roomKey(ev, "tokens"), redis.ZAddArgs{XX: true, GT: true,
-			Members: []redis.Z{{Score: float64(exp.UnixMilli()), Member: user}}}).Err(); err != nil {
-			return Status{}, err
-		}
-		tok, err := r.sign(ev, user, exp.UTC())
-		if err != nil {
-			return Status{}, err
-		}
-		e := exp.UTC()
-		return Status{Status: "entered", EntryToken: tok, ExpiresAt: &e}, nil
+	return st
+}
+
+// eta estimates the seconds until a waiting user at rank is admitted, with
+// free slots now: the users from the first free slot to it must be admitted
+// first, at the rate the admission inlet allows when it is what binds, else
+// at the rate of the last minute's admissions. Unknown (nil) when paused,
+// in the pre-queue, or when nothing was admitted yet and no rate is set.
+func eta(rank, free int64, reason string, admitted int64, admitPerMinute *int) *int64 {
+	perMinute := float64(admitted)
+	switch {
+	case reason == "paused" || reason == "prequeue":
+		return nil
+	case reason == "rate":
+		perMinute = float64(*admitPerMinute)
+	case admitted == 0 && admitPerMinute != nil:
+		perMinute = float64(*admitPerMinute)
+	case admitted == 0:
+		return nil
 	}
-	n, err := rank.Result()
-	if errors.Is(err, redis.Nil) {
-		return Status{Status: "not_queued"}, nil
-	}
+	need := rank - free + 1
+	s := int64(float64(need)*60/perMinute + 0.999)
+	return &s
+}
+
+// Status reports where user stands and counts the call as a sign of life;
+// an entered user's token is refreshed (seed 003 §4) and returned anew.
+func (r *Room) Status(ctx context.Context, e Event, user string) (Status, error) {
+	res, err := r.run(ctx, statusScript, e, roomKeys(e.EventID), int64(e.TokenTTLSeconds)*1000, e.member(user))
 	if err != nil {
 		return Status{}, err
 	}
-	free := int64(e.MaxConcurrent) - active.Val()
-	st := Status{Status: "waiting", Rank: &n, AheadCount: &n}
-	var eta int64
-	if n < free {
-		st.Status = "ready"
-	} else if rate := float64(admits.Val()) / 60; rate > 0 {
-		eta = int64(float64(n-free+1)/rate + 0.999)
-	} else {
-		eta = -1 // no admissions measured yet
-	}
-	if eta >= 0 {
-		st.EtaSeconds = &eta
+	st := parseStatus(e, res[0])
+	if st.Status == "entered" {
+		if st.EntryToken, err = r.sign(e.EventID, user, *st.ExpiresAt); err != nil {
+			return Status{}, err
+		}
 	}
 	return st, nil
 }
 
-// Leave gives the user's token and queue place up.
-func (r *Room) Leave(ctx context.Context, ev int64, user string) error {
+// Statuses reports where each member stands, counting it as a sign of life,
+// in one round trip; tokens are not refreshed (an open stream alone must
+// not keep a slot forever).
+func (r *Room) Statuses(ctx context.Context, e Event, members []string) ([]Status, error) {
+	args := make([]any, 0, len(members)+1)
+	args = append(args, 0)
+	for _, m := range members {
+		args = append(args, m)
+	}
+	res, err := r.run(ctx, statusScript, e, roomKeys(e.EventID), args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Status, len(res))
+	for i, v := range res {
+		out[i] = parseStatus(e, v)
+	}
+	return out, nil
+}
+
+// ErrNotQueued means the user is neither in line nor holding a token; the
+// status says whether it lost its place (expired) or never entered.
+type ErrNotQueued struct{ Status string }
+
+func (e ErrNotQueued) Error() string { return "events: " + strings.ReplaceAll(e.Status, "_", " ") }
+
+// Admission is the answer to a token request: a token, or the status of a
+// user whose turn it is not.
+type Admission struct {
+	Token   string
+	Expires time.Time
+	Status  Status // when Token is empty
+}
+
+// Issue gives user an entry token if it is its turn (a valid token is
+// extended instead); otherwise the Admission carries its status. A user out
+// of line is ErrNotQueued.
+func (r *Room) Issue(ctx context.Context, e Event, user string) (Admission, error) {
+	res, err := r.run(ctx, tokenScript, e, roomKeys(e.EventID), e.member(user), int64(e.TokenTTLSeconds)*1000)
+	if err != nil {
+		return Admission{}, err
+	}
+	st := parseStatus(e, res[0])
+	switch st.Status {
+	case "admitted", "entered":
+		if st.Status == "admitted" {
+			r.Admissions.Inc()
+		}
+		tok, err := r.sign(e.EventID, user, *st.ExpiresAt)
+		return Admission{Token: tok, Expires: *st.ExpiresAt}, err
+	case "expired", "not_queued":
+		return Admission{}, ErrNotQueued{Status: st.Status}
+	}
+	return Admission{Status: st}, nil
+}
+
+// enter puts user in line at place (fenced by the queue's lease) and
+// returns its status.
+func (r *Room) enter(ctx context.Context, e Event, fence int64, user string, place int64) (Status, error) {
+	res, err := r.run(ctx, enterScript, e, enterKeys(e.EventID), fence, e.member(user), place)
+	if err != nil {
+		return Status{}, err
+	}
+	return parseStatus(e, res[0]), nil
+}
+
+// Census is a waiting room's size by status, exact at one instant.
+type Census struct {
+	InLine, Prequeue, Ready, Waiting, ActiveTokens, AdmittedLastMinute int64
+}
+
+// Census counts e's waiting room, after taking out whoever has lapsed.
+func (r *Room) Census(ctx context.Context, e Event) (Census, error) {
+	res, err := r.run(ctx, censusScript, e, roomKeys(e.EventID))
+	if err != nil {
+		return Census{}, err
+	}
+	a := res[0].([]any)
+	n := func(i int) int64 { return a[i].(int64) }
+	c := Census{InLine: n(0), Prequeue: n(1), Ready: n(2), ActiveTokens: n(3), AdmittedLastMinute: n(4)}
+	c.Waiting = c.InLine - c.Prequeue - c.Ready
+	return c, nil
+}
+
+// Leave gives user's token and place up.
+func (r *Room) Leave(ctx context.Context, e Event, user string) error {
+	m := e.member(user)
 	pipe := r.rdb.TxPipeline()
-	pipe.ZRem(ctx, roomKey(ev, "tokens"), user)
-	pipe.ZRem(ctx, roomKey(ev, "queue"), user)
+	for _, part := range []string{"tokens", "queue", "seen", "claim"} {
+		pipe.ZRem(ctx, roomKey(e.EventID, part), m)
+	}
 	_, err := pipe.Exec(ctx)
 	return err
 }
 
 // Valid reports whether user holds an unexpired token slot.
-func (r *Room) Valid(ctx context.Context, ev int64, user string, now time.Time) (bool, error) {
-	s, err := r.rdb.ZScore(ctx, roomKey(ev, "tokens"), user).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	return err == nil && int64(s) > now.UnixMilli(), err
-}
-
-// ActiveTokens counts valid tokens at now.
-func (r *Room) ActiveTokens(ctx context.Context, ev int64, now time.Time) (int64, error) {
-	return r.rdb.ZCount(ctx, roomKey(ev, "tokens"), "("+strconv.FormatInt(now.UnixMilli(), 10), "+inf").Result()
+func (r *Room) Valid(ctx context.Context, e Event, user string) (bool, error) {
+	n, err := validScript.Run(ctx, r.rdb, []string{roomKey(e.EventID, "tokens")}, e.member(user)).Int()
+	return n == 1, err
 }
 
 type entryClaims struct {

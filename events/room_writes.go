@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -41,6 +42,7 @@ type BookResult struct {
 // RoomWrites applies queue entries and seat bookings in the worker.
 type RoomWrites struct {
 	Room   *Room
+	Sealer *Sealer
 	Counts *Counts // when set, events that lose seats have their copy set after commit
 }
 
@@ -52,35 +54,69 @@ func (w *RoomWrites) Types() []keyed.Type {
 	}
 }
 
-// enter queues each user at its request's acceptance seq: queue order is
-// the order the API accepted the entries.
+// enter puts each user in line. An entry the API accepted before the
+// event's salesStartAt joins the pre-queue: its place is 0, so the room
+// orders it by pseudonym (the shuffle), and its pseudonym is listed in
+// prequeue_entries in entry order; any other entry's place is its request's
+// seq, so the line behind the pre-queue is in acceptance order. An entry
+// accepted before queueOpensAt is refused.
 func (w *RoomWrites) enter(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
 	outs := make([]requests.Outcome, len(b.Requests))
+	evs := map[int64]*Event{} // nil: no such event
 	for i, r := range b.Requests {
 		var p QueuePayload
 		if err := json.Unmarshal(r.Payload, &p); err != nil {
 			outs[i] = requests.Failed("undecodable queue payload")
 			continue
 		}
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE id = $1)`, p.EventID).Scan(&exists); err != nil {
-			return nil, err
+		e, read := evs[p.EventID]
+		if !read {
+			ev, err := eventIn(ctx, tx, p.EventID)
+			if err != nil && !errors.Is(err, domain.ErrNotFound) {
+				return nil, err
+			}
+			if err == nil {
+				e = &ev
+			}
+			evs[p.EventID] = e
 		}
-		if !exists {
+		if e == nil {
 			outs[i] = requests.Rejected(domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such event"))
 			continue
 		}
-		rank, err := w.Room.enter(ctx, p.EventID, b.Fences[QueueKey(p.EventID)], r.UserID, r.Seq, b.Now)
+		if !e.queueOpen(r.AcceptedAt) {
+			outs[i] = requests.Rejected(queueNotOpen(*e))
+			continue
+		}
+		place := r.Seq
+		if e.inPrequeue(r.AcceptedAt) {
+			place = 0
+			if _, err := tx.Exec(ctx, `INSERT INTO prequeue_entries (event_id, pseudonym, seq) VALUES ($1, $2, $3)
+				ON CONFLICT DO NOTHING`, e.EventID, e.member(r.UserID), r.Seq); err != nil {
+				return nil, err
+			}
+		}
+		st, err := w.Room.enter(ctx, *e, b.Fences[QueueKey(p.EventID)], r.UserID, place)
 		if err != nil {
 			return nil, err
 		}
-		if rank < 0 {
-			outs[i] = requests.Succeeded(map[string]any{"status": "entered"})
-			continue
+		outs[i] = requests.Succeeded(st)
+	}
+	// The first entries applied after the start may be what the seal
+	// waited for.
+	for _, e := range evs {
+		if e != nil && e.SalesStartAt != nil && e.sealedAt == nil && !b.Now.Before(*e.SalesStartAt) && w.Sealer != nil {
+			e := *e
+			b.AfterCommit(func(ctx context.Context) { _ = w.Sealer.TrySeal(ctx, e, b.Now) })
 		}
-		outs[i] = requests.Succeeded(map[string]any{"status": "waiting", "rank": rank, "aheadCount": rank})
 	}
 	return outs, nil
+}
+
+// queueNotOpen is the answer to an entry before the queue opens.
+func queueNotOpen(e Event) *domain.Problem {
+	return domain.NewProblem(http.StatusConflict, domain.CodeQueueNotOpen, "the queue opens at %s",
+		e.QueueOpensAt.Format(time.RFC3339)).WithMeta("queueOpensAt", e.QueueOpensAt.Format(time.RFC3339Nano))
 }
 
 // book reserves chosen seats, in acceptance order, on one event; success
@@ -97,7 +133,9 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 			return requests.Rejected(domain.NewProblem(status, code, "%s", msg))
 		}
 		var reserved bool
-		err := tx.QueryRow(ctx, `SELECT reserved FROM seats WHERE id = $1 AND event_id = $2`, p.SeatID, p.EventID).Scan(&reserved)
+		var seed []byte
+		err := tx.QueryRow(ctx, `SELECT s.reserved, e.shuffle_seed FROM seats s JOIN events e ON e.id = s.event_id
+			WHERE s.id = $1 AND s.event_id = $2`, p.SeatID, p.EventID).Scan(&reserved, &seed)
 		if errors.Is(err, pgx.ErrNoRows) {
 			outs[i] = reject(http.StatusNotFound, domain.CodeNotFound, "no such seat in this event")
 			continue
@@ -139,11 +177,11 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 			VALUES ($1, $2, $3, $4) RETURNING id`, p.EventID, p.SeatID, r.UserID, b.Now).Scan(&res.ReservationID); err != nil {
 			return nil, err
 		}
-		ev, user := p.EventID, r.UserID
+		ev, user := Event{EventID: p.EventID, seed: seed}, r.UserID
 		b.AfterCommit(func(ctx context.Context) {
 			_ = w.Room.Leave(ctx, ev, user)
 			if w.Counts != nil {
-				_ = w.Counts.Set(ctx, ev, remaining)
+				_ = w.Counts.Set(ctx, ev.EventID, remaining)
 			}
 		})
 		outs[i] = requests.Succeeded(res)
