@@ -92,7 +92,7 @@ const roomPrelude = `
 local now
 do local t = redis.call('TIME'); now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
 local v = redis.call('HMGET', KEYS[1], 'max', 'rate', 'presence', 'claim', 'paused', 'start', 'sealed')
-if not v[1] then return redis.error_reply('NOCFG') end
+if not v[1] then return redis.error_reply('NOCFG the room has no settings') end
 local max, rate, presence, claimw = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
 local paused, start, sealed = v[5] == '1', tonumber(v[6]), v[7] == '1'
 local open = start == 0 or (now >= start and sealed)
@@ -201,9 +201,7 @@ return {gone, {'admitted', now + ttl}}`)
 // already (then it keeps its place). ARGV: fence ("0": the keyed engine runs
 // unguarded, a control case), member, place.
 // Returns gone, then the member's status.
-var enterScript = redis.NewScript(`
-if ARGV[1] ~= '0' and redis.call('GET', KEYS[8]) ~= ARGV[1] then return redis.error_reply('FENCED') end
-` + roomPrelude + `
+var enterScript = redis.NewScript(keyed.FenceCheck(8) + roomPrelude + `
 local m = ARGV[2]
 if not redis.call('ZSCORE', KEYS[5], m) and not redis.call('ZSCORE', KEYS[2], m) then
   redis.call('ZADD', KEYS[2], ARGV[3], m)
@@ -274,15 +272,15 @@ func (r *Room) Configure(ctx context.Context, e Event) error {
 // script's replies after `gone`.
 func (r *Room) run(ctx context.Context, s *redis.Script, e Event, keys []string, args ...any) ([]any, error) {
 	res, err := s.Run(ctx, r.rdb, keys, args...).Slice()
-	if err != nil && err.Error() == "NOCFG" {
+	if err != nil && strings.HasPrefix(err.Error(), "NOCFG ") {
 		if err := r.Configure(ctx, e); err != nil {
 			return nil, err
 		}
 		res, err = s.Run(ctx, r.rdb, keys, args...).Slice()
 	}
 	if err != nil {
-		if err.Error() == "FENCED" {
-			return nil, keyed.ErrLeaseLost
+		if err := keyed.FencedErr(err); err == keyed.ErrLeaseLost {
+			return nil, err
 		}
 		return nil, fmt.Errorf("events: waiting room: %w", err)
 	}

@@ -1,6 +1,32 @@
 package keyed
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// FenceCheck is the Lua line with which an applier's script refuses to run
+// for a holder whose lease has moved on (K2): KEYS[n] is the key's lease,
+// ARGV[1] the holder's token ("0" when the engine runs unguarded, a control
+// case). Its reply reaches Go as an error FencedErr maps to ErrLeaseLost.
+func FenceCheck(n int) string {
+	return "if ARGV[1] ~= '0' and redis.call('GET', KEYS[" + strconv.Itoa(n) + "]) ~= ARGV[1] then " +
+		"return redis.error_reply('" + fencedReply + "') end\n"
+}
+
+// fencedReply starts with its own error code: Redis prefixes "ERR " to a
+// script's error reply that is a single word.
+const fencedReply = "FENCED the lease has moved on"
+
+// FencedErr maps a script's fenced reply to ErrLeaseLost.
+func FencedErr(err error) error {
+	if err != nil && strings.HasPrefix(err.Error(), "FENCED ") {
+		return ErrLeaseLost
+	}
+	return err
+}
 
 // Redis layout, all keys of one serialization key in one hash slot:
 //

@@ -134,16 +134,12 @@ func (s *HoldStore) HeldCounts(ctx context.Context, roomTypes []int64, dates []t
 	return out, nil
 }
 
-// errFenced is the reply of a script whose lease token is stale.
-const errFenced = "FENCED"
-
 // putScript stores a hold (new, or an existing one with a later expiry) and
 // the result of the request that did it, if the caller still holds the room
 // type's lease. KEYS: lease, hold, idx, snap, done, held per night. ARGV:
 // token ("0": unguarded control case), hold JSON, holdId, expiry ms, ttl ms,
 // result JSON, now ms, done ttl ms.
-var putScript = redis.NewScript(`
-if ARGV[1] ~= '0' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+var putScript = redis.NewScript(keyed.FenceCheck(1) + `
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[5])
 redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[5])
@@ -158,18 +154,10 @@ return 1`)
 
 // removeScript deletes a hold and takes it out of its nights' counts.
 // KEYS: lease, hold, held per night. ARGV: token, holdId.
-var removeScript = redis.NewScript(`
-if ARGV[1] ~= '0' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+var removeScript = redis.NewScript(keyed.FenceCheck(1) + `
 redis.call('DEL', KEYS[2])
 for i = 3, #KEYS do redis.call('ZREM', KEYS[i], ARGV[2]) end
 return 1`)
-
-func fenceErr(err error) error {
-	if err != nil && strings.HasPrefix(err.Error(), errFenced) {
-		return keyed.ErrLeaseLost
-	}
-	return err
-}
 
 func nightKeys(rt int64, checkIn, checkOut string) []string {
 	in, _ := time.Parse(domain.DateLayout, checkIn)
@@ -187,13 +175,13 @@ func (s *HoldStore) put(ctx context.Context, token int64, h *Hold, requestID str
 	if err != nil {
 		return err
 	}
-	return fenceErr(putScript.Run(ctx, s.rdb, putKeys(h, requestID), token, b, h.HoldID, h.ExpiresAt.UnixMilli(), ttl.Milliseconds(),
+	return keyed.FencedErr(putScript.Run(ctx, s.rdb, putKeys(h, requestID), token, b, h.HoldID, h.ExpiresAt.UnixMilli(), ttl.Milliseconds(),
 		result, now.UnixMilli(), (ttl + time.Hour).Milliseconds()).Err())
 }
 
 // remove deletes h and its counts.
 func (s *HoldStore) remove(ctx context.Context, token int64, h *Hold) error {
-	return fenceErr(removeScript.Run(ctx, s.rdb, removeKeys(h), token, h.HoldID).Err())
+	return keyed.FencedErr(removeScript.Run(ctx, s.rdb, removeKeys(h), token, h.HoldID).Err())
 }
 
 // putKeys are putScript's KEYS for storing h as the result of requestID; all

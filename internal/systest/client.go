@@ -20,8 +20,23 @@ import (
 type Client struct {
 	s     *System
 	t     testing.TB
+	url   string // the API it calls; "" for s.URL
 	Token string
 	HTTP  *http.Client
+}
+
+// At returns a copy of c that calls the API at base URL url (StartExtraAPI).
+func (c *Client) At(url string) *Client {
+	cp := *c
+	cp.url = url
+	return &cp
+}
+
+func (c *Client) base() string {
+	if c.url != "" {
+		return c.url
+	}
+	return c.s.URL
 }
 
 var transport = &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}
@@ -100,7 +115,7 @@ func (c *Client) TryDo(method, path string, body any, headers ...string) (Respon
 		}
 		rd = bytes.NewReader(j)
 	}
-	req, err := http.NewRequestWithContext(context.Background(), method, c.s.URL+path, rd)
+	req, err := http.NewRequestWithContext(context.Background(), method, c.base()+path, rd)
 	if err != nil {
 		return Response{}, err
 	}

@@ -62,9 +62,8 @@ type System struct {
 	Signer *auth.Signer
 	Log    *slog.Logger
 
-	mu      sync.Mutex
-	stopAPI func()
-	opts    Options
+	mu   sync.Mutex
+	opts Options
 }
 
 // Start brings a system up; everything stops when the test ends.
@@ -122,8 +121,23 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// StartAPI runs api.Run on a free port and waits until it is ready.
+// StartAPI runs api.Run on a free port and waits until it is ready; it is
+// the API at s.URL.
 func (s *System) StartAPI() {
+	url := s.runAPI()
+	s.mu.Lock()
+	s.URL = url
+	s.mu.Unlock()
+}
+
+// StartExtraAPI runs one more API process on the same Postgres and Redis,
+// as a scaled-out deployment does, and returns its base URL (Client.At).
+func (s *System) StartExtraAPI() string {
+	return s.runAPI()
+}
+
+// runAPI runs an API until the test ends and returns its base URL.
+func (s *System) runAPI() string {
 	t := s.t
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -132,8 +146,8 @@ func (s *System) StartAPI() {
 	go func() {
 		done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount, stays.API(s.Cfg.HoldTTL), shop.API(), events.API(s.Cfg.DuplicateWindow))
 	}()
-	s.URL = "http://" + ln.Addr().String()
-	stop := func() {
+	url := "http://" + ln.Addr().String()
+	t.Cleanup(func() {
 		// A connection the client dialled but never used would hold up the
 		// server's graceful shutdown until its timeout.
 		transport.CloseIdleConnections()
@@ -144,19 +158,16 @@ func (s *System) StartAPI() {
 		case <-time.After(30 * time.Second):
 			t.Error("api did not stop")
 		}
-	}
-	s.mu.Lock()
-	s.stopAPI = stop
-	s.mu.Unlock()
-	t.Cleanup(stop)
+	})
 	require.Eventually(t, func() bool {
-		resp, err := http.Get(s.URL + "/readyz")
+		resp, err := http.Get(url + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	}, 20*time.Second, 20*time.Millisecond)
+	return url
 }
 
 // Worker is an in-process worker.

@@ -1,0 +1,283 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/keyed"
+)
+
+// testRoom is a waiting room on a private Redis database for event 1 with
+// settings e; the users enter it in order (places 1, 2, …), unfenced.
+func testRoom(t *testing.T, e Event, users ...string) (*Room, Event) {
+	t.Helper()
+	_, rdb := testenv.Redis(t)
+	seed, err := NewSeed()
+	require.NoError(t, err)
+	e.EventID, e.seed, e.version = 1, seed, 1
+	if e.TokenTTLSeconds == 0 {
+		e.TokenTTLSeconds = 60
+	}
+	r := NewRoom(rdb, "a-secret-long-enough-for-hs256-0123456789")
+	require.NoError(t, r.Configure(context.Background(), e))
+	for i, u := range users {
+		_, err := r.enter(context.Background(), e, 0, u, int64(i+1))
+		require.NoError(t, err)
+	}
+	return r, e
+}
+
+func users(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("u%02d", i)
+	}
+	return out
+}
+
+func settings(max, presence, claim int) Event {
+	e := newEventSettings()
+	e.MaxConcurrent, e.PresenceTimeoutSeconds, e.ClaimWindowSeconds = max, presence, claim
+	return e
+}
+
+// Many users ask for a token at the same instant: the script admits exactly
+// as many as the cap allows, and with admitPerMinute as many as the rate
+// allows, whichever is less.
+func TestTokenScriptHoldsTheCapAndTheRate(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		max, rate int
+		want      int
+	}{
+		{"cap binds", 5, 0, 5},
+		{"rate binds", 100, 7, 7},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := settings(c.max, 3600, 3600)
+			if c.rate > 0 {
+				e.AdmitPerMinute = &c.rate
+			}
+			us := users(50)
+			r, e := testRoom(t, e, us...)
+			var admitted sync.Map
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for _, u := range us {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for range 20 { // ask again while others are admitted ahead
+						a, err := r.Issue(context.Background(), e, u)
+						require.NoError(t, err)
+						if a.Token != "" {
+							admitted.Store(u, true)
+							return
+						}
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			n := 0
+			admitted.Range(func(any, any) bool { n++; return true })
+			require.Equal(t, c.want, n)
+			census, err := r.Census(context.Background(), e)
+			require.NoError(t, err)
+			require.Equal(t, int64(c.want), census.AdmittedLastMinute)
+			require.LessOrEqual(t, census.ActiveTokens, int64(c.max))
+		})
+	}
+}
+
+// The control: the same admission done as a check and then an act, two
+// round trips instead of one script. With every caller's check done before
+// any act (a barrier forces it), all fifty see free slots and all fifty
+// take a token: ten times the cap.
+func TestTokenCheckThenActControlExceedsTheCap(t *testing.T) {
+	us := users(50)
+	r, e := testRoom(t, settings(5, 3600, 3600), us...)
+	ctx := context.Background()
+	tokens, queue := roomKey(e.EventID, "tokens"), roomKey(e.EventID, "queue")
+	var checked, wg sync.WaitGroup
+	checked.Add(len(us))
+	for _, u := range us {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := e.member(u)
+			active := r.rdb.ZCard(ctx, tokens).Val() // check
+			checked.Done()
+			checked.Wait() // every check before any act
+			if active < int64(e.MaxConcurrent) {
+				r.rdb.ZAdd(ctx, tokens, redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: m}) // act
+				r.rdb.ZRem(ctx, queue, m)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Greater(t, r.rdb.ZCard(ctx, tokens).Val(), int64(e.MaxConcurrent), "check-then-act oversteps the cap")
+}
+
+// A user silent for longer than the presence timeout loses its place at
+// the next script, with no sweeper: the next user moves up and is ready.
+// Its own status then says expired, and it may enter again, at the back.
+func TestSilentUserLosesItsPlace(t *testing.T) {
+	us := users(3)
+	r, e := testRoom(t, settings(1, 1, 3600), us...)
+	ctx := context.Background()
+	// u01 and u02 keep polling; u00 (rank 0, ready) says nothing.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := r.Status(ctx, e, "u01")
+		require.NoError(t, err)
+		if st.Status == "ready" {
+			require.Equal(t, int64(0), *st.Rank)
+			break
+		}
+		require.Equal(t, "waiting", st.Status)
+		_, err = r.Status(ctx, e, "u02")
+		require.NoError(t, err)
+		require.True(t, time.Now().Before(deadline), "u00 never lost its place")
+		time.Sleep(100 * time.Millisecond)
+	}
+	st, err := r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, "expired", st.Status)
+	_, err = r.Issue(ctx, e, "u00")
+	require.Equal(t, ErrNotQueued{Status: "expired"}, err)
+
+	st, err = r.enter(ctx, e, 0, "u00", 100)
+	require.NoError(t, err)
+	require.Equal(t, "waiting", st.Status)
+	require.Equal(t, int64(2), *st.Rank, "back of the line")
+	c, err := r.Census(ctx, e)
+	require.NoError(t, err)
+	require.Equal(t, Census{InLine: 3, Ready: 1, Waiting: 2}, c)
+}
+
+// A ready user has claimWindow to take its token, from the moment it is
+// first told: past claimBy it loses its place and the next user is ready.
+// A user who is no longer ready (paused) when its window ends keeps its
+// place and gets a new window when its turn comes back.
+func TestClaimWindow(t *testing.T) {
+	us := users(2)
+	r, e := testRoom(t, settings(1, 3600, 1), us...)
+	ctx := context.Background()
+	st, err := r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status)
+	require.NotNil(t, st.ClaimBy)
+	first := *st.ClaimBy
+	require.WithinDuration(t, time.Now().Add(time.Second), first, 500*time.Millisecond)
+	st, err = r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, first, *st.ClaimBy, "the window starts once")
+
+	require.Eventually(t, func() bool {
+		st, err := r.Status(ctx, e, "u01")
+		require.NoError(t, err)
+		return st.Status == "ready"
+	}, 10*time.Second, 50*time.Millisecond)
+	st, err = r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, "expired", st.Status)
+
+	// Paused while ready: the window lapses, the place stays.
+	e.AdmissionPaused, e.version = true, 2
+	require.NoError(t, r.Configure(ctx, e))
+	time.Sleep(1200 * time.Millisecond) // past u01's claimBy, while paused
+	st, err = r.Status(ctx, e, "u01")
+	require.NoError(t, err)
+	require.Equal(t, "waiting", st.Status)
+	require.True(t, st.AdmissionPaused)
+	require.Nil(t, st.EtaSeconds, "no ETA while paused")
+	a, err := r.Issue(ctx, e, "u01")
+	require.NoError(t, err)
+	require.Empty(t, a.Token)
+	require.Equal(t, "paused", a.Status.reason)
+	e.AdmissionPaused, e.version = false, 3
+	require.NoError(t, r.Configure(ctx, e))
+	st, err = r.Status(ctx, e, "u01")
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status)
+	require.True(t, st.ClaimBy.After(time.Now()), "a new window")
+	a, err = r.Issue(ctx, e, "u01")
+	require.NoError(t, err)
+	require.NotEmpty(t, a.Token)
+}
+
+// Settings in Redis move only forward: an older version never overwrites a
+// newer one, and a room whose settings Redis lost has them put back by the
+// first script that misses them.
+func TestRoomSettingsOnlyMoveForward(t *testing.T) {
+	r, e := testRoom(t, settings(1, 3600, 3600), "u00", "u01")
+	ctx := context.Background()
+	newer := e
+	newer.MaxConcurrent, newer.version = 2, 5
+	require.NoError(t, r.Configure(ctx, newer))
+	require.NoError(t, r.Configure(ctx, e)) // a stale copy
+	st, err := r.Status(ctx, e, "u01")
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status, "two slots: the newer setting holds")
+
+	require.NoError(t, r.rdb.Del(ctx, roomKey(e.EventID, "cfg")).Err())
+	st, err = r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status)
+	require.Equal(t, "1", r.rdb.HGet(ctx, roomKey(e.EventID, "cfg"), "max").Val(), "put back from the caller's copy")
+}
+
+// The ETA counts the users between the free slots and the caller, at the
+// rate that binds: the admission inlet when it is what holds them, else the
+// last minute's admissions; unknown when neither is known, or while paused
+// or in the pre-queue.
+func TestETA(t *testing.T) {
+	ten := 10
+	for _, c := range []struct {
+		name           string
+		rank, free     int64
+		reason         string
+		admitted       int64
+		admitPerMinute *int
+		want           *int64
+	}{
+		{"measured", 4, 0, "full", 30, nil, ptr(int64(10))},
+		{"rate binds", 4, 0, "rate", 30, &ten, ptr(int64(30))},
+		{"nothing measured, rate known", 0, 0, "full", 0, &ten, ptr(int64(6))},
+		{"nothing measured", 4, 0, "full", 0, nil, nil},
+		{"paused", 4, 0, "paused", 30, nil, nil},
+		{"pre-queue", 4, 0, "prequeue", 30, nil, nil},
+		{"free slots ahead", 4, 2, "full", 60, nil, ptr(int64(3))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, eta(c.rank, c.free, c.reason, c.admitted, c.admitPerMinute))
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// An entry applied by a holder whose lease has moved on changes nothing.
+func TestEnterIsFenced(t *testing.T) {
+	r, e := testRoom(t, settings(1, 3600, 3600))
+	ctx := context.Background()
+	lease := enterKeys(e.EventID)[7]
+	require.NoError(t, r.rdb.Set(ctx, lease, 5, 0).Err())
+	_, err := r.enter(ctx, e, 4, "late", 1)
+	require.ErrorIs(t, err, keyed.ErrLeaseLost)
+	st, err := r.Status(ctx, e, "late")
+	require.NoError(t, err)
+	require.Equal(t, "not_queued", st.Status)
+	st, err = r.enter(ctx, e, 5, "late", 1)
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status)
+}
