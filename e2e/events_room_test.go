@@ -21,6 +21,11 @@ import (
 // queueUsers puts n users in an event's waiting room and returns their
 // clients in acceptance order.
 func queueUsers(t *testing.T, s *systest.System, event int64, n int) []*systest.Client {
+	return queueUsersNamed(t, s, event, "guest", n)
+}
+
+// queueUsersNamed is queueUsers for users named prefix0000, prefix0001, ….
+func queueUsersNamed(t *testing.T, s *systest.System, event int64, prefix string, n int) []*systest.Client {
 	clients := make([]*systest.Client, n)
 	ids := make([]string, n)
 	var wg sync.WaitGroup
@@ -29,7 +34,7 @@ func queueUsers(t *testing.T, s *systest.System, event int64, n int) []*systest.
 		go func() {
 			defer wg.Done()
 			for i := g; i < n; i += 16 {
-				clients[i] = s.Client(fmt.Sprintf("guest%04d", i), domain.RoleUser)
+				clients[i] = s.Client(fmt.Sprintf("%s%04d", prefix, i), domain.RoleUser)
 				r := clients[i].Do("POST", fmt.Sprintf("/api/v1/events/%d/queue", event), nil)
 				require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
 				var a systest.Accepted

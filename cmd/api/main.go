@@ -4,6 +4,8 @@
 //	api token -sub 42 -role user [-ttl 24h]   print a dev JWT signed with JWT_SECRET
 //	api migrate               apply migrations and exit
 //	api seed                  load the demo data (idempotent); prints shell exports of its ids
+//	api verify-prequeue -event 7 [-user 42] [-url http://127.0.0.1:8080] [-order]
+//	                          recompute an event's pre-queue order from its public data
 package main
 
 import (
@@ -34,12 +36,15 @@ func main() {
 }
 
 func run(args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) > 0 && args[0] == "verify-prequeue" { // needs no configuration: public data only
+		return verifyPrequeue(ctx, args[1:], os.Stdout)
+	}
 	cfg, err := config.Load()
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if len(args) > 0 {
 		switch args[0] {
 		case "token":
@@ -49,7 +54,7 @@ func run(args []string) error {
 		case "seed":
 			return seed(ctx, cfg)
 		default:
-			return fmt.Errorf("unknown command %q (want token, migrate or seed)", args[0])
+			return fmt.Errorf("unknown command %q (want token, migrate, seed or verify-prequeue)", args[0])
 		}
 	}
 	mounts := []api.Mount{stays.API(cfg.HoldTTL), shop.API(), events.API(cfg.DuplicateWindow)}

@@ -21,6 +21,7 @@ type Client struct {
 	s     *System
 	t     testing.TB
 	url   string // the API it calls; "" for s.URL
+	User  string // the token's sub
 	Token string
 	HTTP  *http.Client
 }
@@ -44,7 +45,7 @@ var transport = &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0}
 // Client returns a client acting as sub with role. Every answer it gets is
 // checked against the OpenAPI document (see HTTPClient).
 func (s *System) Client(sub string, role domain.Role) *Client {
-	return &Client{s: s, t: s.t, Token: s.Token(sub, role), HTTP: s.HTTPClient(s.t)}
+	return &Client{s: s, t: s.t, User: sub, Token: s.Token(sub, role), HTTP: s.HTTPClient(s.t)}
 }
 
 // WithT returns a copy of c that reports to t: assertions and OpenAPI
