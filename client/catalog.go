@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Catalog calls are synchronous and need a staff or admin token (SPEC §2.1).
@@ -11,30 +12,59 @@ import (
 // NewEvent describes an event to create. Give SeatCount or Seats (labels).
 // Nil pointers take the API's defaults.
 type NewEvent struct {
-	Name                   string   `json:"name"`
-	SeatCount              int      `json:"seatCount,omitempty"`
-	Seats                  []string `json:"seats,omitempty"`
-	MaxConcurrent          *int     `json:"maxConcurrent,omitempty"`
-	TokenTTLSeconds        *int     `json:"tokenTtlSeconds,omitempty"`
-	EntryTokenRequired     *bool    `json:"entryTokenRequired,omitempty"`
-	FCFSEntryTokenRequired *bool    `json:"fcfsEntryTokenRequired,omitempty"`
+	Name      string   `json:"name"`
+	SeatCount int      `json:"seatCount,omitempty"`
+	Seats     []string `json:"seats,omitempty"`
+	EventSettings
+}
+
+// EventSettings are an event's settings (SPEC §6, §6.1); nil takes the
+// API's default on creation and keeps the current value on a change.
+type EventSettings struct {
+	MaxConcurrent          *int       `json:"maxConcurrent,omitempty"`
+	TokenTTLSeconds        *int       `json:"tokenTtlSeconds,omitempty"`
+	EntryTokenRequired     *bool      `json:"entryTokenRequired,omitempty"`
+	FCFSEntryTokenRequired *bool      `json:"fcfsEntryTokenRequired,omitempty"`
+	PresenceTimeoutSeconds *int       `json:"presenceTimeoutSeconds,omitempty"`
+	ClaimWindowSeconds     *int       `json:"claimWindowSeconds,omitempty"`
+	AdmitPerMinute         *int       `json:"admitPerMinute,omitempty"`
+	AdmissionPaused        *bool      `json:"admissionPaused,omitempty"`
+	QueueOpensAt           *time.Time `json:"queueOpensAt,omitempty"`
+	SalesStartAt           *time.Time `json:"salesStartAt,omitempty"`
+	ReturnURL              *string    `json:"returnUrl,omitempty"`
 }
 
 // Event is a created event.
 type Event struct {
-	EventID                int64  `json:"eventId"`
-	Name                   string `json:"name"`
-	TotalSeats             int    `json:"totalSeats"`
-	MaxConcurrent          int    `json:"maxConcurrent"`
-	TokenTTLSeconds        int    `json:"tokenTtlSeconds"`
-	EntryTokenRequired     bool   `json:"entryTokenRequired"`
-	FCFSEntryTokenRequired bool   `json:"fcfsEntryTokenRequired"`
+	EventID                int64      `json:"eventId"`
+	Name                   string     `json:"name"`
+	TotalSeats             int        `json:"totalSeats"`
+	MaxConcurrent          int        `json:"maxConcurrent"`
+	TokenTTLSeconds        int        `json:"tokenTtlSeconds"`
+	EntryTokenRequired     bool       `json:"entryTokenRequired"`
+	FCFSEntryTokenRequired bool       `json:"fcfsEntryTokenRequired"`
+	PresenceTimeoutSeconds int        `json:"presenceTimeoutSeconds"`
+	ClaimWindowSeconds     int        `json:"claimWindowSeconds"`
+	AdmitPerMinute         *int       `json:"admitPerMinute"`
+	AdmissionPaused        bool       `json:"admissionPaused"`
+	QueueOpensAt           *time.Time `json:"queueOpensAt"`
+	SalesStartAt           *time.Time `json:"salesStartAt"`
+	ReturnURL              *string    `json:"returnUrl"`
+	ShuffleCommitment      string     `json:"shuffleCommitment"`
 }
 
 // CreateEvent creates an event with its seats (admin).
 func (c *Client) CreateEvent(ctx context.Context, e NewEvent) (Event, error) {
 	var out Event
 	err := c.Do(ctx, http.MethodPost, "/api/v1/events", e, &out)
+	return out, err
+}
+
+// UpdateEvent changes an event's settings (admin); fields left nil keep
+// their value.
+func (c *Client) UpdateEvent(ctx context.Context, eventID int64, s EventSettings) (Event, error) {
+	var out Event
+	err := c.Do(ctx, http.MethodPatch, fmt.Sprintf("/api/v1/events/%d", eventID), s, &out)
 	return out, err
 }
 

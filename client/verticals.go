@@ -36,10 +36,16 @@ func (c *Client) EnterQueue(ctx context.Context, eventID int64, opts ...WriteOpt
 
 // QueueStatus is the caller's place in a waiting room.
 type QueueStatus struct {
-	Status     string `json:"status"` // waiting | ready | entered | not_queued
-	Rank       *int64 `json:"rank"`
-	AheadCount *int64 `json:"aheadCount"`
-	EtaSeconds *int64 `json:"etaSeconds"`
+	// Status is prequeue | waiting | ready | entered | expired | not_queued.
+	Status          string     `json:"status"`
+	Rank            *int64     `json:"rank"`
+	AheadCount      *int64     `json:"aheadCount"`
+	EtaSeconds      *int64     `json:"etaSeconds"`
+	ClaimBy         *time.Time `json:"claimBy,omitempty"` // ready: take the token before it
+	AdmissionPaused bool       `json:"admissionPaused,omitempty"`
+	SalesStartAt    *time.Time `json:"salesStartAt,omitempty"`
+	EntryToken      string     `json:"entryToken,omitempty"`
+	ExpiresAt       *time.Time `json:"expiresAt,omitempty"`
 }
 
 // QueueStatus reads the caller's place in the waiting room.
@@ -56,7 +62,7 @@ type EntryToken struct {
 }
 
 // IssueToken claims the caller's entry token; before its turn the answer is
-// an *Error with code NOT_YOUR_TURN.
+// an *Error with code NOT_YOUR_TURN (meta status, reason, rank).
 func (c *Client) IssueToken(ctx context.Context, eventID int64) (EntryToken, error) {
 	var t EntryToken
 	err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/api/v1/events/%d/queue/token", eventID), nil, &t)
@@ -98,12 +104,67 @@ func (c *Client) BookSeat(ctx context.Context, eventID, seatID int64, entryToken
 	return c.Submit(ctx, http.MethodPost, fmt.Sprintf("/api/v1/events/%d/seats/%d/reservation", eventID, seatID), nil, opts...)
 }
 
+// LeaveQueue gives the caller's token and place up.
+func (c *Client) LeaveQueue(ctx context.Context, eventID int64) error {
+	return c.Do(ctx, http.MethodDelete, fmt.Sprintf("/api/v1/events/%d/queue/token", eventID), nil, nil)
+}
+
+// StreamTicket is a one-use ticket for the caller's position stream; URL
+// is the stream's path with the ticket, for a client that cannot send an
+// Authorization header.
+type StreamTicket struct {
+	Ticket    string    `json:"ticket"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	URL       string    `json:"url"`
+}
+
+// QueueTicket mints a ticket for the caller's position stream.
+func (c *Client) QueueTicket(ctx context.Context, eventID int64) (StreamTicket, error) {
+	var t StreamTicket
+	err := c.Do(ctx, http.MethodPost, fmt.Sprintf("/api/v1/events/%d/queue/ticket", eventID), nil, &t)
+	return t, err
+}
+
 // PublicEvent is an event's public summary.
 type PublicEvent struct {
-	EventID        int64  `json:"eventId"`
-	Name           string `json:"name"`
-	TotalSeats     int    `json:"totalSeats"`
-	RemainingSeats int    `json:"remainingSeats"`
+	EventID                int64      `json:"eventId"`
+	Name                   string     `json:"name"`
+	TotalSeats             int        `json:"totalSeats"`
+	RemainingSeats         int        `json:"remainingSeats"`
+	PresenceTimeoutSeconds int        `json:"presenceTimeoutSeconds"`
+	ClaimWindowSeconds     int        `json:"claimWindowSeconds"`
+	AdmitPerMinute         *int       `json:"admitPerMinute"`
+	AdmissionPaused        bool       `json:"admissionPaused"`
+	QueueOpensAt           *time.Time `json:"queueOpensAt"`
+	SalesStartAt           *time.Time `json:"salesStartAt"`
+	ReturnURL              *string    `json:"returnUrl"`
+	ShuffleCommitment      string     `json:"shuffleCommitment"`
+	ShuffleSeed            *string    `json:"shuffleSeed"` // once the sale has started
+}
+
+// PrequeuePage is one page of an event's pre-queue entrants (pseudonyms, in
+// entry order).
+type PrequeuePage struct {
+	Sealed     bool     `json:"sealed"`
+	Total      int      `json:"total"`
+	Entrants   []string `json:"entrants"`
+	NextOffset *int     `json:"nextOffset"`
+}
+
+// Prequeue reads all of an event's pre-queue entrants and whether the list
+// is complete (no token needed).
+func (c *Client) Prequeue(ctx context.Context, eventID int64) (entrants []string, sealed bool, err error) {
+	for offset := 0; ; {
+		var p PrequeuePage
+		if err := c.Do(ctx, http.MethodGet, fmt.Sprintf("/api/v1/public/events/%d/prequeue?offset=%d", eventID, offset), nil, &p); err != nil {
+			return nil, false, err
+		}
+		entrants, sealed = append(entrants, p.Entrants...), p.Sealed
+		if p.NextOffset == nil {
+			return entrants, sealed, nil
+		}
+		offset = *p.NextOffset
+	}
 }
 
 // PublicEvent reads an event's public summary (no token needed).

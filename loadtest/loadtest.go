@@ -30,13 +30,20 @@ import (
 
 // Options configure a run. Zero values take the scenario's defaults.
 type Options struct {
-	BaseURL     string        // the API, e.g. http://127.0.0.1:8080
-	Secret      string        // JWT_SECRET of the API, to mint tokens
-	Concurrency int           // virtual clients running at once
-	Users       int           // journeys in all
-	Seats       int           // fcfs-rush, waiting-room-rush: seats of the event
-	Duration    time.Duration // availability-read: how long to read
-	Seed        uint64        // random choices (room types, dates, carts)
+	BaseURL     string // the API, e.g. http://127.0.0.1:8080
+	Secret      string // JWT_SECRET of the API, to mint tokens
+	Concurrency int    // virtual clients running at once
+	Users       int    // journeys in all
+	Seats       int    // fcfs-rush, waiting-room-rush: seats of the event
+	// waiting-room-rush: the share of users (percent) who never claim their
+	// turn, and who leave mid-queue; a pre-queue this long before the sale
+	// starts (the journeys begun before the start join it); an admission
+	// rate (admitPerMinute, 0 for none).
+	NeverClaimPct, LeavePct int
+	Prequeue                time.Duration
+	AdmitPerMinute          int
+	Duration                time.Duration // availability-read: how long to read
+	Seed                    uint64        // random choices (room types, dates, carts)
 	// MetricsURLs are scraped for process_resident_memory_bytes while the
 	// scenario runs, by name ("api", "worker").
 	MetricsURLs map[string]string
@@ -313,6 +320,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	rep := e.Rec.Report(name, opt, total, peaks, violations)
 	rep.CPUSeconds = cpuSeconds
 	rep.Applying = applying
+	if r, ok := sc.(interface{ roomReport() *RoomReport }); ok {
+		rep.Room = r.roomReport()
+	}
 	rep.SubmitCPUSeconds = submitCPUSeconds
 	if opt.RedisURL != "" {
 		if rep.Deferred, err = runDeferred(ctx, opt.RedisURL, holdfastQueues, opt.MetricsURLs); err != nil {

@@ -51,9 +51,11 @@ type Report struct {
 	Deferred *Deferred `json:"deferred,omitempty"`
 	// Applying is what the workers did while an intake run's clients
 	// submitted (Options.RedisURL, HoldApply); nil when not watched.
-	Applying   *Applying `json:"applying,omitempty"`
-	Violations []string  `json:"violations"`
-	OK         bool      `json:"ok"`
+	Applying *Applying `json:"applying,omitempty"`
+	// Room is what waiting-room-rush saw of the waiting room.
+	Room       *RoomReport `json:"waitingRoom,omitempty"`
+	Violations []string    `json:"violations"`
+	OK         bool        `json:"ok"`
 
 	AcceptedSeries  []int     `json:"acceptedPerSecondSeries"`
 	CompletedSeries []int     `json:"completedPerSecondSeries"`
@@ -133,6 +135,18 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  tasks the workers processed while clients submitted: %d%s\n", a.TasksWhileSubmitting, held)
 	}
+	if r := rep.Room; r != nil {
+		rate := ""
+		if r.AdmitPerMinute > 0 {
+			rate = fmt.Sprintf(", admitPerMinute %d", r.AdmitPerMinute)
+		}
+		fmt.Fprintf(w, "  waiting room (maxConcurrent %d%s): %d admitted, peak %d and mean %.1f per minute\n",
+			r.MaxConcurrent, rate, r.Admissions, r.PeakPerMinute, r.MeanPerMinute)
+		fmt.Fprintf(w, "    time in queue of users who stayed: p50 %.0f ms  p99 %.0f ms (%d users)\n",
+			r.TimeInQueue.P50, r.TimeInQueue.P99, r.TimeInQueue.Count)
+		fmt.Fprintf(w, "    pre-queue entrants %d; never claimed %d; left mid-queue %d; told their place expired %d\n",
+			r.PrequeueEntrants, r.NeverClaimed, r.LeftMidQueue, r.ToldExpired)
+	}
 	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
 	if rep.SubmitCPUSeconds != nil {
 		writeCPUPerJourney(w, "… of which until the last 202", rep.SubmitCPUSeconds, rep.Journeys)
@@ -146,7 +160,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		writeCPUPerJourney(w, "… their CPU per journey", d.CPUSeconds, rep.Journeys)
 	}
 	if rep.OK {
-		fmt.Fprintln(w, "  invariants: OK (no oversell, no duplicate, nothing lost)")
+		fmt.Fprintln(w, "  invariants: OK (no oversell, no duplicate, nothing lost; waiting room: caps held, order kept)")
 		return
 	}
 	fmt.Fprintf(w, "  invariants: %d VIOLATIONS\n", len(rep.Violations))
