@@ -86,6 +86,19 @@ func TestLoadScenarios(t *testing.T) {
 		require.GreaterOrEqual(t, r.Admissions, stayed, "and some who left had their turn before")
 		require.LessOrEqual(t, r.PeakPerMinute, 600)
 	})
+	t.Run("idle-streams", func(t *testing.T) {
+		// Held past the 5 s presence timeout: the streams alone keep the
+		// users in line (the scenario checks each is still waiting).
+		rep := run("idle-streams", loadtest.Options{Concurrency: 40, Users: 40, Duration: 8 * time.Second})
+		r := rep.Streams
+		require.Equal(t, 40, r.Streams)
+		require.GreaterOrEqual(t, r.HoldSeconds, 8.0)
+		require.Positive(t, r.APIRSSMiB)
+		require.Contains(t, r.CPUPercent, "api")
+		_, err := loadtest.Run(context.Background(), "idle-streams", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
+			Concurrency: 10, Users: 20})
+		require.ErrorContains(t, err, "-concurrency", "fewer clients than streams would never open them all")
+	})
 	t.Run("hold-storm", func(t *testing.T) {
 		rep := run("hold-storm", loadtest.Options{Concurrency: 20, Users: 150})
 		require.Equal(t, 150, rep.Outcomes["hold.create succeeded"]+rep.Outcomes["hold.create rejected NOT_AVAILABLE"])

@@ -60,12 +60,16 @@ type Room struct {
 
 // NewRoom returns a Room; secret signs entry tokens.
 func NewRoom(rdb redis.UniversalClient, secret string) *Room {
-	return &Room{rdb: rdb, secret: []byte(secret),
+	r := &Room{rdb: rdb, secret: []byte(secret),
 		Admissions: prometheus.NewCounter(prometheus.CounterOpts{Name: "holdfast_waiting_room_admissions_total",
 			Help: "Entry tokens newly issued by the waiting room."}),
 		Expirations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "holdfast_waiting_room_expirations_total",
 			Help: "Users who lost their place in a waiting room, by reason: presence (silent too long) or claim (did not take its turn)."},
 			[]string{"reason"})}
+	for _, reason := range []string{"presence", "claim"} {
+		r.Expirations.WithLabelValues(reason) // exported at 0 before the first
+	}
+	return r
 }
 
 // Collectors are the room's counters, for a registry.

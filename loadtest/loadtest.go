@@ -84,6 +84,7 @@ var Scenarios = map[string]func() Scenario{
 	"hold-storm":        func() Scenario { return &holdStorm{} },
 	"cart-checkout":     func() Scenario { return &cartCheckout{} },
 	"availability-read": func() Scenario { return &availabilityRead{} },
+	"idle-streams":      func() Scenario { return &idleStreams{} },
 	// Comparison points for make bench, served by cmd/baseline.
 	"baseline-fcfs":      func() Scenario { return &baselineFCFS{} },
 	"enqueue-floor":      func() Scenario { return enqueueFloor{} },
@@ -322,6 +323,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	rep.Applying = applying
 	if r, ok := sc.(interface{ roomReport() *RoomReport }); ok {
 		rep.Room = r.roomReport()
+	}
+	if r, ok := sc.(interface{ streamsReport() *StreamsReport }); ok {
+		rep.Streams = r.streamsReport()
 	}
 	rep.SubmitCPUSeconds = submitCPUSeconds
 	if opt.RedisURL != "" {

@@ -53,9 +53,11 @@ type Report struct {
 	// submitted (Options.RedisURL, HoldApply); nil when not watched.
 	Applying *Applying `json:"applying,omitempty"`
 	// Room is what waiting-room-rush saw of the waiting room.
-	Room       *RoomReport `json:"waitingRoom,omitempty"`
-	Violations []string    `json:"violations"`
-	OK         bool        `json:"ok"`
+	Room *RoomReport `json:"waitingRoom,omitempty"`
+	// Streams is what idle-streams measured over its hold.
+	Streams    *StreamsReport `json:"idleStreams,omitempty"`
+	Violations []string       `json:"violations"`
+	OK         bool           `json:"ok"`
 
 	AcceptedSeries  []int     `json:"acceptedPerSecondSeries"`
 	CompletedSeries []int     `json:"completedPerSecondSeries"`
@@ -146,6 +148,14 @@ func (rep *Report) WriteText(w io.Writer) {
 			r.TimeInQueue.P50, r.TimeInQueue.P99, r.TimeInQueue.Count)
 		fmt.Fprintf(w, "    pre-queue entrants %d; never claimed %d; left mid-queue %d; told their place expired %d\n",
 			r.PrequeueEntrants, r.NeverClaimed, r.LeftMidQueue, r.ToldExpired)
+	}
+	if r := rep.Streams; r != nil {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(r.CPUPercent)) {
+			parts = append(parts, fmt.Sprintf("%s %.1f%%", k, r.CPUPercent[k]))
+		}
+		fmt.Fprintf(w, "  %d position streams held open %.0f s: API resident memory %.1f MiB (%.1f MiB before); CPU of one core: %s\n",
+			r.Streams, r.HoldSeconds, r.APIRSSMiB, r.APIRSSBeforeMiB, strings.Join(parts, ", "))
 	}
 	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
 	if rep.SubmitCPUSeconds != nil {

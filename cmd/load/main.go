@@ -7,7 +7,7 @@
 //	load table DIR                       the make bench table from a run's JSON files
 //
 // Scenarios: fcfs-rush, waiting-room-rush, hold-storm, cart-checkout,
-// availability-read. The tool mints its own tokens, so it needs the API's
+// availability-read, idle-streams. The tool mints its own tokens, so it needs the API's
 // JWT_SECRET (from the environment or -secret). It exits 1 when an
 // invariant is violated.
 package main
@@ -63,6 +63,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.IntVar(&opt.LeavePct, "leave", 0, "waiting-room-rush: percent of users who leave mid-queue")
 	fs.DurationVar(&opt.Prequeue, "prequeue", 0, "waiting-room-rush: open a pre-queue this long before the sale starts")
 	fs.IntVar(&opt.AdmitPerMinute, "admit-per-minute", 0, "waiting-room-rush: the event's admitPerMinute (0: none)")
+	fs.DurationVar(&opt.Duration, "hold", 0, "idle-streams: how long to hold every stream open (0: 60s); needs -concurrency ≥ -users")
 	fs.Uint64Var(&opt.Seed, "seed", 1, "seed of the random choices")
 	fs.StringVar(&opt.RedisURL, "redis", "", "holdfast's Redis URL: after the run, fire the Asynq tasks it left scheduled and measure their CPU")
 	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")
