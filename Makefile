@@ -32,6 +32,10 @@ bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS base
 	$(GO) build -o bin/baseline ./cmd/baseline
 	@scripts/bench.sh
 
+streams: build ## Hold STREAMS (2000) position streams open on one API; print its memory and the CPU of it and Redis (~2 min)
+	$(GO) build -o bin/load ./cmd/load
+	@scripts/streams.sh
+
 benchgo: ## Go benchmarks of the hot paths: intake, keyed batch apply, availability query
 	$(GO) test -run '^$$' -bench 'Intake|BatchApply' -benchtime 5000x ./keyed
 	$(GO) test -run '^$$' -bench Availability31Nights -benchtime 300x ./stays
@@ -44,4 +48,4 @@ fuzz: ## Fuzz the request decoding path and every documented operation for FUZZT
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build run migrate test cluster bench benchgo fuzz clean
+.PHONY: help build run migrate test cluster bench streams benchgo fuzz clean

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,6 +20,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/client"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/systest"
@@ -585,4 +589,60 @@ func TestWaitingRoomBadInput(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code, "neither ticket nor token")
 	r = u.Do("GET", fmt.Sprintf("/api/v1/events/%d/queue/status?ticket=%s", e.EventID, tk.Ticket), nil)
 	require.Equal(t, http.StatusUnauthorized, r.Status, "a ticket opens only the path it names")
+}
+
+// A graceful shutdown ends open position streams at once: the client sees
+// its stream end (and may reconnect elsewhere), and the API stops well
+// within its shutdown timeout instead of waiting for them.
+func TestPositionStreamsEndOnShutdown(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	e := newEvent(t, s, map[string]any{"name": "Shutdown", "seatCount": 1, "maxConcurrent": 1})
+	u := queueUsersNamed(t, s, e.EventID, "bye", 2)[1]
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- api.Run(ctx, s.Cfg, s.Log, ln, events.API(s.Cfg.DuplicateWindow)) }()
+	url := "http://" + ln.Addr().String()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond)
+
+	stream, err := client.New(url, u.Token).QueueStream(context.Background(), e.EventID)
+	require.NoError(t, err)
+	defer stream.Close()
+	st, err := stream.Next()
+	require.NoError(t, err)
+	require.Equal(t, "waiting", st.Status)
+
+	began := time.Now()
+	stop()
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := stream.Next(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		require.ErrorIs(t, err, io.EOF, "the server ended the stream")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream outlived the shutdown")
+	}
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the API did not stop")
+	}
+	require.Less(t, time.Since(began), s.Cfg.ShutdownTimeout, "not held up until the shutdown timeout")
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `make streams`: hold STREAMS (2000) waiting-room position streams open on
+# one API for STREAMS_HOLD (60s) and print what the API and Redis spend on
+# them (bin/load idle-streams): the API's resident memory, and the CPU of
+# the API and of Redis over the hold. Its own database (holdfast_streams,
+# wiped first) and redis-server on a spare port (STREAMS_REDIS_PORT, 16398),
+# so a running `make run` or `make test` is not disturbed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+streams="${STREAMS:-2000}" hold="${STREAMS_HOLD:-60s}"
+pg_base="${STREAMS_PG:-postgres://postgres@127.0.0.1:5432}"
+export DATABASE_URL="$pg_base/holdfast_streams?sslmode=disable"
+redis_port="${STREAMS_REDIS_PORT:-16398}"
+export REDIS_URL="redis://127.0.0.1:$redis_port/0"
+export JWT_SECRET="streams-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export LOG_LEVEL=warn
+# Every stream is a connection: more than the default 1,024 open files.
+ulimit -n $((streams * 2 + 1024)) 2>/dev/null || true
+api_addr=127.0.0.1:18183 worker_addr=127.0.0.1:19193
+out="bin/streams/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_streams' 2>/dev/null
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no > "$out/redis.log" 2>&1 & pid=$!; pids+=("$pid")
+for _ in $(seq 1 50); do redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 && break; sleep 0.1; done
+bin/api migrate
+HTTP_ADDR=$api_addr PPROF_ADDR=${STREAMS_PPROF:-} bin/api > "$out/api.log" 2>&1 & api_pid=$!; pids+=("$api_pid")
+WORKER_ADDR=$worker_addr bin/worker > "$out/worker.log" 2>&1 & worker_pid=$!; pids+=("$worker_pid")
+wait_ready "http://$api_addr/readyz" "$api_pid"
+wait_ready "http://$worker_addr/readyz" "$worker_pid"
+step "$streams position streams held open for $hold"
+bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -users "$streams" -concurrency "$streams" \
+  -hold "$hold" idle-streams | tee "$out/report.txt"
