@@ -52,7 +52,10 @@ func (s *Server) ticketAuth(c *fiber.Ctx, ticket string, bearer *auth.Principal)
 	if bearer != nil && bearer.UserID != t.UserID {
 		return domain.NewProblem(fiber.StatusForbidden, domain.CodeForbidden, "the ticket belongs to another user")
 	}
-	first, err := s.Redis.SetNX(c.UserContext(), "hf:ticket:"+t.ID, 1, time.Until(t.Expires)+time.Second).Result()
+	// Claimed until the verifier would refuse it anyway: its expiry plus the
+	// clock leeway the verifier allows, and never for less than a second.
+	keep := max(time.Until(t.Expires)+auth.Leeway+time.Second, time.Second)
+	first, err := s.Redis.SetNX(c.UserContext(), "hf:ticket:"+t.ID, 1, keep).Result()
 	if err != nil {
 		return err
 	}

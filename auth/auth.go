@@ -48,8 +48,9 @@ type verifiedToken struct {
 	exp time.Time
 }
 
-// leeway is the clock skew allowed on exp.
-const leeway = 5 * time.Second
+// Leeway is the clock skew allowed on exp.
+const Leeway = 5 * time.Second
+
 
 // NewSigner returns a Signer for secret.
 func NewSigner(secret string) *Signer {
@@ -58,13 +59,13 @@ func NewSigner(secret string) *Signer {
 	s.parser = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
-		jwt.WithLeeway(leeway),
+		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return s.now() }),
 	)
 	s.ticketParser = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
-		jwt.WithLeeway(leeway),
+		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return s.now() }),
 		jwt.WithAudience(ticketAudience),
 	)
@@ -86,7 +87,7 @@ func (s *Signer) Issue(sub string, role domain.Role, now time.Time, ttl time.Dur
 
 // Verify checks a token and returns its principal.
 func (s *Signer) Verify(token string) (Principal, error) {
-	if v, ok := s.verified.Get(token); ok && s.now().Before(v.exp.Add(leeway)) {
+	if v, ok := s.verified.Get(token); ok && s.now().Before(v.exp.Add(Leeway)) {
 		return v.p, nil
 	}
 	var c claims

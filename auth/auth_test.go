@@ -35,9 +35,9 @@ func TestVerifyRemembersTokensUntilTheyExpire(t *testing.T) {
 	_, err = NewSigner("another-secret-long-enough-for-hs256-0123").Verify(tok)
 	require.Error(t, err, "another secret")
 
-	clock = clock.Add(10*time.Second + leeway - time.Second)
+	clock = clock.Add(10*time.Second + Leeway - time.Second)
 	_, err = s.Verify(tok)
-	require.NoError(t, err, "within the leeway")
+	require.NoError(t, err, "within the Leeway")
 	clock = clock.Add(2 * time.Second)
 	_, err = s.Verify(tok)
 	require.Error(t, err, "expired, although remembered")
@@ -92,7 +92,7 @@ func TestTicketOpensOnePathOnly(t *testing.T) {
 	_, err = NewSigner("another-secret-long-enough-for-hs256-0123").VerifyTicket(tk, "/api/v1/events/7/queue/stream")
 	require.Error(t, err, "forged: another secret")
 
-	clock = clock.Add(time.Minute + leeway + time.Second)
+	clock = clock.Add(time.Minute + Leeway + time.Second)
 	_, err = s.VerifyTicket(tk, "/api/v1/events/7/queue/stream")
 	require.Error(t, err, "expired")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/client"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
@@ -465,7 +467,17 @@ func TestPositionStream(t *testing.T) {
 	st := next()
 	require.Equal(t, "waiting", st.Status)
 	require.Equal(t, int64(2), *st.Rank)
-	// The two ahead poll (to stay present), take their turn and leave.
+	// Past the 2 s presence timeout the watcher, who never polls, is still
+	// in line: its stream keeps it there (the two ahead poll).
+	for range 6 {
+		time.Sleep(500 * time.Millisecond)
+		queueStatus(t, us[0], e.EventID)
+		queueStatus(t, us[1], e.EventID)
+	}
+	member := events.Pseudonym(mustHex(t, seedOf(t, s, e.EventID)), watcher.User)
+	_, err := s.Redis.ZScore(context.Background(), fmt.Sprintf("hf:{events:q:%d}:queue", e.EventID), member).Result()
+	require.NoError(t, err, "the stream kept the watcher in line")
+	// The two ahead take their turn and leave.
 	for _, u := range us[:2] {
 		require.Eventually(t, func() bool {
 			return u.Do("POST", base+"/token", nil).Status == http.StatusOK
@@ -487,13 +499,11 @@ func TestPositionStream(t *testing.T) {
 	// The stream kept the watcher present well past the presence timeout:
 	// it never polled. Closed, the watcher goes silent and loses its place.
 	closeStream()
-	member := events.Pseudonym(mustHex(t, seedOf(t, s, e.EventID)), watcher.User)
 	seen := fmt.Sprintf("hf:{events:q:%d}:seen", e.EventID)
-	require.Eventually(t, func() bool {
+	require.Eventually(t, func() bool { // silent past the timeout, or taken out of line already
 		now := s.Redis.Time(context.Background()).Val()
 		last, err := s.Redis.ZScore(context.Background(), seen, member).Result()
-		require.NoError(t, err)
-		return now.UnixMilli()-int64(last) > 2500
+		return errors.Is(err, redis.Nil) || err == nil && now.UnixMilli()-int64(last) > 2500
 	}, 20*time.Second, 100*time.Millisecond)
 	require.Equal(t, "expired", queueStatus(t, watcher, e.EventID).Status)
 }
@@ -524,7 +534,7 @@ func TestWaitingRoomBadInput(t *testing.T) {
 		{map[string]any{"queueOpensAt": future, "salesStartAt": time.Now().Add(30 * time.Minute).Format(time.RFC3339)}, domain.CodeInvalidDateRange},
 		{map[string]any{"salesStartAt": "2020-01-01T00:00:00Z"}, domain.CodeInvalidInput},
 		{map[string]any{"presenceTimeoutSeconds": -1}, domain.CodeInvalidInput},
-		{map[string]any{"claimWindowSeconds": 1e9}, domain.CodeInvalidInput},
+		{map[string]any{"claimWindowSeconds": 100000}, domain.CodeInvalidInput},
 		{map[string]any{"admitPerMinute": 0}, domain.CodeInvalidInput},
 		{map[string]any{"returnUrl": "javascript:alert(1)"}, domain.CodeInvalidInput},
 		{map[string]any{"queueOpensAt": "soon"}, domain.CodeInvalidInput},
@@ -572,8 +582,10 @@ func TestWaitingRoomBadInput(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
 	require.Equal(t, domain.CodeQueueNotOpen, r.ErrorCode(t))
 	require.Equal(t, "not_queued", queueStatus(t, u, e.EventID).Status)
-	r = s.Client("anon", domain.RoleUser).Do("GET", fmt.Sprintf("/api/v1/public/events/%d/prequeue?limit=0", e.EventID), nil)
-	require.Equal(t, http.StatusBadRequest, r.Status)
+	for _, q := range []string{"limit=0", "limit=abc", "offset=-1", "limit=10001"} {
+		r = s.Client("anon", domain.RoleUser).Do("GET", fmt.Sprintf("/api/v1/public/events/%d/prequeue?%s", e.EventID, q), nil)
+		require.Equal(t, http.StatusBadRequest, r.Status, q)
+	}
 
 	// Tickets: forged, for another event's stream, of another user.
 	stream := fmt.Sprintf("/api/v1/events/%d/queue/stream", plain.EventID)
@@ -589,6 +601,35 @@ func TestWaitingRoomBadInput(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code, "neither ticket nor token")
 	r = u.Do("GET", fmt.Sprintf("/api/v1/events/%d/queue/status?ticket=%s", e.EventID, tk.Ticket), nil)
 	require.Equal(t, http.StatusUnauthorized, r.Status, "a ticket opens only the path it names")
+	asBearer := *u
+	asBearer.Token = tk.Ticket
+	require.Equal(t, http.StatusUnauthorized, asBearer.Do("GET", path+"/queue/status", nil).Status, "a ticket is no bearer token")
+
+	// An expired ticket: refused, also within the clock leeway's seconds
+	// (where it verifies but must still be claimed once, never a 5xx).
+	sign := func(age time.Duration) string {
+		tok, err := s.Signer.IssueTicket(auth.Principal{UserID: u.User, Role: domain.RoleUser}, stream,
+			fmt.Sprintf("aged-%d", age), time.Now().Add(-age), api.TicketTTL)
+		require.NoError(t, err)
+		return tok
+	}
+	code, _, closeLate := sseStatuses(t, s, stream+"?ticket="+sign(api.TicketTTL+2*time.Second))
+	require.Equal(t, http.StatusOK, code, "within the leeway")
+	closeLate()
+	code, _, _ = sseStatuses(t, s, stream+"?ticket="+sign(api.TicketTTL+2*time.Second))
+	require.Equal(t, http.StatusUnauthorized, code, "and once only")
+	code, _, _ = sseStatuses(t, s, stream+"?ticket="+sign(api.TicketTTL+auth.Leeway+2*time.Second))
+	require.Equal(t, http.StatusUnauthorized, code, "past the leeway")
+
+	// An entry token is no bearer token either.
+	open := newEvent(t, s, map[string]any{"name": "Open", "seatCount": 1})
+	queueUsersNamed(t, s, open.EventID, "entrant", 1)
+	entrant := s.Client("entrant0000", domain.RoleUser)
+	var entry struct{ EntryToken string }
+	entrant.Do("POST", fmt.Sprintf("/api/v1/events/%d/queue/token", open.EventID), nil).JSON(t, &entry)
+	require.NotEmpty(t, entry.EntryToken)
+	asBearer.Token = entry.EntryToken
+	require.Equal(t, http.StatusUnauthorized, asBearer.Do("GET", path+"/queue/status", nil).Status, "an entry token is no bearer token")
 }
 
 // A graceful shutdown ends open position streams at once: the client sees

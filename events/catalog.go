@@ -242,7 +242,7 @@ type PrequeuePage struct {
 }
 
 // PrequeueEntrants returns limit pseudonyms of ev's pre-queue from offset,
-// in entry order, and how many there are.
+// in entry order (none for limit 0), and how many there are.
 func (c *Catalog) PrequeueEntrants(ctx context.Context, ev int64, offset, limit int) ([]string, int, error) {
 	var total int
 	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM prequeue_entries WHERE event_id = $1`, ev).Scan(&total); err != nil {

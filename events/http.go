@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"slices"
@@ -198,32 +199,56 @@ func (h *handlers) public(c *fiber.Ctx) error {
 }
 
 // prequeue lists the pre-queue's entrants in entry order, a page at a time,
-// with what a verifier needs beside them (shuffle.go). The list is complete
-// once sealed is true.
+// with what a verifier needs beside them (shuffle.go). The list is shown
+// once the pre-queue is sealed, complete: before, anyone who spotted its
+// own pseudonym (the newest entry) and sorted the list would know its place
+// in the draw before the start, and could keep its best account's.
 func (h *handlers) prequeue(c *fiber.Ctx) error {
 	id, err := api.PathID(c, "eventId")
 	if err != nil {
 		return err
 	}
-	offset, limit := c.QueryInt("offset", 0), c.QueryInt("limit", maxPrequeuePage)
-	if offset < 0 || limit < 1 || limit > maxPrequeuePage {
-		return api.InvalidField("limit", "offset must be 0 or more and limit between 1 and %d", maxPrequeuePage)
+	offset, err := queryInt(c, "offset", 0, 0, math.MaxInt32)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(c, "limit", maxPrequeuePage, 1, maxPrequeuePage)
+	if err != nil {
+		return err
 	}
 	e, err := h.catalog.Event(c.UserContext(), id)
 	if err != nil {
 		return err
+	}
+	sealed := e.sealedAt != nil
+	if !sealed {
+		limit = 0
 	}
 	page, total, err := h.catalog.PrequeueEntrants(c.UserContext(), id, offset, limit)
 	if err != nil {
 		return err
 	}
 	pub := e.public(0, time.Now())
-	out := PrequeuePage{EventID: id, SalesStartAt: e.SalesStartAt, Sealed: e.sealedAt != nil,
+	out := PrequeuePage{EventID: id, SalesStartAt: e.SalesStartAt, Sealed: sealed,
 		ShuffleCommitment: e.ShuffleCommitment, ShuffleSeed: pub.ShuffleSeed, Total: total, Entrants: page}
-	if next := offset + len(page); next < total {
+	if next := offset + len(page); sealed && next < total {
 		out.NextOffset = &next
 	}
 	return c.JSON(out)
+}
+
+// queryInt reads an integer query parameter between lo and hi, def when
+// absent; anything else is a 400 naming it.
+func queryInt(c *fiber.Ctx, name string, def, lo, hi int) (int, error) {
+	v := c.Query(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, api.InvalidField(name, "%s must be an integer between %d and %d", name, lo, hi)
+	}
+	return n, nil
 }
 
 func (h *handlers) seats(c *fiber.Ctx) error {
@@ -356,12 +381,16 @@ func (h *handlers) enterQueue(c *fiber.Ctx) error {
 	return h.s.Accept(c, requests.Submission{Type: TypeQueueEnter, Queue: Queue, Keys: []string{QueueKey(e.EventID)}, Payload: body})
 }
 
-// sealIfDue tries to seal e's pre-queue when st says admissions wait for it.
-func (h *handlers) sealIfDue(ctx context.Context, e Event, st Status) error {
+// sealIfDue tries to seal e's pre-queue when st says admissions wait for
+// it. A failure is only logged: the caller's answer stands, and the next
+// poll, stream tick or periodic task tries again.
+func (h *handlers) sealIfDue(ctx context.Context, e Event, st Status) {
 	if st.reason != "prequeue" {
-		return nil
+		return
 	}
-	return h.sealer.TrySeal(ctx, e, time.Now())
+	if err := h.sealer.TrySeal(ctx, e, time.Now()); err != nil {
+		h.s.Log.WarnContext(ctx, "could not seal the pre-queue", "event", e.EventID, "err", err)
+	}
 }
 
 func (h *handlers) queueStatus(c *fiber.Ctx) error {
@@ -373,9 +402,7 @@ func (h *handlers) queueStatus(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := h.sealIfDue(c.UserContext(), e, st); err != nil {
-		return err
-	}
+	h.sealIfDue(c.UserContext(), e, st)
 	return c.JSON(st)
 }
 
@@ -397,9 +424,7 @@ func (h *handlers) issueToken(c *fiber.Ctx) error {
 		return err
 	}
 	if a.Token == "" {
-		if err := h.sealIfDue(c.UserContext(), e, a.Status); err != nil {
-			return err
-		}
+		h.sealIfDue(c.UserContext(), e, a.Status)
 		return notYourTurn(a.Status)
 	}
 	return c.JSON(fiber.Map{"entryToken": a.Token, "expiresAt": a.Expires})

@@ -26,7 +26,7 @@ func QueueKey(id int64) string { return "events:q:" + strconv.FormatInt(id, 10) 
 //	hf:{events:q:7}:seen     sorted set member → last sign of life (ms)
 //	hf:{events:q:7}:claim    sorted set member → claim deadline (ms) of a ready user
 //	hf:{events:q:7}:tokens   sorted set member → expiry (ms): entry tokens
-//	hf:{events:q:7}:admits   sorted set "member:ms" → ms: admissions of the last minute
+//	hf:{events:q:7}:admits   sorted set "member:µs" → µs: admissions of the last minute
 //	hf:{events:q:7}:expired  sorted set member → when it lost its place (ms), for an hour
 //
 // A member is the user's pseudonym (shuffle.go). A place is the entry's
@@ -93,8 +93,11 @@ func enterKeys(ev int64) []string { return append(roomKeys(ev), keyed.LeaseKey(Q
 // KEYS: cfg, queue, seen, claim, tokens, admits, expired.
 // It leaves `gone` = {users out for silence, users out for a lapsed claim}.
 const roomPrelude = `
-local now
-do local t = redis.call('TIME'); now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
+local now, nowus
+do
+  local t = redis.call('TIME')
+  now, nowus = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local v = redis.call('HMGET', KEYS[1], 'max', 'rate', 'presence', 'claim', 'paused', 'start', 'sealed')
 if not v[1] then return redis.error_reply('NOCFG the room has no settings') end
 local max, rate, presence, claimw = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
@@ -125,7 +128,8 @@ local function slots()
 end
 
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - 60000)
+-- admissions are timed in µs, so no two of the last R+1 fit in 60 s of real time
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', nowus - 60000000)
 redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - 3600000)
 local gone = {0, 0}
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - presence))) do
@@ -163,7 +167,10 @@ local function status(m, touch)
     redis.call('ZADD', KEYS[4], 'NX', now + claimw, m)
     return {'ready', r, tonumber(redis.call('ZSCORE', KEYS[4], m))}
   end
-  return {'waiting', r, free, why, redis.call('ZCARD', KEYS[6])}
+  -- not (or no longer) its turn: a window told before a pause, a lowered
+  -- cap or a late pre-queue entry starts afresh when its turn comes back
+  redis.call('ZREM', KEYS[4], m)
+  return {'waiting', r, free, why, redis.call('ZCARD', KEYS[6]), rate}
 end
 `
 
@@ -197,7 +204,7 @@ local st = status(m, true)
 if st[1] ~= 'ready' then return {gone, st} end
 out(m)
 redis.call('ZADD', KEYS[5], now + ttl, m)
-redis.call('ZADD', KEYS[6], now, m .. ':' .. now)
+redis.call('ZADD', KEYS[6], nowus, m .. ':' .. nowus)
 return {gone, {'admitted', now + ttl}}`)
 
 // enterScript puts member in line at place, if the caller still holds the
@@ -235,12 +242,15 @@ local c = redis.call('TIME')
 if tonumber(t) > tonumber(c[1]) * 1000 + math.floor(tonumber(c[2]) / 1000) then return 1 end
 return 0`)
 
-// cfgScript stores the admission settings unless newer ones are there.
-// KEYS: cfg. ARGV: version, max, rate, presence ms, claim ms, paused,
+// cfgScript stores the admission settings unless newer ones are there. A
+// newer version restarts every claim window: whoever is ready under the new
+// settings gets a full window from the moment it is told.
+// KEYS: cfg, claim. ARGV: version, max, rate, presence ms, claim ms, paused,
 // start ms, sealed.
 var cfgScript = redis.NewScript(`
-local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '0')
-if cur > tonumber(ARGV[1]) then return 0 end
+local cur, v = tonumber(redis.call('HGET', KEYS[1], 'ver') or '0'), tonumber(ARGV[1])
+if cur > v then return 0 end
+if cur < v then redis.call('DEL', KEYS[2]) end
 redis.call('HSET', KEYS[1], 'ver', ARGV[1], 'max', ARGV[2], 'rate', ARGV[3], 'presence', ARGV[4],
   'claim', ARGV[5], 'paused', ARGV[6], 'start', ARGV[7], 'sealed', ARGV[8])
 return 1`)
@@ -263,7 +273,7 @@ func (r *Room) Configure(ctx context.Context, e Event) error {
 	if e.SalesStartAt != nil {
 		start = e.SalesStartAt.UnixMilli()
 	}
-	err := cfgScript.Run(ctx, r.rdb, []string{roomKey(e.EventID, "cfg")}, e.version, e.MaxConcurrent, rate,
+	err := cfgScript.Run(ctx, r.rdb, []string{roomKey(e.EventID, "cfg"), roomKey(e.EventID, "claim")}, e.version, e.MaxConcurrent, rate,
 		e.PresenceTimeoutSeconds*1000, e.ClaimWindowSeconds*1000, b(e.AdmissionPaused), start, b(e.sealedAt != nil)).Err()
 	if err != nil {
 		return fmt.Errorf("events: configure room: %w", err)
@@ -335,26 +345,28 @@ func parseStatus(e Event, v any) Status {
 		rank := num(1)
 		st.Rank, st.AheadCount, st.reason = &rank, &rank, a[3].(string)
 		st.AdmissionPaused = st.reason == "paused"
-		st.EtaSeconds = eta(rank, num(2), st.reason, num(4), e.AdmitPerMinute)
+		st.EtaSeconds = eta(rank, num(2), st.reason, num(4), num(5))
 	}
 	return st
 }
 
 // eta estimates the seconds until a waiting user at rank is admitted, with
 // free slots now: the users from the first free slot to it must be admitted
-// first, at the rate the admission inlet allows when it is what binds, else
-// at the rate of the last minute's admissions. Unknown (nil) when paused,
-// in the pre-queue, or when nothing was admitted yet and no rate is set.
-func eta(rank, free int64, reason string, admitted int64, admitPerMinute *int) *int64 {
+// first, at the rate the admission inlet allows (admitPerMinute, 0 for
+// none, as the room's settings in Redis say) when it is what binds, else at
+// the rate of the last minute's admissions. Unknown (nil) when paused, in
+// the pre-queue, or when nothing was admitted yet and no rate is set.
+func eta(rank, free int64, reason string, admitted, admitPerMinute int64) *int64 {
 	perMinute := float64(admitted)
 	switch {
 	case reason == "paused" || reason == "prequeue":
 		return nil
-	case reason == "rate":
-		perMinute = float64(*admitPerMinute)
-	case admitted == 0 && admitPerMinute != nil:
-		perMinute = float64(*admitPerMinute)
+	case reason == "rate" || admitted == 0 && admitPerMinute > 0:
+		perMinute = float64(admitPerMinute)
 	case admitted == 0:
+		return nil
+	}
+	if perMinute <= 0 {
 		return nil
 	}
 	need := rank - free + 1

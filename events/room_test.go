@@ -241,22 +241,21 @@ func TestRoomSettingsOnlyMoveForward(t *testing.T) {
 // last minute's admissions; unknown when neither is known, or while paused
 // or in the pre-queue.
 func TestETA(t *testing.T) {
-	ten := 10
 	for _, c := range []struct {
 		name           string
 		rank, free     int64
 		reason         string
 		admitted       int64
-		admitPerMinute *int
+		admitPerMinute int64
 		want           *int64
 	}{
-		{"measured", 4, 0, "full", 30, nil, ptr(int64(10))},
-		{"rate binds", 4, 0, "rate", 30, &ten, ptr(int64(30))},
-		{"nothing measured, rate known", 0, 0, "full", 0, &ten, ptr(int64(6))},
-		{"nothing measured", 4, 0, "full", 0, nil, nil},
-		{"paused", 4, 0, "paused", 30, nil, nil},
-		{"pre-queue", 4, 0, "prequeue", 30, nil, nil},
-		{"free slots ahead", 4, 2, "full", 60, nil, ptr(int64(3))},
+		{"measured", 4, 0, "full", 30, 0, ptr(int64(10))},
+		{"rate binds", 4, 0, "rate", 30, 10, ptr(int64(30))},
+		{"nothing measured, rate known", 0, 0, "full", 0, 10, ptr(int64(6))},
+		{"nothing measured", 4, 0, "full", 0, 0, nil},
+		{"paused", 4, 0, "paused", 30, 0, nil},
+		{"pre-queue", 4, 0, "prequeue", 30, 0, nil},
+		{"free slots ahead", 4, 2, "full", 60, 0, ptr(int64(3))},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			require.Equal(t, c.want, eta(c.rank, c.free, c.reason, c.admitted, c.admitPerMinute))
@@ -280,4 +279,52 @@ func TestEnterIsFenced(t *testing.T) {
 	st, err = r.enter(ctx, e, 5, "late", 1)
 	require.NoError(t, err)
 	require.Equal(t, "ready", st.Status)
+}
+
+// A pause that ends before a ready user's claimBy gives it a full window
+// again when its turn comes back, as does any change of the settings.
+func TestClaimWindowRestartsAfterAShortPause(t *testing.T) {
+	r, e := testRoom(t, settings(1, 3600, 2), "u00")
+	ctx := context.Background()
+	st, err := r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	first := *st.ClaimBy
+
+	e.AdmissionPaused, e.version = true, 2
+	require.NoError(t, r.Configure(ctx, e))
+	st, err = r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, "waiting", st.Status)
+	time.Sleep(500 * time.Millisecond)
+	e.AdmissionPaused, e.version = false, 3
+	require.NoError(t, r.Configure(ctx, e))
+	st, err = r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status)
+	require.True(t, st.ClaimBy.After(first.Add(400*time.Millisecond)), "a new window, not the one told before the pause: %v then %v", first, *st.ClaimBy)
+
+	require.NoError(t, r.Configure(ctx, e)) // the same version again, as the periodic task does
+	again, err := r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, *st.ClaimBy, *again.ClaimBy, "rewriting the same settings restarts nothing")
+}
+
+// The admission settings come from Redis, not from the caller's copy of
+// the event: an API whose cached event predates a PATCH that set a rate
+// still answers with the rate that binds and its ETA.
+func TestStatusUsesTheRoomsSettingsNotTheCallersCopy(t *testing.T) {
+	r, e := testRoom(t, settings(100, 3600, 3600), "u00", "u01", "u02")
+	ctx := context.Background()
+	stale := e
+	one := 1
+	e.AdmitPerMinute, e.version = &one, 2
+	require.NoError(t, r.Configure(ctx, e))
+	a, err := r.Issue(ctx, stale, "u00")
+	require.NoError(t, err)
+	require.NotEmpty(t, a.Token)
+	sts, err := r.Statuses(ctx, stale, []string{stale.member("u02")})
+	require.NoError(t, err)
+	require.Equal(t, "waiting", sts[0].Status)
+	require.Equal(t, "rate", sts[0].reason)
+	require.Equal(t, int64(120), *sts[0].EtaSeconds, "two ahead of it at one a minute")
 }

@@ -58,8 +58,11 @@ func (w *RoomWrites) Types() []keyed.Type {
 // event's salesStartAt joins the pre-queue: its place is 0, so the room
 // orders it by pseudonym (the shuffle), and its pseudonym is listed in
 // prequeue_entries in entry order; any other entry's place is its request's
-// seq, so the line behind the pre-queue is in acceptance order. An entry
-// accepted before queueOpensAt is refused.
+// seq, so the line behind the pre-queue is in acceptance order. So is an
+// entry accepted before the start that reaches the room only after the
+// pre-queue was sealed (seal.go): the seal cannot have happened while this
+// entry was visible and open, and placing it in the draw now would move
+// people back. An entry accepted before queueOpensAt is refused.
 func (w *RoomWrites) enter(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
 	outs := make([]requests.Outcome, len(b.Requests))
 	evs := map[int64]*Event{} // nil: no such event
@@ -89,7 +92,7 @@ func (w *RoomWrites) enter(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]re
 			continue
 		}
 		place := r.Seq
-		if e.inPrequeue(r.AcceptedAt) {
+		if e.inPrequeue(r.AcceptedAt) && e.sealedAt == nil {
 			place = 0
 			if _, err := tx.Exec(ctx, `INSERT INTO prequeue_entries (event_id, pseudonym, seq) VALUES ($1, $2, $3)
 				ON CONFLICT DO NOTHING`, e.EventID, e.member(r.UserID), r.Seq); err != nil {

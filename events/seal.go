@@ -18,14 +18,15 @@ import (
 // the order is complete before anyone is admitted by it.
 //
 // Membership of the pre-queue is decided by when the API accepted an entry
-// (before salesStartAt), and an entry is applied a moment after it was
-// accepted; an entry accepted just before the start may still be in its
-// mailbox when the start comes. Sealing waits until no such entry is open
-// in Postgres: every entry whose 202 reached its client before the start is
-// then in the room, at its place in the shuffle. An entry whose insert had
-// not committed when the seal looked (accepted before the start, its 202
-// not yet sent) can still join the shuffled part afterwards; like requests
-// in flight together on one key (K3), it has no order against the seal.
+// (before salesStartAt, by the API's clock), and an entry is applied a
+// moment after it was accepted; an entry accepted just before the start may
+// still be in its mailbox when the start comes. Sealing waits sealGrace
+// past the start (for inserts still committing, and clocks a little apart)
+// and then until no such entry is open in Postgres: every entry whose 202
+// reached its client before the start is then in the room, at its place in
+// the draw. An entry the seal could not see (its insert committed later
+// still) is placed by its seq when it is applied, behind the drawn
+// pre-queue (RoomWrites.enter): once sealed, nobody's place moves back.
 //
 // Sealing is safe to try from anywhere and at once: one UPDATE decides,
 // and the room's settings in Redis only ever move to newer versions.
@@ -41,6 +42,9 @@ type Sealer struct {
 // before the start are still being applied, polls would otherwise each try.
 const sealRetry = 200 * time.Millisecond
 
+// sealGrace is how long after salesStartAt sealing waits at the least.
+const sealGrace = time.Second
+
 // NewSealer returns a Sealer.
 func NewSealer(pool *pgxpool.Pool, room *Room) *Sealer {
 	return &Sealer{pool: pool, room: room, tried: map[int64]time.Time{}}
@@ -50,13 +54,14 @@ func NewSealer(pool *pgxpool.Pool, room *Room) *Sealer {
 // is sealed now. An event without a pre-queue is never sealed (it needs
 // no seal).
 func (s *Sealer) Seal(ctx context.Context, ev int64) (sealed bool, err error) {
+	// Open requests are found through requests_open_by_completion.
 	e, err := scanEvent(s.pool.QueryRow(ctx, `UPDATE events e
 		SET prequeue_sealed_at = now(), settings_version = settings_version + 1
-		WHERE id = $1 AND prequeue_sealed_at IS NULL AND sales_start_at <= now()
+		WHERE id = $1 AND prequeue_sealed_at IS NULL AND sales_start_at <= now() - $4::interval
 		  AND NOT EXISTS (SELECT 1 FROM requests r
-		      WHERE r.status IN ('queued', 'processing') AND r.accepted_at < e.sales_start_at
+		      WHERE r.completed_at IS NULL AND r.accepted_at < e.sales_start_at
 		        AND r.type = $2 AND r.keys = ARRAY[$3])
-		RETURNING `+eventColumns, ev, TypeQueueEnter, QueueKey(ev)))
+		RETURNING `+eventColumns, ev, TypeQueueEnter, QueueKey(ev), sealGrace))
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Not sealed now: too early, entries still open, or sealed before,
 		// in which case Redis may hold settings from before the seal (a
@@ -78,7 +83,7 @@ func (s *Sealer) Seal(ctx context.Context, ev int64) (sealed bool, err error) {
 // sealRetry in this process. The room's admissions stay closed until it is
 // sealed; a caller that saw them closed after the start calls this.
 func (s *Sealer) TrySeal(ctx context.Context, e Event, now time.Time) error {
-	if e.SalesStartAt == nil || now.Before(*e.SalesStartAt) {
+	if e.SalesStartAt == nil || now.Before(e.SalesStartAt.Add(sealGrace)) {
 		return nil
 	}
 	s.mu.Lock()

@@ -57,8 +57,8 @@ type settingsInput struct {
 	ClaimWindowSeconds     *int             `json:"claimWindowSeconds"`
 	AdmitPerMinute         optional[int]    `json:"admitPerMinute"`
 	AdmissionPaused        *bool            `json:"admissionPaused"`
-	QueueOpensAt           *string          `json:"queueOpensAt"`
-	SalesStartAt           *string          `json:"salesStartAt"`
+	QueueOpensAt           optional[string] `json:"queueOpensAt"`
+	SalesStartAt           optional[string] `json:"salesStartAt"`
 	ReturnURL              optional[string] `json:"returnUrl"`
 }
 
@@ -155,12 +155,17 @@ func (in settingsInput) applyTimes(e Event, now time.Time, creating bool) (Event
 	return e, nil
 }
 
-// parseInstant reads an RFC 3339 time no more than a year ahead of now.
-func parseInstant(field string, v *string, now time.Time) (*time.Time, error) {
-	if v == nil {
+// parseInstant reads an RFC 3339 time no more than a year ahead of now;
+// absent is nil. A time once set is never cleared (null): the queue's
+// order may already depend on it.
+func parseInstant(field string, v optional[string], now time.Time) (*time.Time, error) {
+	switch {
+	case !v.Set:
 		return nil, nil
+	case v.Null:
+		return nil, invalidField(field, "%s cannot be cleared; move it instead", field)
 	}
-	t, err := time.Parse(time.RFC3339, *v)
+	t, err := time.Parse(time.RFC3339, v.V)
 	if err != nil {
 		return nil, invalidField(field, "%s must be an RFC 3339 time, such as 2026-12-01T10:00:00Z", field)
 	}

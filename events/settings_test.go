@@ -57,6 +57,7 @@ func TestSettingsOnCreation(t *testing.T) {
 		{`{"returnUrl": "/\\evil.example"}`, domain.CodeInvalidInput, "returnUrl"},
 		{`{"returnUrl": ""}`, domain.CodeInvalidInput, "returnUrl"},
 		{`{"returnUrl": "checkout"}`, domain.CodeInvalidInput, "returnUrl"},
+		{`{"salesStartAt": null}`, domain.CodeInvalidInput, "salesStartAt"},
 	} {
 		_, err := decodeSettings(t, c.body).apply(newEventSettings(), now, true)
 		p, ok := domain.AsProblem(err)
