@@ -51,7 +51,6 @@ type verifiedToken struct {
 // Leeway is the clock skew allowed on exp.
 const Leeway = 5 * time.Second
 
-
 // NewSigner returns a Signer for secret.
 func NewSigner(secret string) *Signer {
 	s := &Signer{secret: []byte(secret), now: time.Now,
