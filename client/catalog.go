@@ -36,13 +36,19 @@ type EventSettings struct {
 
 // Event is a created event.
 type Event struct {
-	EventID                int64      `json:"eventId"`
-	Name                   string     `json:"name"`
-	TotalSeats             int        `json:"totalSeats"`
-	MaxConcurrent          int        `json:"maxConcurrent"`
-	TokenTTLSeconds        int        `json:"tokenTtlSeconds"`
-	EntryTokenRequired     bool       `json:"entryTokenRequired"`
-	FCFSEntryTokenRequired bool       `json:"fcfsEntryTokenRequired"`
+	EventID                int64  `json:"eventId"`
+	Name                   string `json:"name"`
+	TotalSeats             int    `json:"totalSeats"`
+	MaxConcurrent          int    `json:"maxConcurrent"`
+	TokenTTLSeconds        int    `json:"tokenTtlSeconds"`
+	EntryTokenRequired     bool   `json:"entryTokenRequired"`
+	FCFSEntryTokenRequired bool   `json:"fcfsEntryTokenRequired"`
+	RoomSettings
+}
+
+// RoomSettings are an event's waiting-room settings as the API shows them,
+// to its admins and in the public event alike.
+type RoomSettings struct {
 	PresenceTimeoutSeconds int        `json:"presenceTimeoutSeconds"`
 	ClaimWindowSeconds     int        `json:"claimWindowSeconds"`
 	AdmitPerMinute         *int       `json:"admitPerMinute"`

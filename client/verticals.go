@@ -127,19 +127,12 @@ func (c *Client) QueueTicket(ctx context.Context, eventID int64) (StreamTicket, 
 
 // PublicEvent is an event's public summary.
 type PublicEvent struct {
-	EventID                int64      `json:"eventId"`
-	Name                   string     `json:"name"`
-	TotalSeats             int        `json:"totalSeats"`
-	RemainingSeats         int        `json:"remainingSeats"`
-	PresenceTimeoutSeconds int        `json:"presenceTimeoutSeconds"`
-	ClaimWindowSeconds     int        `json:"claimWindowSeconds"`
-	AdmitPerMinute         *int       `json:"admitPerMinute"`
-	AdmissionPaused        bool       `json:"admissionPaused"`
-	QueueOpensAt           *time.Time `json:"queueOpensAt"`
-	SalesStartAt           *time.Time `json:"salesStartAt"`
-	ReturnURL              *string    `json:"returnUrl"`
-	ShuffleCommitment      string     `json:"shuffleCommitment"`
-	ShuffleSeed            *string    `json:"shuffleSeed"` // once the sale has started
+	EventID        int64  `json:"eventId"`
+	Name           string `json:"name"`
+	TotalSeats     int    `json:"totalSeats"`
+	RemainingSeats int    `json:"remainingSeats"`
+	RoomSettings
+	ShuffleSeed *string `json:"shuffleSeed"` // once the sale has started
 }
 
 // PrequeuePage is one page of an event's pre-queue entrants (pseudonyms, in

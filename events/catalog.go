@@ -15,13 +15,24 @@ import (
 
 // Event is an event and its settings.
 type Event struct {
-	EventID                int64      `json:"eventId"`
-	Name                   string     `json:"name"`
-	TotalSeats             int        `json:"totalSeats"`
-	MaxConcurrent          int        `json:"maxConcurrent"`
-	TokenTTLSeconds        int        `json:"tokenTtlSeconds"`
-	EntryTokenRequired     bool       `json:"entryTokenRequired"`
-	FCFSEntryTokenRequired bool       `json:"fcfsEntryTokenRequired"`
+	EventID                int64  `json:"eventId"`
+	Name                   string `json:"name"`
+	TotalSeats             int    `json:"totalSeats"`
+	MaxConcurrent          int    `json:"maxConcurrent"`
+	TokenTTLSeconds        int    `json:"tokenTtlSeconds"`
+	EntryTokenRequired     bool   `json:"entryTokenRequired"`
+	FCFSEntryTokenRequired bool   `json:"fcfsEntryTokenRequired"`
+	RoomSettings
+	CreatedAt time.Time `json:"createdAt"`
+
+	seed     []byte     // the shuffle seed: secret until SalesStartAt
+	version  int64      // settings_version
+	sealedAt *time.Time // when the pre-queue was sealed (seal.go)
+}
+
+// RoomSettings are the waiting room's settings a visitor plans by (SPEC
+// §6.1), shown by the admin's and the public view of an event alike.
+type RoomSettings struct {
 	PresenceTimeoutSeconds int        `json:"presenceTimeoutSeconds"`
 	ClaimWindowSeconds     int        `json:"claimWindowSeconds"`
 	AdmitPerMinute         *int       `json:"admitPerMinute"`
@@ -30,11 +41,6 @@ type Event struct {
 	SalesStartAt           *time.Time `json:"salesStartAt"`
 	ReturnURL              *string    `json:"returnUrl"`
 	ShuffleCommitment      string     `json:"shuffleCommitment"`
-	CreatedAt              time.Time  `json:"createdAt"`
-
-	seed     []byte     // the shuffle seed: secret until SalesStartAt
-	version  int64      // settings_version
-	sealedAt *time.Time // when the pre-queue was sealed (seal.go)
 }
 
 // started reports whether the sale has started at now: always, for an
@@ -60,27 +66,18 @@ func (e Event) member(user string) string { return Pseudonym(e.seed, user) }
 // waiting-room settings a visitor plans by. ShuffleSeed is null until the
 // sale starts.
 type Public struct {
-	EventID                int64      `json:"eventId"`
-	Name                   string     `json:"name"`
-	TotalSeats             int        `json:"totalSeats"`
-	RemainingSeats         int        `json:"remainingSeats"`
-	PresenceTimeoutSeconds int        `json:"presenceTimeoutSeconds"`
-	ClaimWindowSeconds     int        `json:"claimWindowSeconds"`
-	AdmitPerMinute         *int       `json:"admitPerMinute"`
-	AdmissionPaused        bool       `json:"admissionPaused"`
-	QueueOpensAt           *time.Time `json:"queueOpensAt"`
-	SalesStartAt           *time.Time `json:"salesStartAt"`
-	ReturnURL              *string    `json:"returnUrl"`
-	ShuffleCommitment      string     `json:"shuffleCommitment"`
-	ShuffleSeed            *string    `json:"shuffleSeed"`
+	EventID        int64  `json:"eventId"`
+	Name           string `json:"name"`
+	TotalSeats     int    `json:"totalSeats"`
+	RemainingSeats int    `json:"remainingSeats"`
+	RoomSettings
+	ShuffleSeed *string `json:"shuffleSeed"`
 }
 
 // public is e's public view at now with remaining seats.
 func (e Event) public(remaining int, now time.Time) Public {
 	p := Public{EventID: e.EventID, Name: e.Name, TotalSeats: e.TotalSeats, RemainingSeats: remaining,
-		PresenceTimeoutSeconds: e.PresenceTimeoutSeconds, ClaimWindowSeconds: e.ClaimWindowSeconds,
-		AdmitPerMinute: e.AdmitPerMinute, AdmissionPaused: e.AdmissionPaused, QueueOpensAt: e.QueueOpensAt,
-		SalesStartAt: e.SalesStartAt, ReturnURL: e.ReturnURL, ShuffleCommitment: e.ShuffleCommitment}
+		RoomSettings: e.RoomSettings}
 	if e.SalesStartAt != nil && e.started(now) {
 		seed := hex.EncodeToString(e.seed)
 		p.ShuffleSeed = &seed

@@ -65,7 +65,7 @@ type settingsInput struct {
 // newEventSettings is an event with its settings' defaults.
 func newEventSettings() Event {
 	return Event{MaxConcurrent: DefaultMaxConcurrent, TokenTTLSeconds: DefaultTokenTTLSeconds, EntryTokenRequired: true,
-		PresenceTimeoutSeconds: DefaultTimeoutSeconds, ClaimWindowSeconds: DefaultTimeoutSeconds}
+		RoomSettings: RoomSettings{PresenceTimeoutSeconds: DefaultTimeoutSeconds, ClaimWindowSeconds: DefaultTimeoutSeconds}}
 }
 
 // apply validates in and applies it to e at now. creating says whether e is

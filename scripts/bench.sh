@@ -43,10 +43,7 @@ mkdir -p "$out"
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 
-psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_bench' 2>/dev/null
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no > "$out/redis.log" 2>&1 & pid=$!; pids+=("$pid")
-for _ in $(seq 1 50); do redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 && break; sleep 0.1; done
-bin/api migrate
+fresh_stores holdfast_bench "$redis_port"
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 pgv=$(psql -tA "$DATABASE_URL" -c 'SHOW server_version' | cut -d' ' -f1)
@@ -95,10 +92,7 @@ for mode in literal skiplocked; do
 done
 
 step "holdfast: API and worker"
-HTTP_ADDR=$api_addr bin/api > "$out/api.log" 2>&1 & api_pid=$!; pids+=("$api_pid")
-WORKER_ADDR=$worker_addr bin/worker > "$out/worker.log" 2>&1 & worker_pid=$!; pids+=("$worker_pid")
-wait_ready "http://$api_addr/readyz" "$api_pid"
-wait_ready "http://$worker_addr/readyz" "$worker_pid"
+start_holdfast
 common=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -users "$users" -seats "$seats" -concurrency "$conc")
 
 step "holdfast: fcfs-rush"

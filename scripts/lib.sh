@@ -16,3 +16,20 @@ step() { printf '\n== %s\n' "$*" >&2; }
 # Each measured run starts right after a checkpoint, so none of them pays for
 # the full-page writes left over from the run before it.
 settle() { psql -q "$DATABASE_URL" -c 'CHECKPOINT' >/dev/null; }
+# fresh_stores DB REDIS_PORT: drop database DB (of $pg_base), start a private
+# redis-server on REDIS_PORT, and migrate ($DATABASE_URL and $REDIS_URL
+# must name them).
+fresh_stores() {
+  psql -q "$pg_base/postgres?sslmode=disable" -c "DROP DATABASE IF EXISTS $1" 2>/dev/null
+  redis-server --bind 127.0.0.1 --port "$2" --save "" --appendonly no > "$out/redis.log" 2>&1 & pids+=("$!")
+  for _ in $(seq 1 50); do redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  bin/api migrate
+}
+# start_holdfast: bin/api on $api_addr and bin/worker on $worker_addr, logs in
+# $out, ready when it returns; their pids in $api_pid and $worker_pid.
+start_holdfast() {
+  HTTP_ADDR=$api_addr bin/api > "$out/api.log" 2>&1 & api_pid=$!; pids+=("$api_pid")
+  WORKER_ADDR=$worker_addr bin/worker > "$out/worker.log" 2>&1 & worker_pid=$!; pids+=("$worker_pid")
+  wait_ready "http://$api_addr/readyz" "$api_pid"
+  wait_ready "http://$worker_addr/readyz" "$worker_pid"
+}

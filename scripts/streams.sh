@@ -24,14 +24,8 @@ mkdir -p "$out"
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 
-psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_streams' 2>/dev/null
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no > "$out/redis.log" 2>&1 & pid=$!; pids+=("$pid")
-for _ in $(seq 1 50); do redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 && break; sleep 0.1; done
-bin/api migrate
-HTTP_ADDR=$api_addr PPROF_ADDR=${STREAMS_PPROF:-} bin/api > "$out/api.log" 2>&1 & api_pid=$!; pids+=("$api_pid")
-WORKER_ADDR=$worker_addr bin/worker > "$out/worker.log" 2>&1 & worker_pid=$!; pids+=("$worker_pid")
-wait_ready "http://$api_addr/readyz" "$api_pid"
-wait_ready "http://$worker_addr/readyz" "$worker_pid"
+fresh_stores holdfast_streams "$redis_port"
+PPROF_ADDR=${STREAMS_PPROF:-} start_holdfast
 step "$streams position streams held open for $hold"
 bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -users "$streams" -concurrency "$streams" \
   -hold "$hold" idle-streams | tee "$out/report.txt"
