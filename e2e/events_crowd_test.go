@@ -601,6 +601,20 @@ func TestWaitingRoomBadInput(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, code, "a ticket and a bearer token of different users")
 	code, _, _ = sseStatuses(t, s, stream)
 	require.Equal(t, http.StatusUnauthorized, code, "neither ticket nor token")
+
+	// A few tabs, not a flood: the fifth stream of one user is refused.
+	bearer := "Bearer " + s.Token("many-tabs", domain.RoleUser)
+	var closers []func()
+	for range 4 {
+		code, _, closeIt := sseStatuses(t, s, stream, "Authorization", bearer)
+		require.Equal(t, http.StatusOK, code)
+		closers = append(closers, closeIt)
+	}
+	code, _, _ = sseStatuses(t, s, stream, "Authorization", bearer)
+	require.Equal(t, http.StatusTooManyRequests, code)
+	for _, closeIt := range closers {
+		closeIt()
+	}
 	r = u.Do("GET", fmt.Sprintf("/api/v1/events/%d/queue/status?ticket=%s", e.EventID, tk.Ticket), nil)
 	require.Equal(t, http.StatusUnauthorized, r.Status, "a ticket opens only the path it names")
 	asBearer := *u

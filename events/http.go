@@ -479,15 +479,24 @@ func (h *handlers) positionStream(c *fiber.Ctx) error {
 		return err
 	}
 	member := e.member(api.Principal(c).UserID)
+	release, ok := h.positions.open(e.EventID, member)
+	if !ok {
+		return domain.NewProblem(http.StatusTooManyRequests, domain.CodeRateLimited,
+			"at most %d position streams of one user at once; close one", maxStreamsPerUser).WithMeta("retryAfterSeconds", 5)
+	}
 	first, err := h.room.Statuses(c.UserContext(), e, []string{member})
 	if err != nil {
+		release()
 		return err
 	}
 	c.Set(fiber.HeaderContentType, "text/event-stream")
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	c.Set("X-Accel-Buffering", "no") // a proxy must not hold events back
 	done := c.Context().Done()
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) { h.positions.serve(w, e, member, first[0], done) })
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer release()
+		h.positions.serve(w, e, member, first[0], done)
+	})
 	return nil
 }
 

@@ -19,7 +19,9 @@ import (
 // event cost one round trip per tick, not a thousand.
 //
 // Bounds: one watcher per event with an open stream here, one subscriber per
-// open stream; a watcher ends with its last stream.
+// open stream, at most maxStreamsPerUser streams of one user on one event
+// here (a stream costs the API about 100 KiB); a watcher ends with its last
+// stream.
 type positions struct {
 	room   *Room
 	sealer *Sealer
@@ -29,7 +31,17 @@ type positions struct {
 
 	mu       sync.Mutex
 	watchers map[int64]*watcher
+	perUser  map[userStream]int // open streams of a user on an event
 }
+
+type userStream struct {
+	ev     int64
+	member string
+}
+
+// maxStreamsPerUser bounds one user's open streams on one event, per API
+// process: a few tabs, not a flood.
+const maxStreamsPerUser = 4
 
 type watcher struct {
 	subs map[*subscriber]struct{}
@@ -48,7 +60,26 @@ const streamTick = time.Second
 
 func newPositions(room *Room, sealer *Sealer, event func(context.Context, int64) (Event, error), log *slog.Logger) *positions {
 	return &positions{room: room, sealer: sealer, event: event, tick: streamTick, log: log,
-		watchers: map[int64]*watcher{}}
+		watchers: map[int64]*watcher{}, perUser: map[userStream]int{}}
+}
+
+// open counts a stream of member on ev, unless the user has
+// maxStreamsPerUser open here already; release undoes it.
+func (p *positions) open(ev int64, member string) (release func(), ok bool) {
+	k := userStream{ev, member}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.perUser[k] >= maxStreamsPerUser {
+		return nil, false
+	}
+	p.perUser[k]++
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.perUser[k]--; p.perUser[k] == 0 {
+			delete(p.perUser, k)
+		}
+	}, true
 }
 
 // subscribe registers a stream of member on event ev; cancel unregisters it.
