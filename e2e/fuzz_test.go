@@ -95,6 +95,9 @@ func FuzzEveryOperationOverHTTP(f *testing.F) {
 		{"PUT /api/v1/cart/items/{productOptionId}", "99999999999999999999", "", `{"quantity":1e3}`, "", false},
 		{"GET /api/v1/requests/{id}", "0192f5a0-0000-7000-8000-000000000000", "wait=-1s", "", "", false},
 		{"PATCH /api/v1/rooms/{roomId}", "1", "", `{"status":"ACTIVE","housekeepingStatus":null}`, "", true},
+		{"PATCH /api/v1/events/{eventId}", "1", "", `{"salesStartAt":null,"admitPerMinute":null,"returnUrl":"//x"}`, "", true},
+		{"POST /api/v1/events", "", "", `{"name":"e","seatCount":1,"queueOpensAt":"2030-01-01T00:00:00Z","salesStartAt":"2029-01-01T00:00:00Z"}`, "", true},
+		{"GET /api/v1/public/events/{eventId}/prequeue", "1", "offset=99999999999999999999&limit=-", "", "", false},
 	} {
 		i := slices.Index(ops, seed.op)
 		require.GreaterOrEqual(f, i, 0, "the document has no %s", seed.op)
