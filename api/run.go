@@ -27,6 +27,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	}
 	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns)
 	if err != nil {
+		if ctx.Err() != nil { // told to stop while it started (waiting on the migration lock, say)
+			return nil
+		}
 		return err
 	}
 	defer st.Close()

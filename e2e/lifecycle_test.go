@@ -11,11 +11,13 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/tasks"
+	"github.com/holdfast/holdfast/worker"
 )
 
 func TestRequestLifecycle(t *testing.T) {
@@ -169,4 +171,17 @@ func TestWorkerRunsAnAsynqServerPerQueue(t *testing.T) {
 	}
 	slices.Sort(got)
 	require.Equal(t, want, got)
+}
+
+// A binary told to stop while it is still starting (waiting on the
+// migration lock behind another, say) stops cleanly: a test that ends
+// before a worker it started is ready, or a deploy that stops a replica
+// during its start, is no failure.
+func TestStopWhileStartingIsClean(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{NoAPI: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, worker.Run(ctx, s.Cfg, s.Log, worker.Options{Name: "early"}))
+	require.NoError(t, api.Run(ctx, s.Cfg, s.Log, nil))
 }

@@ -69,6 +69,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	log = log.With("worker", opt.Name)
 	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.CustomPlans)
 	if err != nil {
+		if ctx.Err() != nil { // told to stop while it started (waiting on the migration lock, say)
+			return nil
+		}
 		return err
 	}
 	defer st.Close()
