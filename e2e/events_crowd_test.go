@@ -158,7 +158,7 @@ func livenessRun(t *testing.T, s *systest.System, silent bool, presence, claim i
 type roomWatch struct {
 	maxValid   atomic.Int64
 	mu         sync.Mutex
-	admissions map[string]int64 // admits member → ms
+	admissions map[string]int64 // admits member → µs, as the room times them
 	stop, done chan struct{}
 }
 
@@ -213,7 +213,7 @@ func (w *roomWatch) finish() (maxPerMinute, total int) {
 	}
 	slices.Sort(times)
 	for i, j := 0, 0; i < len(times); i++ {
-		for times[i]-times[j] >= 60_000 {
+		for times[i]-times[j] >= 60_000_000 {
 			j++
 		}
 		maxPerMinute = max(maxPerMinute, i-j+1)
@@ -222,11 +222,11 @@ func (w *roomWatch) finish() (maxPerMinute, total int) {
 }
 
 // 2,000 users on two APIs and two workers churn through a room with
-// maxConcurrent 5, admitPerMinute 20 and 1 s tokens: some leave the page,
+// maxConcurrent 3, admitPerMinute 20 and 1 s tokens: some leave the page,
 // some let their turn pass, some take a token and leave it to expire or
 // give it back; like the waiting-room page, a user polls every second near
 // the front and every few seconds further back. A checker reading Redis
-// every few milliseconds never sees more than 5 valid tokens, nor more than
+// every few milliseconds never sees more than 3 valid tokens, nor more than
 // 20 admissions in any 60 s window, and it sees exactly the admissions the
 // clients were told of. Both caps bind: the crowd would take about 2 a
 // second for the 20 s the test runs.
@@ -234,7 +234,7 @@ func (w *roomWatch) finish() (maxPerMinute, total int) {
 // events.TestTokenCheckThenActControlExceedsTheCap.)
 func TestWaitingRoomExactUnderChurn(t *testing.T) {
 	t.Parallel()
-	const users, maxConcurrent, perMinute = 2000, 5, 20
+	const users, maxConcurrent, perMinute = 2000, 3, 20
 	s := systest.Start(t, systest.Options{Workers: 2})
 	other := s.StartExtraAPI()
 	e := newEvent(t, s, map[string]any{"name": "Churn", "seatCount": 10, "maxConcurrent": maxConcurrent,
@@ -295,7 +295,8 @@ func TestWaitingRoomExactUnderChurn(t *testing.T) {
 	require.LessOrEqual(t, perMinuteSeen, perMinute)
 	require.Equal(t, int(told.Load()), total, "every admission the clients were told of, and no other")
 	require.GreaterOrEqual(t, total, perMinute*3/4, "the crowd pressed on the rate")
-	require.GreaterOrEqual(t, w.maxValid.Load(), int64(2), "and on the cap")
+	require.GreaterOrEqual(t, w.maxValid.Load(), int64(2), "and on the cap (it reaches it in most runs)")
+	require.Equal(t, total, perMinuteSeen, "the run is shorter than a minute, so every admission is in one window: a check of the window itself")
 }
 
 // 1,000 users enter a pre-queue before the sale starts, 50 more after it.
