@@ -7,9 +7,11 @@
 // the seed's §5 shape. The caller is named by the X-User-Id header, which is
 // what reserved_by records; the seed's gateway de-duplication is left out.
 // It is deliberately the seed's design, flaws included; it is not part of
-// holdfast. Three more modes measure parts of what holdfast does: a handler
-// that only enqueues an Asynq task, one that first makes the request durable
-// with holdfast's own intake, and that plus the rest of a write's round trip
+// holdfast. The cart mode is seed 002's order reserve built the same way,
+// one transaction per HTTP request, in its strongest plain form (cart.go).
+// Three more modes measure parts of what holdfast does: a handler that only
+// enqueues an Asynq task, one that first makes the request durable with
+// holdfast's own intake, and that plus the rest of a write's round trip
 // built the plain way (its task processed as it comes, a long poll).
 package baseline
 
@@ -69,15 +71,19 @@ const (
 	// request's task as it comes and announces it done. It serves only
 	// /healthz and /metrics over HTTP, and needs no Postgres.
 	RoundTripTasks Mode = "roundtrip-tasks"
+	// Cart is seed 002's order reserve done synchronously, one transaction
+	// per HTTP request that locks the cart's options (see cart.go), in a
+	// schema of its own (SetupCart).
+	Cart Mode = "cart"
 )
 
 // ParseMode reads a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Literal, SkipLocked, Enqueue, Durable, RoundTrip, RoundTripTasks:
+	case Literal, SkipLocked, Enqueue, Durable, RoundTrip, RoundTripTasks, Cart:
 		return m, nil
 	}
-	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable, roundtrip or roundtrip-tasks)", s)
+	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable, roundtrip, roundtrip-tasks or cart)", s)
 }
 
 // UsesPostgres reports whether the mode needs a Postgres pool: all but
@@ -86,7 +92,8 @@ func (m Mode) UsesPostgres() bool { return m != Enqueue && m != RoundTripTasks }
 
 // StoresRequests reports whether the mode stores each request in holdfast's
 // requests table, so its pool must be migrated to holdfast's schema
-// (storage.Migrate); the seat modes use a schema of their own (Setup).
+// (storage.Migrate); the seat modes and the cart mode use a schema of their
+// own (Setup, SetupCart).
 func (m Mode) StoresRequests() bool { return m == Durable || m == RoundTrip }
 
 const (
@@ -137,7 +144,7 @@ type Reply struct {
 // Options configure a Server. Zero values take the defaults.
 type Options struct {
 	Mode            Mode          // required
-	Schema          string        // Postgres schema holding seats; default DefaultSchema
+	Schema          string        // Postgres schema of the seats (default DefaultSchema) or the cart mode's tables (DefaultCartSchema)
 	Queue           string        // queue of the enqueue, durable and roundtrip modes; default DefaultQueue
 	Concurrency     int           // the roundtrip-tasks mode's Asynq handlers; default 64, as the Asynq floor's
 	ShutdownTimeout time.Duration // default 10s
@@ -159,6 +166,10 @@ type Server struct {
 	stop     context.CancelFunc
 	app      *fiber.App
 	sql      queries
+	cart     cartQueries // cart mode
+	// beforeInsert, when set, runs in a reserve whose cart fits, before its
+	// INSERT: the tests' barrier.
+	beforeInsert func(user string)
 }
 
 // queries are the statements, with the schema spelled out so that they do
@@ -196,6 +207,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	}
 	if opt.Schema == "" {
 		opt.Schema = DefaultSchema
+		if opt.Mode == Cart {
+			opt.Schema = DefaultCartSchema
+		}
 	}
 	if opt.Queue == "" {
 		opt.Queue = DefaultQueue
@@ -237,6 +251,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 		}
 	case RoundTripTasks:
 		s.tasks = s.newTaskServer()
+	case Cart:
+		s.cart = newCartQueries(opt.Schema, allLocks)
+		s.mountCart()
 	default:
 		s.app.Post(ReservePath, s.reserve)
 	}

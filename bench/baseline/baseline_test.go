@@ -50,8 +50,13 @@ func start(t *testing.T, mode baseline.Mode, seats int) system {
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		sys.pool = pool
-		sys.schema = "fcfs_" + randomName()
-		require.NoError(t, baseline.Setup(ctx, pool, sys.schema, seats))
+		if mode == baseline.Cart {
+			sys.schema = "cart_" + randomName()
+			require.NoError(t, baseline.SetupCart(ctx, pool, sys.schema))
+		} else {
+			sys.schema = "fcfs_" + randomName()
+			require.NoError(t, baseline.Setup(ctx, pool, sys.schema, seats))
+		}
 		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+sys.schema+" CASCADE") })
 	}
 	_, sys.rdb = testenv.Redis(t)

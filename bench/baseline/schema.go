@@ -39,3 +39,51 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, schema string, seats int) er
 	}
 	return nil
 }
+
+// DefaultCartSchema is the Postgres schema of the cart mode's tables.
+const DefaultCartSchema = "cart_baseline"
+
+// SetupCart creates schema with the cart mode's tables if they are missing:
+// products, their options (each with its stock_quantity and is_active), and
+// seed 002's INVENTORY_RESERVATION with the seed's three indexes (§4). It
+// keeps what is there: each run creates options of its own (POST
+// CartProductsPath), so runs can share the tables. Options hold their
+// stock themselves; the seed's separate INVENTORY row would be one more
+// row to lock per line.
+func SetupCart(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	ddl := fmt.Sprintf(`
+		CREATE SCHEMA IF NOT EXISTS %[1]s;
+		CREATE TABLE IF NOT EXISTS %[1]s.products (
+			id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			name text NOT NULL
+		);
+		CREATE TABLE IF NOT EXISTS %[1]s.product_options (
+			id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			product_id     bigint  NOT NULL REFERENCES %[1]s.products,
+			option_code    text    NOT NULL UNIQUE,
+			price          bigint  NOT NULL CHECK (price >= 0),
+			stock_quantity integer NOT NULL CHECK (stock_quantity >= 0),
+			is_active      boolean NOT NULL DEFAULT true
+		);
+		CREATE TABLE IF NOT EXISTS %[1]s.inventory_reservations (
+			id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			product_option_id bigint      NOT NULL REFERENCES %[1]s.product_options,
+			user_id           text        NOT NULL,
+			quantity          integer     NOT NULL CHECK (quantity > 0),
+			status            text        NOT NULL CHECK (status IN ('RESERVED', 'CONFIRMED', 'RELEASED', 'EXPIRED')),
+			reserved_at       timestamptz NOT NULL,
+			expires_at        timestamptz NOT NULL,
+			updated_at        timestamptz NOT NULL
+		);
+		CREATE INDEX IF NOT EXISTS idx_inventory_reservation_product_option_status
+			ON %[1]s.inventory_reservations (product_option_id, status);
+		CREATE INDEX IF NOT EXISTS idx_inventory_reservation_user_status_expires
+			ON %[1]s.inventory_reservations (user_id, status, expires_at);
+		CREATE INDEX IF NOT EXISTS idx_inventory_reservation_expires_at
+			ON %[1]s.inventory_reservations (expires_at);`, s)
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("baseline: setup cart %s: %w", schema, err)
+	}
+	return nil
+}

@@ -4,13 +4,17 @@
 // HTTP handler that only enqueues an Asynq task, one that makes each
 // request durable in Postgres and then enqueues its task, or that plus a
 // long poll for the task's outcome and, in a process of its own, the tasks'
-// worker (a write's round trip built the plain way). It is not part of
-// holdfast and never runs in production.
+// worker (a write's round trip built the plain way); or seed 002's order
+// reserve done synchronously, one transaction per request (-mode cart, its
+// tables created in schema cart_baseline if missing, its products created
+// over HTTP by the load tool). It is not part of holdfast and never runs in
+// production.
 //
 // Settings are flags; each defaults to the environment variable named in
 // its usage (baseline -h), else to a local default:
 //
 //	baseline -mode skiplocked -seats 1000
+//	baseline -mode cart
 //	BASELINE_MODE=enqueue baseline
 package main
 
@@ -50,7 +54,7 @@ func run(args []string) error {
 		return err
 	}
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, enqueue, durable, roundtrip or roundtrip-tasks (BASELINE_MODE)")
+	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, enqueue, durable, roundtrip, roundtrip-tasks or cart (BASELINE_MODE)")
 	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
 	redisURL := fs.String("redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")
@@ -89,10 +93,8 @@ func run(args []string) error {
 				return err
 			}
 		}
-		if *seats > 0 && !mode.StoresRequests() {
-			if err := baseline.Setup(ctx, pool, baseline.DefaultSchema, *seats); err != nil {
-				return err
-			}
+		if err := setupSchema(ctx, pool, mode, *seats); err != nil {
+			return err
 		}
 	}
 
@@ -112,6 +114,18 @@ func run(args []string) error {
 	}
 	fmt.Printf("baseline listening on %s mode=%s\n", ln.Addr(), mode)
 	return srv.Serve(ctx, ln)
+}
+
+// setupSchema prepares the tables of a mode that keeps its own: the cart
+// mode's are created if missing, the seats recreated when seats > 0.
+func setupSchema(ctx context.Context, pool *pgxpool.Pool, mode baseline.Mode, seats int) error {
+	switch {
+	case mode == baseline.Cart:
+		return baseline.SetupCart(ctx, pool, baseline.DefaultCartSchema)
+	case seats > 0 && !mode.StoresRequests():
+		return baseline.Setup(ctx, pool, baseline.DefaultSchema, seats)
+	}
+	return nil
 }
 
 func env(name, def string) string {
