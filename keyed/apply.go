@@ -145,13 +145,8 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if !e.opt.Unguarded && !e.noFence {
-		for _, l := range leases {
-			if err := fence(ctx, tx, l); err != nil {
-				if errors.Is(err, ErrFenced) {
-					return res, &fencedError{key: l.Key}
-				}
-				return res, err
-			}
+		if err := fenceAll(ctx, tx, leases); err != nil {
+			return res, err
 		}
 	}
 	skipLimit := 0

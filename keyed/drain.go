@@ -3,8 +3,6 @@ package keyed
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,58 +49,59 @@ func (e *Engine) Drain(ctx context.Context, key, queue string) error {
 	return e.drainHeld(ctx, l, queue)
 }
 
+// drainHeld drains the key of l, which this process holds, and the keys its
+// group takes on the way (group.go), for at most DrainSlice.
 func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
-	d := &drain{e: e, queue: queue, l: l, limit: e.opt.BatchMax}
-	// The local mark is withdrawn before every way out, so a task that
-	// arrives after it goes for the lease itself.
-	e.local.Store(l.Key, d)
-	leave := func() { e.local.CompareAndDelete(l.Key, d) }
-	defer leave()
+	g := e.newGroup(queue, l)
+	defer g.leave()
 	deadline := e.now().Add(e.opt.DrainSlice)
-	for {
+	var wait time.Duration
+	for len(g.held) > 0 {
 		if e.stopped() || ctx.Err() != nil || !e.now().Before(deadline) {
-			leave()
-			return e.handOff(context.WithoutCancel(ctx), d.l, queue, 0)
+			return g.handOffAll(context.WithoutCancel(ctx), 0)
 		}
-		ids, lastSeq, err := e.peek(ctx, d.l, e.opt.BatchMax)
-		if err == nil && len(ids) == 0 {
-			leave()
-			switch st, err := e.release(ctx, d.l, true); {
-			case err == nil && st == relLost:
-				return e.lostLease(ctx, d.l, queue)
-			case err == nil && st != relKept:
-				return nil
+		progress, err := g.step(ctx)
+		var lost *lostKeys
+		switch {
+		case errors.As(err, &lost):
+			return e.lostGroup(ctx, g, lost.keys)
+		case errors.Is(err, ErrLeaseLost):
+			return e.lostGroup(ctx, g, nil)
+		case err != nil:
+			if herr := g.handOffAll(context.WithoutCancel(ctx), time.Second); herr != nil {
+				e.log.Warn("hand off after error", "keys", g.keys(), "err", herr)
 			}
-			// Still held (the mailbox was not empty), or the release failed
-			// and the next peek finds out.
-			e.local.Store(l.Key, d)
+			return err // retried, and shown in Asynqmon
+		case progress:
+			wait = 0
 			continue
 		}
-		more := false
-		if err == nil {
-			more, err = d.step(ctx, ids, lastSeq)
-		}
-		switch {
-		case errors.Is(err, ErrLeaseLost):
-			leave()
-			return e.lostLease(ctx, d.l, queue)
-		case err != nil:
-			leave()
-			return e.giveUp(ctx, d.l, queue, err)
-		case !more:
-			return nil
+		// Everything left waits for keys that other drains hold and will
+		// give up (doc.go, "Groups"): look again shortly.
+		wait = min(max(2*wait, time.Millisecond), 20*time.Millisecond)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
 		}
 	}
+	return nil
 }
 
-// drain is one holder's state while it applies a key's mailbox.
-type drain struct {
-	e     *Engine
-	queue string
-	l     Lease
-	// limit is the batch size: halved to isolate a request whose applier
-	// fails, doubled back after each successful batch.
-	limit int
+// lostGroup handles a group that found leases gone: the keys in lost (all,
+// when nil) as lost leases, the others handed on.
+func (e *Engine) lostGroup(ctx context.Context, g *group, lost []string) error {
+	if lost == nil {
+		lost = g.keys()
+	}
+	var errs []error
+	for _, k := range lost {
+		if l, ok := g.held[k]; ok {
+			g.drop(k)
+			errs = append(errs, e.lostLease(ctx, l, g.queue))
+		}
+	}
+	errs = append(errs, g.handOffAll(context.WithoutCancel(ctx), 0))
+	return errors.Join(errs...)
 }
 
 // applyUnguarded applies one request on its own, as a handler-only design
@@ -113,157 +112,39 @@ func (e *Engine) applyUnguarded(ctx context.Context, id uuid.UUID, keys []string
 	if err != nil {
 		return err
 	}
-	e.finish(ctx, queue, res, keys)
+	e.finish(ctx, queue, res, map[string][]string{id.String(): keys})
 	return nil
 }
 
-// step applies the next batch from the head of the mailbox: the longest run
-// of requests whose only key is the held one, or a single multi-key request.
-// more is false when the holder gave the key up.
-func (d *drain) step(ctx context.Context, ids []string, lastSeq int64) (more bool, err error) {
-	e := d.e
-	uids := make([]uuid.UUID, 0, len(ids))
-	var bad []any
-	for _, s := range ids {
-		if id, err := uuid.Parse(s); err == nil {
-			uids = append(uids, id)
-		} else {
-			bad = append(bad, s)
-		}
-	}
-	if len(bad) > 0 {
-		if err := e.rdb.ZRem(ctx, mboxKey(d.l.Key), bad...).Err(); err != nil {
-			return false, fmt.Errorf("keyed: drop bad mailbox entries: %w", err)
-		}
-	}
-	if len(uids) == 0 {
-		return true, nil
-	}
-	if err := e.store.MarkProcessing(ctx, d.l.Key, lastSeq); err != nil {
-		return false, err
-	}
-	if e.beforeApply != nil {
-		e.beforeApply()
-	}
-	key := d.l.Key
-	run := func(open []*requests.Request, limit int) []*requests.Request {
-		n := 0
-		for n < len(open) && n < limit && len(open[n].Keys) == 1 && open[n].Keys[0] == key {
-			n++
-		}
-		return open[:n]
-	}
-	leases, res, err := e.applyRetrying(ctx, []Lease{d.l}, uids, run, &d.limit)
-	d.l = leases[0]
-	if err != nil {
-		return false, err
-	}
-	e.finish(ctx, d.queue, res, []string{key})
-	if len(res.applied) == 0 && res.head != nil {
-		return d.multi(ctx, res.head)
-	}
-	return true, nil
-}
-
-// multi handles a mailbox whose head is a request with several keys.
-func (d *drain) multi(ctx context.Context, head *requests.Request) (bool, error) {
-	e, queue := d.e, d.queue
-	keys := head.Keys // sorted at intake
-	if keys[0] != d.l.Key {
-		// The holder of the first key applies it; make sure one is coming and
-		// step aside. That holder hands this key on afterwards.
-		if err := e.enqueueDrain(ctx, queue, keys[0], "s"+head.ID.String(), 0); err != nil {
-			return false, err
-		}
-		_, err := e.release(ctx, d.l, false)
-		return false, err
-	}
-	retry := 20*time.Millisecond + rand.N(50*time.Millisecond)
-	var extras []Lease
-	releaseExtras := func() {
-		for _, x := range extras {
-			if err := e.handOff(context.WithoutCancel(ctx), x, queue, 0); err != nil {
-				e.log.Warn("hand off extra key; the reconciler will drain it", "key", x.Key, "err", err)
-			}
-		}
-	}
-	// Sorted order, all or nothing: on any miss release everything taken.
-	for _, k := range keys[1:] {
-		x, ok, err := e.TryAcquire(ctx, k)
-		if err != nil {
-			releaseExtras()
-			return false, err
-		}
-		if !ok {
-			releaseExtras()
-			return false, e.handOff(ctx, d.l, queue, retry)
-		}
-		extras = append(extras, x)
-	}
-	want := head.ID.String()
-	for _, x := range extras {
-		first, err := e.rdb.ZRange(ctx, mboxKey(x.Key), 0, 0).Result()
-		if err != nil {
-			releaseExtras()
-			return false, fmt.Errorf("keyed: head of %s: %w", x.Key, err)
-		}
-		if len(first) == 0 || first[0] != want {
-			// Earlier requests on that key go first (K3): hand it to its own
-			// drain, and come back.
-			releaseExtras()
-			return false, e.handOff(ctx, d.l, queue, retry)
-		}
-	}
-	only := func(open []*requests.Request, _ int) []*requests.Request {
-		if len(open) > 0 && open[0].ID == head.ID {
-			return open[:1]
-		}
-		return nil
-	}
-	one := 1
-	leases, res, err := e.applyRetrying(ctx, append([]Lease{d.l}, extras...), []uuid.UUID{head.ID}, only, &one)
-	d.l, extras = leases[0], leases[1:]
-	if err != nil {
-		releaseExtras()
-		if errors.Is(err, ErrLeaseLost) {
-			// Some key was taken over; give the first one up too, so the
-			// request's next drain can take them all again.
-			_ = e.handOff(context.WithoutCancel(ctx), d.l, queue, retry)
-		}
-		return false, err
-	}
-	e.finish(ctx, queue, res, keys)
-	releaseExtras()
-	return true, nil
-}
-
-// finish removes applied and stale ids from the mailboxes of keys, announces
-// the outcomes and records metrics. A failure here is harmless: stale
-// entries are skipped as terminal next time, and long-polls re-read Postgres.
-func (e *Engine) finish(ctx context.Context, queue string, res result, keys []string) {
+// finish removes applied and stale ids from their mailboxes, announces the
+// outcomes and records metrics. An applied request leaves the mailbox of
+// each of its keys; a stale id (terminal already, or unknown) leaves the
+// mailboxes mboxes names for it. A failure here is harmless: stale entries
+// are skipped as terminal next time, and long-polls re-read Postgres.
+func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes map[string][]string) {
 	if len(res.applied)+len(res.gone) == 0 {
 		return
 	}
-	members := make([]any, 0, len(res.applied)+len(res.gone))
+	pipe := e.rdb.Pipeline()
 	for _, r := range res.applied {
-		members = append(members, r.ID.String())
+		for _, k := range r.Keys {
+			pipe.ZRem(ctx, mboxKey(k), r.ID.String())
+		}
 	}
 	for _, id := range res.gone {
-		members = append(members, id.String())
-	}
-	pipe := e.rdb.Pipeline()
-	for _, k := range keys {
-		pipe.ZRem(ctx, mboxKey(k), members...)
+		for _, k := range mboxes[id.String()] {
+			pipe.ZRem(ctx, mboxKey(k), id.String())
+		}
 	}
 	if len(res.applied) > 0 {
 		if msg, err := requests.DoneMessage(res.applied); err != nil {
-			e.log.Warn("cannot announce outcomes; long polls will read them", "keys", keys, "err", err)
+			e.log.Warn("cannot announce outcomes; long polls will read them", "err", err)
 		} else {
 			pipe.Publish(ctx, requests.DoneChannel, msg)
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		e.log.Warn("mailbox cleanup failed", "keys", keys, "err", err)
+		e.log.Warn("mailbox cleanup failed", "err", err)
 	}
 	if len(res.applied) == 0 {
 		return

@@ -102,8 +102,12 @@ func (r *fenceRig) stalledHolder(t *testing.T, a, b *Engine, first uuid.UUID) fu
 	l, ok, err := b.TryAcquire(ctx, "k")
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, err = (&drain{e: b, queue: "q", l: l, limit: 1}).step(ctx, []string{first.String()}, 0)
+	g := b.newGroup("q", l)
+	g.limit = 1
+	_, err = g.step(ctx) // applies the first request alone
+	g.leave()
 	require.NoError(t, err)
+	require.Equal(t, first, r.applied(t)[0].ID)
 	return func() error { close(resume); return <-done }
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -110,6 +112,49 @@ func fence(ctx context.Context, tx pgx.Tx, l Lease) error {
 	}
 	if err != nil {
 		return fmt.Errorf("keyed: fence %s: %w", l.Key, err)
+	}
+	return nil
+}
+
+// fenceAll is fence for every lease of a group in one statement, in key
+// order (the order every apply transaction takes these rows in, so two of
+// them never wait for each other in a cycle). It returns a *fencedError
+// naming a key whose fence refused its token.
+func fenceAll(ctx context.Context, tx pgx.Tx, ls []Lease) error {
+	if len(ls) == 1 {
+		if err := fence(ctx, tx, ls[0]); err != nil {
+			if errors.Is(err, ErrFenced) {
+				return &fencedError{key: ls[0].Key}
+			}
+			return err
+		}
+		return nil
+	}
+	sorted := slices.Clone(ls)
+	slices.SortFunc(sorted, func(a, b Lease) int { return strings.Compare(a.Key, b.Key) })
+	keys := make([]string, len(sorted))
+	toks := make([]int64, len(sorted))
+	for i, l := range sorted {
+		keys[i], toks[i] = l.Key, l.Token
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO key_fences (key, token) SELECT * FROM unnest($1::text[], $2::bigint[])
+		ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token WHERE key_fences.token <= EXCLUDED.token
+		RETURNING key`, keys, toks)
+	if err != nil {
+		return fmt.Errorf("keyed: fence: %w", err)
+	}
+	ok, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("keyed: fence: %w", err)
+	}
+	if len(ok) == len(keys) {
+		return nil
+	}
+	slices.Sort(ok)
+	for _, k := range keys {
+		if _, found := slices.BinarySearch(ok, k); !found {
+			return &fencedError{key: k}
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -150,6 +151,28 @@ func (s *Store) MarkProcessing(ctx context.Context, key string, throughSeq int64
 	_, err := s.pool.Exec(ctx, `INSERT INTO key_progress (key, through_seq) VALUES ($1, $2)
 		ON CONFLICT (key) DO UPDATE SET through_seq = EXCLUDED.through_seq
 		WHERE key_progress.through_seq < EXCLUDED.through_seq`, key, throughSeq)
+	return storage.Translate("requests: mark processing", err)
+}
+
+// MarkProcessingMany is MarkProcessing for several keys in one statement:
+// through maps each key to the highest seq its holder has read.
+func (s *Store) MarkProcessingMany(ctx context.Context, through map[string]int64) error {
+	if len(through) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(through))
+	for k := range through {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // one order for every writer of these rows
+	seqs := make([]int64, len(keys))
+	for i, k := range keys {
+		seqs[i] = through[k]
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO key_progress (key, through_seq)
+		SELECT * FROM unnest($1::text[], $2::bigint[])
+		ON CONFLICT (key) DO UPDATE SET through_seq = EXCLUDED.through_seq
+		WHERE key_progress.through_seq < EXCLUDED.through_seq`, keys, seqs)
 	return storage.Translate("requests: mark processing", err)
 }
 

@@ -1,0 +1,458 @@
+package keyed
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/requests"
+)
+
+// group is one drain's held keys. It starts with the key its task named
+// and grows by the other keys of the requests it meets (doc.go, "Groups"),
+// applying their merged mailboxes in batches.
+type group struct {
+	e     *Engine
+	queue string
+	held  map[string]Lease
+	// limit is the batch size: halved to isolate a request whose applier
+	// fails, doubled back after each successful batch.
+	limit int
+}
+
+// maxGroupKeys bounds the keys one drain holds: enough for a full batch of
+// requests that each bring a key of their own (a user's) beside the hot
+// ones they share.
+func (e *Engine) maxGroupKeys() int { return 2*e.opt.BatchMax + 64 }
+
+// yieldDelay is when a drain task follows a key given up to the holder of a
+// request's smallest key: late enough that the holder, which retries every
+// few milliseconds, normally takes the key first; there only in case it
+// does not (it left, or died).
+const yieldDelay = time.Second
+
+func (e *Engine) newGroup(queue string, l Lease) *group {
+	g := &group{e: e, queue: queue, held: map[string]Lease{}, limit: e.opt.BatchMax}
+	g.add(l)
+	return g
+}
+
+// add holds l in the group and marks its key as drained here, so this
+// process's tasks for it return at once.
+func (g *group) add(l Lease) {
+	g.held[l.Key] = l
+	g.e.local.Store(l.Key, g)
+}
+
+// drop takes key out of the group, withdrawing its local mark first: a task
+// that arrives after it goes for the lease itself.
+func (g *group) drop(key string) {
+	g.e.local.CompareAndDelete(key, g)
+	delete(g.held, key)
+}
+
+// leaves withdraws every local mark (the drain ends).
+func (g *group) leave() {
+	for k := range g.held {
+		g.e.local.CompareAndDelete(k, g)
+	}
+}
+
+func (g *group) keys() []string {
+	ks := make([]string, 0, len(g.held))
+	for k := range g.held {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func (g *group) leases() []Lease {
+	ks := g.keys()
+	out := make([]Lease, len(ks))
+	for i, k := range ks {
+		out[i] = g.held[k]
+	}
+	return out
+}
+
+// setLeases takes back leases applyRetrying may have re-issued.
+func (g *group) setLeases(ls []Lease) {
+	for _, l := range ls {
+		if _, ok := g.held[l.Key]; ok {
+			g.held[l.Key] = l
+		}
+	}
+}
+
+// window is what a peek saw of one key's mailbox.
+type window struct {
+	ids  []string
+	seqs []int64
+	// last is the highest seq the peek covers: every entry of the mailbox
+	// up to it is in ids. A window that took the whole mailbox covers all.
+	last int64
+}
+
+func (w window) covers(seq int64) bool { return seq <= w.last }
+
+// peek extends every held lease and reads the head of each mailbox, in one
+// round trip. A lease found lost is reported in lost.
+func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window, lost []string, err error) {
+	n := g.e.opt.BatchMax
+	cmds := make([]*redis.Cmd, len(keys))
+	if err := pipelined(ctx, g.e.rdb, peekScript, func(pipe redis.Pipeliner) {
+		for i, k := range keys {
+			cmds[i] = peekScript.EvalSha(ctx, pipe, []string{leaseKey(k), mboxKey(k)}, g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n)
+		}
+	}); err != nil {
+		return nil, nil, fmt.Errorf("keyed: peek: %w", err)
+	}
+	wins = make(map[string]window, len(keys))
+	for i, k := range keys {
+		pairs, err := cmds[i].StringSlice()
+		if errors.Is(err, redis.Nil) {
+			lost = append(lost, k)
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("keyed: peek %s: %w", k, err)
+		}
+		w := window{last: 1<<63 - 1}
+		for j := 0; j+1 < len(pairs); j += 2 {
+			// Scores are seqs, well within a float64's exact integers.
+			seq, err := strconv.ParseFloat(pairs[j+1], 64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("keyed: peek %s: score %q: %w", k, pairs[j+1], err)
+			}
+			w.ids, w.seqs = append(w.ids, pairs[j]), append(w.seqs, int64(seq))
+		}
+		if len(w.ids) == n {
+			w.last = w.seqs[n-1]
+		}
+		wins[k] = w
+	}
+	return wins, lost, nil
+}
+
+// entry is one request in the merged mailboxes of a group.
+type entry struct {
+	id   string
+	seq  int64
+	keys []string // the held keys whose mailbox holds it
+}
+
+// merge lists the requests of the windows once each, in acceptance order.
+func merge(wins map[string]window) []entry {
+	at := map[string]int{}
+	var out []entry
+	for _, k := range slices.Sorted(mapKeys(wins)) {
+		w := wins[k]
+		for i, id := range w.ids {
+			if j, ok := at[id]; ok {
+				out[j].keys = append(out[j].keys, k)
+				continue
+			}
+			at[id] = len(out)
+			out = append(out, entry{id: id, seq: w.seqs[i], keys: []string{k}})
+		}
+	}
+	slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
+	return out
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// plan is what a step decided, filled in by its pick.
+type plan struct {
+	blocked []*requests.Request // requests that could not be applied, in seq order
+	wanted  []string            // keys of blocked requests the group does not hold
+}
+
+// picker returns the pick of an apply transaction: in acceptance order, the
+// requests whose every key the group holds and whose place each of those
+// keys' windows covers, skipping any request that shares a key with an
+// earlier one it could not apply (that one goes first on that key, K3).
+// Requests on disjoint keys do not wait for each other.
+func (g *group) picker(wins map[string]window, p *plan) pickFunc {
+	return func(open []*requests.Request, limit int) []*requests.Request {
+		*p = plan{}
+		blocked := map[string]bool{}
+		wanted := map[string]bool{}
+		var batch []*requests.Request
+		for _, r := range open {
+			if len(batch) == limit {
+				break
+			}
+			ok := true
+			for _, k := range r.Keys {
+				w, held := wins[k]
+				if _, holds := g.held[k]; !holds {
+					ok = false
+					wanted[k] = true
+					continue
+				}
+				if blocked[k] || !held || !w.covers(r.Seq) {
+					ok = false
+				}
+			}
+			if ok {
+				batch = append(batch, r)
+				continue
+			}
+			p.blocked = append(p.blocked, r)
+			for _, k := range r.Keys {
+				blocked[k] = true
+			}
+		}
+		p.wanted = slices.Sorted(mapKeys(wanted))
+		return batch
+	}
+}
+
+// step applies one batch of the group's merged mailboxes and then takes the
+// keys its blocked requests want. progress is false when nothing changed:
+// everything left waits for keys other drains hold.
+func (g *group) step(ctx context.Context) (progress bool, err error) {
+	e := g.e
+	keys := g.keys()
+	wins, lost, err := g.peek(ctx, keys)
+	if err != nil {
+		return false, err
+	}
+	if len(lost) > 0 {
+		return false, &lostKeys{keys: lost}
+	}
+	released, err := g.releaseEmpty(ctx, wins)
+	if err != nil {
+		return false, err
+	}
+	progress = released
+	merged := merge(wins)
+	if len(merged) == 0 {
+		return progress, nil
+	}
+	ids, err := g.parseIDs(ctx, merged)
+	if err != nil || len(ids) == 0 {
+		return true, err
+	}
+	if err := e.store.MarkProcessingMany(ctx, progressMarks(wins)); err != nil {
+		return false, err
+	}
+	if e.beforeApply != nil {
+		e.beforeApply()
+	}
+	var p plan
+	leases, res, err := e.applyRetrying(ctx, g.leases(), ids, g.picker(wins, &p), &g.limit)
+	g.setLeases(leases)
+	if err != nil {
+		return false, err
+	}
+	e.finish(ctx, g.queue, res, mailboxesOf(merged))
+	progress = progress || len(res.applied)+len(res.gone) > 0
+	if len(p.wanted) == 0 {
+		return progress, nil
+	}
+	got, failed, err := g.acquire(ctx, p.wanted)
+	if err != nil {
+		return false, err
+	}
+	yielded, err := g.yield(ctx, p.blocked, failed)
+	return progress || yielded || got > 0, err
+}
+
+// releaseEmpty lets go of the keys whose window is empty, in one round trip,
+// each atomically with finding its mailbox so; a key whose mailbox got an
+// entry meanwhile stays. It deletes the released keys from wins.
+func (g *group) releaseEmpty(ctx context.Context, wins map[string]window) (released bool, err error) {
+	var empty []Lease
+	for k, w := range wins {
+		if len(w.ids) == 0 {
+			empty = append(empty, g.held[k])
+			g.drop(k) // before the release: a task arriving after it takes the lease itself
+		}
+	}
+	if len(empty) == 0 {
+		return false, nil
+	}
+	cmds := make([]*redis.Cmd, len(empty))
+	err = pipelined(ctx, g.e.rdb, releaseScript, func(pipe redis.Pipeliner) {
+		for i, l := range empty {
+			cmds[i] = releaseScript.EvalSha(ctx, pipe, []string{leaseKey(l.Key), mboxKey(l.Key)}, l.Token, "ifempty")
+		}
+	})
+	var lost []string
+	for i, l := range empty {
+		st, cerr := cmds[i].Int()
+		switch {
+		case cerr != nil:
+			g.add(l) // unknown: still ours as far as we know; the next peek tells
+			err = cmp.Or(err, cerr)
+		case st == relLost:
+			lost = append(lost, l.Key)
+		case st == relKept:
+			g.add(l)
+		default:
+			delete(wins, l.Key)
+			released = true
+		}
+	}
+	if err != nil {
+		return released, fmt.Errorf("keyed: release: %w", err)
+	}
+	if len(lost) > 0 {
+		return released, &lostKeys{keys: lost}
+	}
+	return released, nil
+}
+
+// mailboxesOf maps each merged request id to the held keys whose mailboxes
+// hold it, for finish.
+func mailboxesOf(merged []entry) map[string][]string {
+	out := make(map[string][]string, len(merged))
+	for _, m := range merged {
+		out[m.id] = m.keys
+	}
+	return out
+}
+
+// parseIDs returns the merged requests' ids; entries that are not ids are
+// dropped from their mailboxes.
+func (g *group) parseIDs(ctx context.Context, merged []entry) ([]uuid.UUID, error) {
+	ids := make([]uuid.UUID, 0, len(merged))
+	var bad []entry
+	for _, m := range merged {
+		if id, err := uuid.Parse(m.id); err == nil {
+			ids = append(ids, id)
+		} else {
+			bad = append(bad, m)
+		}
+	}
+	if len(bad) > 0 {
+		pipe := g.e.rdb.Pipeline()
+		for _, m := range bad {
+			for _, k := range m.keys {
+				pipe.ZRem(ctx, mboxKey(k), m.id)
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("keyed: drop bad mailbox entries: %w", err)
+		}
+	}
+	return ids, nil
+}
+
+// progressMarks is how far each key's window reaches: the processing mark
+// of its requests (requests.Store.MarkProcessingMany).
+func progressMarks(wins map[string]window) map[string]int64 {
+	marks := make(map[string]int64, len(wins))
+	for k, w := range wins {
+		if n := len(w.seqs); n > 0 {
+			marks[k] = w.seqs[n-1]
+		}
+	}
+	return marks
+}
+
+// acquire tries the leases of keys, in one round trip, and adds those it
+// got to the group; failed are the keys another drain holds. It never
+// waits for a lease, so no drain ever waits while holding one.
+func (g *group) acquire(ctx context.Context, keys []string) (got int, failed map[string]bool, err error) {
+	e := g.e
+	if room := e.maxGroupKeys() - len(g.held); len(keys) > room {
+		keys = keys[:max(room, 0)]
+	}
+	if len(keys) == 0 {
+		return 0, nil, nil
+	}
+	cmds := make([]*redis.Cmd, len(keys))
+	if err := pipelined(ctx, e.rdb, acquireScript, func(pipe redis.Pipeliner) {
+		for i, k := range keys {
+			cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(k), fenceKey(k)}, e.opt.LeaseTTL.Milliseconds())
+		}
+	}); err != nil {
+		return 0, nil, fmt.Errorf("keyed: acquire: %w", err)
+	}
+	failed = map[string]bool{}
+	for i, k := range keys {
+		tok, err := cmds[i].Int64()
+		if err != nil {
+			return got, nil, fmt.Errorf("keyed: acquire %s: %w", k, err)
+		}
+		if tok > 0 {
+			g.add(Lease{Key: k, Token: tok})
+			got++
+		} else {
+			failed[k] = true
+		}
+	}
+	return got, failed, nil
+}
+
+// yield gives up the keys of each blocked request whose smallest key another
+// drain holds, when a key it lacks could not be had: that drain applies the
+// request, and the others make way for it (doc.go, "Groups"). The holder of
+// a request's smallest key never yields for it, so someone always goes on.
+func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed map[string]bool) (bool, error) {
+	var give []string
+	for _, r := range blocked {
+		if _, mine := g.held[r.Keys[0]]; mine { // keys are sorted at intake
+			continue
+		}
+		lacking := false
+		for _, k := range r.Keys {
+			lacking = lacking || failed[k]
+		}
+		if !lacking {
+			continue
+		}
+		for _, k := range r.Keys {
+			if _, ok := g.held[k]; ok && !slices.Contains(give, k) {
+				give = append(give, k)
+			}
+		}
+	}
+	for _, k := range give {
+		l := g.held[k]
+		g.drop(k)
+		if err := g.e.handOff(context.WithoutCancel(ctx), l, g.queue, yieldDelay+rand.N(yieldDelay/4)); err != nil {
+			return true, err
+		}
+	}
+	return len(give) > 0, nil
+}
+
+// handOffAll gives every key up, each with a drain task if its mailbox has
+// entries left, after delay.
+func (g *group) handOffAll(ctx context.Context, delay time.Duration) error {
+	var errs []error
+	for _, l := range g.leases() {
+		g.drop(l.Key)
+		if err := g.e.handOff(ctx, l, g.queue, delay); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lostKeys is a step that found some of the group's leases gone.
+type lostKeys struct{ keys []string }
+
+func (l *lostKeys) Error() string { return fmt.Sprintf("keyed: leases lost: %v", l.keys) }
+func (l *lostKeys) Unwrap() error { return ErrLeaseLost }
