@@ -19,12 +19,9 @@
 //     already there, so a holder that lost its lease cannot commit (K2). It
 //     locks the request rows and skips any that are already terminal, so no
 //     request is applied twice (K5). Each request gets its own outcome.
-//   - A request with several keys is applied by the holder of its first key
-//     (in sorted order) once it is at the head of every one of its mailboxes;
-//     that holder tries the other leases in sorted order and releases all of
-//     them on any miss (no hold-and-wait). Holders of its other keys step aside
-//     when they reach it. Every key lives in its own hash slot, so this works
-//     on Redis Cluster.
+//   - A request with several keys is applied by a drain that holds all of
+//     them, in a batch with the others of those keys (Groups, below). Every
+//     key lives in its own hash slot, so this works on Redis Cluster.
 //   - A holder drains for at most DrainSlice, then releases the lease and hands
 //     the key to a new drain task, so shutdown and long backlogs hand work back.
 //   - A request far behind a long backlog on its key, or one that found its
@@ -44,4 +41,39 @@
 //     enqueues a drain (the holder died). Lease TTL + reconcile interval bound
 //     K5. A request whose dispatch failed at intake is marked undispatched, and
 //     no batch on its keys is applied past it until it is back in order (K3).
+//
+// # Groups
+//
+// A drain holds a group of keys: the one its task named, and the keys of the
+// requests it meets there (a cart's other options, its user). Each step it
+// reads the head of every held key's mailbox (one pipelined round trip),
+// merges them by seq and, in one transaction fenced on every held key,
+// applies in acceptance order every request that it can:
+//
+//   - a request is applied when the group holds all of its keys, each key's
+//     window reaches it, and no earlier request sharing a key with it was
+//     left out. For each key the applied requests are then a prefix of its
+//     mailbox: K3 holds per key, and requests on disjoint keys do not wait
+//     for each other. A hot key's backlog goes in batches of BatchMax even
+//     when each request also carries keys of its own (K6).
+//   - the keys of the requests it left out for want of a key are then tried
+//     (one pipelined round trip, never waiting: no drain ever waits for a
+//     lease while holding one, so there is no deadlock). A key it got joins
+//     the group, and its requests go in the next step's batch.
+//   - a key held elsewhere: the drain holding a blocked request's smallest
+//     key keeps its keys and tries again every few milliseconds; any other
+//     drain gives that request's keys up (a drain task follows a second
+//     later, should the holder of the smallest key leave). Keys are totally
+//     ordered, so the blocked request whose smallest key is smallest of all
+//     always has a holder that waits for nobody who waits for it: someone
+//     always goes on, and the group that holds a request's smallest key ends
+//     up with all of its keys.
+//   - a key whose mailbox is found empty leaves the group, atomically with
+//     finding it so; at DrainSlice, on shutdown or on an error every key is
+//     handed on, each with a drain task if its mailbox has entries.
+//
+// A group is bounded by 2·BatchMax+64 keys. Everything a group holds is
+// fenced in its transaction (one statement for all keys), so a group that
+// lost any lease cannot commit (K2); a lost lease ends the drain, and its
+// keys are handed on (K5 as before: leases lapse, the reconciler re-drives).
 package keyed
