@@ -30,7 +30,8 @@ func (s *cartCheckout) Setup(ctx context.Context, e *Env) (int, error) {
 	s.sold = map[int64]int{}
 	var opts []client.NewOption
 	for i := range cartOptions {
-		opts = append(opts, client.NewOption{OptionCode: fmt.Sprintf("OPT-%d", i), Price: 1000 * int64(i+1), StockQuantity: s.stock, IsActive: true})
+		// Codes are unique, so each run's carry its id: runs share a database.
+		opts = append(opts, client.NewOption{OptionCode: fmt.Sprintf("%s-OPT-%d", e.RunID, i), Price: 1000 * int64(i+1), StockQuantity: s.stock, IsActive: true})
 	}
 	p, err := e.Admin.CreateProduct(ctx, "load product "+e.RunID, opts...)
 	if err != nil {
