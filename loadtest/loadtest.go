@@ -35,6 +35,7 @@ type Options struct {
 	Concurrency int    // virtual clients running at once
 	Users       int    // journeys in all
 	Seats       int    // fcfs-rush, waiting-room-rush: seats of the event
+	Stock       int    // cart-rush, baseline-cart: units of each option
 	// waiting-room-rush: the share of users (percent) who never claim their
 	// turn, and who leave mid-queue; a pre-queue this long before the sale
 	// starts (the journeys begun before the start join it); an admission
@@ -83,12 +84,14 @@ var Scenarios = map[string]func() Scenario{
 	"waiting-room-rush": func() Scenario { return &waitingRoomRush{} },
 	"hold-storm":        func() Scenario { return &holdStorm{} },
 	"cart-checkout":     func() Scenario { return &cartCheckout{} },
+	"cart-rush":         func() Scenario { return &cartRush{} },
 	"availability-read": func() Scenario { return &availabilityRead{} },
 	"idle-streams":      func() Scenario { return &idleStreams{} },
 	// Comparison points for make bench, served by cmd/baseline.
 	"baseline-fcfs":      func() Scenario { return &baselineFCFS{} },
 	"enqueue-floor":      func() Scenario { return enqueueFloor{} },
 	"baseline-roundtrip": func() Scenario { return &baselineRoundTrip{} },
+	"baseline-cart":      func() Scenario { return &baselineCart{} },
 }
 
 // Names lists the scenarios in order.
@@ -326,6 +329,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	}
 	if r, ok := sc.(interface{ streamsReport() *StreamsReport }); ok {
 		rep.Streams = r.streamsReport()
+	}
+	if r, ok := sc.(interface{ cartReport() *CartReport }); ok {
+		rep.Cart = r.cartReport()
 	}
 	rep.SubmitCPUSeconds = submitCPUSeconds
 	if opt.RedisURL != "" {

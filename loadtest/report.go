@@ -55,9 +55,11 @@ type Report struct {
 	// Room is what waiting-room-rush saw of the waiting room.
 	Room *RoomReport `json:"waitingRoom,omitempty"`
 	// Streams is what idle-streams measured over its hold.
-	Streams    *StreamsReport `json:"idleStreams,omitempty"`
-	Violations []string       `json:"violations"`
-	OK         bool           `json:"ok"`
+	Streams *StreamsReport `json:"idleStreams,omitempty"`
+	// Cart is what cart-rush and baseline-cart saw of the carts and stock.
+	Cart       *CartReport `json:"cart,omitempty"`
+	Violations []string    `json:"violations"`
+	OK         bool        `json:"ok"`
 
 	AcceptedSeries  []int     `json:"acceptedPerSecondSeries"`
 	CompletedSeries []int     `json:"completedPerSecondSeries"`
@@ -156,6 +158,12 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %d position streams held open %.0f s: API resident memory %.1f MiB (%.1f MiB before); CPU of one core: %s\n",
 			r.Streams, r.HoldSeconds, r.APIRSSMiB, r.APIRSSBeforeMiB, strings.Join(parts, ", "))
+	}
+	if c := rep.Cart; c != nil {
+		fmt.Fprintf(w, "  carts: %d of %d reserved, %d refused; %d options of %d units, %d units asked for\n",
+			c.CartsReserved, c.Carts, c.CartsRefused, c.Options, c.StockPerOption, c.UnitsAsked)
+		fmt.Fprintf(w, "    units reserved %d (clients told of %d); oversold units %d; duplicate reservations %d\n",
+			c.UnitsReserved, c.UnitsTold, c.OversoldUnits, c.Duplicates)
 	}
 	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
 	if rep.SubmitCPUSeconds != nil {

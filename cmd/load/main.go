@@ -7,9 +7,10 @@
 //	load table DIR                       the make bench table from a run's JSON files
 //
 // Scenarios: fcfs-rush, waiting-room-rush, hold-storm, cart-checkout,
-// availability-read, idle-streams. The tool mints its own tokens, so it needs the API's
-// JWT_SECRET (from the environment or -secret). It exits 1 when an
-// invariant is violated.
+// cart-rush, availability-read, idle-streams; and, against cmd/baseline,
+// baseline-fcfs, enqueue-floor, baseline-roundtrip and baseline-cart. The
+// tool mints its own tokens, so it needs the API's JWT_SECRET (from the
+// environment or -secret). It exits 1 when an invariant is violated.
 package main
 
 import (
@@ -59,6 +60,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.IntVar(&opt.Concurrency, "concurrency", 200, "virtual clients at once")
 	fs.IntVar(&opt.Users, "users", 0, "journeys (0: the scenario's default)")
 	fs.IntVar(&opt.Seats, "seats", 0, "seats of the event for fcfs-rush and waiting-room-rush (0: default)")
+	fs.IntVar(&opt.Stock, "stock", 0, "cart-rush, baseline-cart: units of each of the 5 options (0: 300)")
 	fs.IntVar(&opt.NeverClaimPct, "never-claim", 0, "waiting-room-rush: percent of users who let their turn pass")
 	fs.IntVar(&opt.LeavePct, "leave", 0, "waiting-room-rush: percent of users who leave mid-queue")
 	fs.DurationVar(&opt.Prequeue, "prequeue", 0, "waiting-room-rush: open a pre-queue this long before the sale starts")

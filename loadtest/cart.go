@@ -1,0 +1,457 @@
+package loadtest
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/holdfast/holdfast/client"
+	"github.com/holdfast/holdfast/domain"
+)
+
+// The cart rush: a shop running a limited drop. Users shoppers each have a
+// cart of one or two of five hot product options (one unit each), set up
+// before the rush; then every client reserves at once and waits for the
+// outcome, with no confirm or release. With the defaults (3,000 users, 300
+// units of each option) about a third of the units asked for exist.
+// cart-rush runs it against holdfast, baseline-cart against cmd/baseline's
+// cart mode (seed 002's reserve done synchronously), with the same carts:
+// user i's cart depends only on the seed and i.
+
+// rushOptions is the number of hot options of a cart rush.
+const rushOptions = 5
+
+// CartReport is what a cart rush saw, for make bench's cart section.
+type CartReport struct {
+	Options        int `json:"options"`
+	StockPerOption int `json:"stockPerOption"`
+	Carts          int `json:"carts"`
+	UnitsAsked     int `json:"unitsAsked"`    // units in all carts
+	CartsReserved  int `json:"cartsReserved"` // carts the clients were told were reserved
+	CartsRefused   int `json:"cartsRefused"`  // carts refused INSUFFICIENT_AVAILABLE_STOCK
+	UnitsReserved  int `json:"unitsReserved"` // Σ reservedQuantity the server reports
+	UnitsTold      int `json:"unitsTold"`     // Σ units of the reservations the clients were told of
+	// OversoldUnits is, summed over the options, what was reserved beyond
+	// the stock, by the server's count or by what clients were told,
+	// whichever is more.
+	OversoldUnits int `json:"oversoldUnits"`
+	// Duplicates counts users holding more than one reservation, as far as
+	// the run can see: a reservation id told to two, and, where the server
+	// lists who holds what (the baseline), users holding more rows than
+	// their cart has lines. A reserve holdfast applied twice shows in
+	// UnitsReserved ≠ UnitsTold instead.
+	Duplicates int `json:"duplicates"`
+}
+
+// cartLine is one line of a user's cart.
+type cartLine struct {
+	option   int64
+	quantity int
+}
+
+// rushCart is user i's cart: one or two of options, drawn from seed and i
+// alone, so that every run with the same seed gives user i the same cart.
+func rushCart(seed uint64, i int, options []int64) []cartLine {
+	rng := rand.New(rand.NewPCG(seed, uint64(i)))
+	first := rng.IntN(len(options))
+	cart := []cartLine{{options[first], 1}}
+	if rng.IntN(2) == 0 {
+		cart = append(cart, cartLine{options[(first+1+rng.IntN(len(options)-1))%len(options)], 1})
+	}
+	slices.SortFunc(cart, byOption)
+	return cart
+}
+
+func byOption(a, b cartLine) int { return cmp.Compare(a.option, b.option) }
+
+// createRushOptions creates the rush's product through api (holdfast's
+// admin call, which the baseline's cart mode also answers) and returns its
+// option ids. Option codes carry the run's id, so runs can share a
+// database.
+func createRushOptions(ctx context.Context, e *Env, api *client.Client, stock int) ([]int64, error) {
+	var opts []client.NewOption
+	for i := range rushOptions {
+		opts = append(opts, client.NewOption{OptionCode: fmt.Sprintf("%s-DROP-%d", e.RunID, i), Price: 1000 * int64(i+1), StockQuantity: stock, IsActive: true})
+	}
+	p, err := api.CreateProduct(ctx, "limited drop "+e.RunID, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("create product: %w", err)
+	}
+	ids := make([]int64, len(p.Options))
+	for i, o := range p.Options {
+		ids[i] = o.ProductOptionID
+	}
+	return ids, nil
+}
+
+// reservedLine is a reservation line as a client was told of it.
+type reservedLine struct {
+	ReservationID   int64 `json:"reservationId"`
+	ProductOptionID int64 `json:"productOptionId"`
+	Quantity        int   `json:"quantity"`
+}
+
+// cartBook records what the clients of a cart rush were told and checks
+// it against the server's stock.
+type cartBook struct {
+	stock   int
+	options []int64
+	carts   [][]cartLine
+	users   []string // user i as the server names it
+
+	mu      sync.Mutex
+	told    map[int64]int // option → units told reserved
+	holders map[int64]int // reservation id → user
+	won     map[int]int   // user → lines told reserved
+	refused map[int]int64 // user → the option its refusal named
+	dups    map[int]bool  // users told of a reservation id another holds
+	bad     violations
+}
+
+func newCartBook(seed uint64, users int, options []int64, stock int) *cartBook {
+	b := &cartBook{stock: stock, options: options, carts: make([][]cartLine, users), users: make([]string, users),
+		told: map[int64]int{}, holders: map[int64]int{}, won: map[int]int{}, refused: map[int]int64{}, dups: map[int]bool{}}
+	for i := range b.carts {
+		b.carts[i] = rushCart(seed, i, options)
+	}
+	return b
+}
+
+// reserved records user i told that lines are reserved: they must be its
+// cart, line for line, under reservation ids no one else holds.
+func (b *cartBook) reserved(i int, lines []reservedLine) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, again := b.won[i]; again {
+		b.bad.add("user %s told twice that its cart is reserved", b.users[i])
+		b.dups[i] = true
+	}
+	b.won[i] = len(lines)
+	got := make([]cartLine, len(lines))
+	for k, l := range lines {
+		got[k] = cartLine{l.ProductOptionID, l.Quantity}
+		b.told[l.ProductOptionID] += l.Quantity
+		if other, taken := b.holders[l.ReservationID]; taken && other != i {
+			b.bad.add("reservation %d told to users %s and %s", l.ReservationID, b.users[other], b.users[i])
+			b.dups[i] = true
+		}
+		b.holders[l.ReservationID] = i
+	}
+	slices.SortFunc(got, byOption)
+	if !slices.Equal(got, b.carts[i]) {
+		b.bad.add("user %s: reserved %v, its cart is %v", b.users[i], got, b.carts[i])
+	}
+}
+
+// refusedFor records user i told INSUFFICIENT_AVAILABLE_STOCK for option.
+func (b *cartBook) refusedFor(i int, option int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refused[i] = option
+}
+
+// check compares what the clients were told with each option's stock as
+// the server reports it (stocks, by option) and, when the server lists
+// them, the live reservation rows of each user (live, nil otherwise).
+// Nothing was confirmed or released, so every option must still have its
+// stock, hold exactly the units its reservations were told, never more than
+// its stock; and each refusal must name an option of the cart that ran out
+// of what the line asked for (availability only falls during the rush).
+func (b *cartBook) check(stocks map[int64]client.Stock, live map[string]int) ([]string, *CartReport) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := &CartReport{Options: len(b.options), StockPerOption: b.stock, Carts: len(b.carts),
+		CartsReserved: len(b.won), CartsRefused: len(b.refused), Duplicates: len(b.dups)}
+	out := b.bad.all()
+	for _, cart := range b.carts {
+		for _, l := range cart {
+			r.UnitsAsked += l.quantity
+		}
+	}
+	for _, id := range b.options {
+		st := stocks[id]
+		told := b.told[id]
+		r.UnitsReserved += st.ReservedQuantity
+		r.UnitsTold += told
+		r.OversoldUnits += max(0, st.ReservedQuantity-b.stock, told-b.stock)
+		if st.StockQuantity != b.stock {
+			out = append(out, fmt.Sprintf("option %d: stock %d, want %d (nothing was confirmed)", id, st.StockQuantity, b.stock))
+		}
+		if st.ReservedQuantity != told {
+			out = append(out, fmt.Sprintf("option %d: %d units reserved, clients were told of %d", id, st.ReservedQuantity, told))
+		}
+		if max(st.ReservedQuantity, told) > b.stock {
+			out = append(out, fmt.Sprintf("option %d oversold: %d reserved (%d told) of %d", id, st.ReservedQuantity, told, b.stock))
+		}
+	}
+	out = append(out, b.checkRefusals(stocks)...)
+	if live != nil {
+		out = append(out, b.checkLive(live, r)...)
+	}
+	return out, r
+}
+
+func (b *cartBook) checkRefusals(stocks map[int64]client.Stock) []string {
+	var out []string
+	for i, option := range b.refused {
+		k := slices.IndexFunc(b.carts[i], func(l cartLine) bool { return l.option == option })
+		switch {
+		case k < 0:
+			out = append(out, fmt.Sprintf("user %s refused for option %d, not in its cart %v", b.users[i], option, b.carts[i]))
+		case stocks[option].AvailableStock >= b.carts[i][k].quantity:
+			out = append(out, fmt.Sprintf("user %s refused for option %d, which has %d available", b.users[i], option, stocks[option].AvailableStock))
+		}
+	}
+	return out
+}
+
+// checkLive compares each user's live reservation rows with what it was
+// told: its cart's lines if reserved, none if refused.
+func (b *cartBook) checkLive(live map[string]int, r *CartReport) []string {
+	var out []string
+	byName := make(map[string]int, len(b.users))
+	for i, u := range b.users {
+		byName[u] = i
+	}
+	for user, rows := range live {
+		i, ok := byName[user]
+		if !ok {
+			out = append(out, fmt.Sprintf("user %q, not of this run, holds %d reservations on its options", user, rows))
+			continue
+		}
+		if want := b.won[i]; rows != want {
+			out = append(out, fmt.Sprintf("user %s holds %d reservation rows, was told of %d", user, rows, want))
+			if want > 0 && rows > want && !b.dups[i] {
+				r.Duplicates++
+			}
+		}
+	}
+	for i, lines := range b.won {
+		if live[b.users[i]] == 0 {
+			out = append(out, fmt.Sprintf("user %s was told of %d reserved lines, holds none", b.users[i], lines))
+		}
+	}
+	return out
+}
+
+// readStocks reads each option's stock through api.
+func readStocks(ctx context.Context, api *client.Client, options []int64) (map[int64]client.Stock, error) {
+	out := make(map[int64]client.Stock, len(options))
+	for _, id := range options {
+		st, err := api.Stock(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("stock of option %d: %w", id, err)
+		}
+		out[id] = st
+	}
+	return out, nil
+}
+
+// refusedOption is the option an INSUFFICIENT_AVAILABLE_STOCK names, 0 if
+// none.
+func refusedOption(e *client.Error) int64 {
+	switch v := e.Meta["productOptionId"].(type) {
+	case float64:
+		return int64(v)
+	case json.Number:
+		n, _ := v.Int64()
+		return n
+	}
+	return 0
+}
+
+// cartRush: the cart rush against holdfast. Setup creates the options, the
+// users and their carts (concurrently, before the measured phase); each
+// journey is one POST /api/v1/orders/reserve and the wait for its outcome.
+type cartRush struct {
+	book    *cartBook
+	uids    []int64
+	clients []*client.Client
+	report  *CartReport // made by Check
+}
+
+func (s *cartRush) Setup(ctx context.Context, e *Env) (int, error) {
+	n, stock := orDefault(e.Opt.Users, 3000), orDefault(e.Opt.Stock, 300)
+	options, err := createRushOptions(ctx, e, e.Admin, stock)
+	if err != nil {
+		return 0, err
+	}
+	s.book = newCartBook(e.Opt.Seed, n, options, stock)
+	s.uids, s.clients = make([]int64, n), make([]*client.Client, n)
+	err = forEach(n, min(e.Opt.Concurrency, 64), func(i int) error {
+		u, err := e.Admin.CreateUser(ctx, fmt.Sprintf("%s shopper %d", e.RunID, i))
+		if err != nil {
+			return fmt.Errorf("create user: %w", err)
+		}
+		c, err := e.As(strconv.FormatInt(u.UserID, 10), domain.RoleUser)
+		if err != nil {
+			return err
+		}
+		for _, l := range s.book.carts[i] {
+			if err := c.SetCartItem(ctx, l.option, l.quantity); err != nil {
+				return fmt.Errorf("cart of user %d: %w", u.UserID, err)
+			}
+		}
+		s.uids[i], s.clients[i], s.book.users[i] = u.UserID, c, strconv.FormatInt(u.UserID, 10)
+		return nil
+	})
+	return n, err
+}
+
+func (s *cartRush) Journey(ctx context.Context, e *Env, i int) error {
+	c, uid := s.clients[i], s.uids[i]
+	out, err := e.Write(ctx, c, "order.reserve", func(ctx context.Context) (client.Accepted, error) { return c.ReserveOrder(ctx, uid) })
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Reservations []reservedLine `json:"reservations"`
+	}
+	err = out.Decode(&r)
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Code == "INSUFFICIENT_AVAILABLE_STOCK" {
+		s.book.refusedFor(i, refusedOption(ce))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reserve for user %d: %w", uid, err)
+	}
+	s.book.reserved(i, r.Reservations)
+	return nil
+}
+
+// Check reads each option's stock from the API. holdfast lists no user's
+// reservations, so a reserve applied twice shows as units reserved that no
+// client was told of.
+func (s *cartRush) Check(ctx context.Context, e *Env) ([]string, error) {
+	stocks, err := readStocks(ctx, e.Admin, s.book.options)
+	if err != nil {
+		return nil, err
+	}
+	out, r := s.book.check(stocks, nil)
+	s.report = r
+	return out, nil
+}
+
+func (s *cartRush) cartReport() *CartReport { return s.report }
+
+// baselineCart: the same cart rush against cmd/baseline's cart mode, seed
+// 002's reserve done synchronously: each journey is one POST
+// /api/v1/orders/reserve carrying the cart, answered 200 with the
+// reservations or 409 with the refusal. The options are created with the
+// same client call as holdfast's; the checks read the same stock call and
+// the baseline's list of who holds what.
+type baselineCart struct {
+	book   *cartBook
+	report *CartReport // made by Check
+}
+
+func (s *baselineCart) Setup(ctx context.Context, e *Env) (int, error) {
+	n, stock := orDefault(e.Opt.Users, 3000), orDefault(e.Opt.Stock, 300)
+	options, err := createRushOptions(ctx, e, e.base, stock)
+	if err != nil {
+		return 0, err
+	}
+	s.book = newCartBook(e.Opt.Seed, n, options, stock)
+	for i := range s.book.users {
+		s.book.users[i] = e.userID(i)
+	}
+	return n, nil
+}
+
+// baselineCartBody is the baseline's reserve body: the cart comes with it.
+type baselineCartBody struct {
+	UserID string         `json:"userId"`
+	Items  []baselineItem `json:"items"`
+}
+
+type baselineItem struct {
+	ProductOptionID int64 `json:"productOptionId"`
+	Quantity        int   `json:"quantity"`
+}
+
+func (s *baselineCart) Journey(ctx context.Context, e *Env, i int) error {
+	user := s.book.users[i]
+	body := baselineCartBody{UserID: user}
+	for _, l := range s.book.carts[i] {
+		body.Items = append(body.Items, baselineItem{l.option, l.quantity})
+	}
+	start := time.Now()
+	status, raw, err := plainPost(ctx, e, "/api/v1/orders/reserve", user, body)
+	took := time.Since(start)
+	if err != nil {
+		e.Rec.SubmitError("order.reserve.sync", err)
+		return err
+	}
+	out, err := s.answer(i, status, raw)
+	if err != nil {
+		e.Rec.SubmitError("order.reserve.sync", err)
+		return err
+	}
+	// A synchronous answer is its own outcome: accepted and terminal at once.
+	e.Rec.Accepted("order.reserve.sync", start, took)
+	e.Rec.Terminal("order.reserve.sync", start, out)
+	return nil
+}
+
+// answer records a reserve's answer in the book and returns it as an
+// outcome.
+func (s *baselineCart) answer(i, status int, raw []byte) (client.Outcome, error) {
+	switch status {
+	case http.StatusOK:
+		var r struct {
+			Data struct {
+				Reservations []reservedLine `json:"reservations"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return client.Outcome{}, fmt.Errorf("reserve for %s: %w", s.book.users[i], err)
+		}
+		s.book.reserved(i, r.Data.Reservations)
+		return client.Outcome{Status: client.StatusSucceeded}, nil
+	case http.StatusConflict:
+		var r struct {
+			Error *client.Error `json:"error"`
+		}
+		if err := json.Unmarshal(raw, &r); err == nil && r.Error != nil && r.Error.Code == "INSUFFICIENT_AVAILABLE_STOCK" {
+			s.book.refusedFor(i, refusedOption(r.Error))
+			return client.Outcome{Status: client.StatusRejected, Problem: r.Error}, nil
+		}
+	}
+	return client.Outcome{}, fmt.Errorf("reserve for %s: HTTP %d: %s", s.book.users[i], status, raw)
+}
+
+// Check reads each option's stock and who holds what from the baseline.
+func (s *baselineCart) Check(ctx context.Context, e *Env) ([]string, error) {
+	stocks, err := readStocks(ctx, e.base, s.book.options)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(s.book.options))
+	for i, id := range s.book.options {
+		ids[i] = strconv.FormatInt(id, 10)
+	}
+	var live struct {
+		Users map[string]int `json:"users"`
+	}
+	if err := e.base.Do(ctx, http.MethodGet, "/api/v1/reservations/live?productOptionIds="+strings.Join(ids, ","), nil, &live); err != nil {
+		return nil, fmt.Errorf("live reservations: %w", err)
+	}
+	if live.Users == nil {
+		live.Users = map[string]int{}
+	}
+	out, r := s.book.check(stocks, live.Users)
+	s.report = r
+	return out, nil
+}
+
+func (s *baselineCart) cartReport() *CartReport { return s.report }

@@ -1,0 +1,112 @@
+package loadtest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/client"
+)
+
+// A user's cart depends on the seed and the user alone: one or two
+// different options, one unit each, about half of the carts with two.
+func TestRushCartsDependOnSeedAndUserOnly(t *testing.T) {
+	options := []int64{11, 12, 13, 14, 15}
+	twos := 0
+	for i := range 1000 {
+		cart := rushCart(1, i, options)
+		require.Equal(t, cart, rushCart(1, i, options), "user %d", i)
+		require.True(t, len(cart) == 1 || len(cart) == 2)
+		if len(cart) == 2 {
+			twos++
+			require.Less(t, cart[0].option, cart[1].option, "two different options, in id order")
+		}
+		for _, l := range cart {
+			require.Contains(t, options, l.option)
+			require.Equal(t, 1, l.quantity)
+		}
+	}
+	require.InDelta(t, 500, twos, 60)
+	differ := 0
+	for i := range 100 {
+		if !equalCarts(rushCart(1, i, options), rushCart(2, i, options)) {
+			differ++
+		}
+	}
+	require.Greater(t, differ, 50, "another seed, other carts")
+}
+
+func equalCarts(a, b []cartLine) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// The cart checks must be able to fail: these feed them what an
+// overselling, duplicating or wrongly refusing server would have told its
+// clients and reported.
+func TestCartBookFindsViolations(t *testing.T) {
+	options := []int64{1, 2}
+	book := func() *cartBook {
+		b := newCartBook(1, 4, options, 2)
+		for i := range b.users {
+			b.users[i] = string(rune('a' + i))
+		}
+		b.carts = [][]cartLine{{{1, 1}}, {{1, 1}, {2, 1}}, {{2, 1}}, {{1, 1}}}
+		return b
+	}
+	stock := func(reserved1, reserved2 int) map[int64]client.Stock {
+		return map[int64]client.Stock{
+			1: {ProductOptionID: 1, StockQuantity: 2, ReservedQuantity: reserved1, AvailableStock: 2 - reserved1},
+			2: {ProductOptionID: 2, StockQuantity: 2, ReservedQuantity: reserved2, AvailableStock: 2 - reserved2},
+		}
+	}
+
+	b := book()
+	b.reserved(0, []reservedLine{{100, 1, 1}})
+	b.reserved(1, []reservedLine{{101, 1, 1}, {102, 2, 1}})
+	b.refusedFor(3, 1)
+	v, r := b.check(stock(2, 1), map[string]int{"a": 1, "b": 2})
+	require.Empty(t, v, "a clean run")
+	require.Equal(t, CartReport{Options: 2, StockPerOption: 2, Carts: 4, UnitsAsked: 5, CartsReserved: 2, CartsRefused: 1,
+		UnitsReserved: 3, UnitsTold: 3}, *r)
+
+	b = book()
+	b.reserved(0, []reservedLine{{100, 1, 1}})
+	b.reserved(1, []reservedLine{{101, 1, 1}, {102, 2, 1}})
+	b.reserved(3, []reservedLine{{103, 1, 1}})
+	v, r = b.check(stock(3, 1), nil)
+	require.Equal(t, 1, r.OversoldUnits)
+	require.Len(t, v, 1)
+	require.Contains(t, v[0], "option 1 oversold: 3 reserved (3 told) of 2")
+
+	b = book()
+	b.reserved(0, []reservedLine{{100, 1, 1}})
+	b.reserved(2, []reservedLine{{100, 2, 1}}) // a reservation id told to two users
+	b.reserved(3, []reservedLine{{103, 2, 1}}) // not user d's cart
+	b.refusedFor(1, 2)                         // option 2 ran out: a fair refusal
+	v, r = b.check(stock(2, 2), map[string]int{"a": 2, "c": 1, "d": 1, "x": 1})
+	require.Equal(t, 2, r.Duplicates, "c told of a's reservation id; a holds two rows")
+	require.ElementsMatch(t, []string{
+		"reservation 100 told to users a and c",
+		"user d: reserved [{2 1}], its cart is [{1 1}]",
+		"option 1: 2 units reserved, clients were told of 1",
+		`user "x", not of this run, holds 1 reservations on its options`,
+		"user a holds 2 reservation rows, was told of 1",
+	}, v)
+
+	b = book()
+	b.refusedFor(1, 2)
+	b.refusedFor(2, 1)
+	v, _ = b.check(stock(0, 0), map[string]int{})
+	require.ElementsMatch(t, []string{
+		"user b refused for option 2, which has 2 available",
+		"user c refused for option 1, not in its cart [{2 1}]",
+	}, v)
+}
