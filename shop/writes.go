@@ -90,7 +90,7 @@ type Writes struct {
 // Types are the shop write types for the worker.
 func (w *Writes) Types() []keyed.Type {
 	return []keyed.Type{
-		{Name: TypeReserve, Queue: Queue, Applier: each(w.reserve)},
+		{Name: TypeReserve, Queue: Queue, Applier: keyed.ApplierFunc(w.reserveBatch)},
 		{Name: TypeConfirm, Queue: Queue, Applier: each(w.confirm)},
 		{Name: TypeRelease, Queue: Queue, Applier: each(w.release)},
 	}
@@ -114,12 +114,6 @@ func reject(status int, code, format string, args ...any) requests.Outcome {
 	return requests.Rejected(domain.NewProblem(status, code, format, args...))
 }
 
-func userExists(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
-	var ok bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE id = $1)`, id).Scan(&ok)
-	return ok, err
-}
-
 type optionRow struct {
 	id        int64
 	product   string
@@ -127,109 +121,6 @@ type optionRow struct {
 	price     int64
 	active    bool
 	available int
-}
-
-// reserve reserves the whole cart or nothing (seed 002 §3), holding the
-// user's and every option's lease.
-func (w *Writes) reserve(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error) {
-	var p ReservePayload
-	if err := json.Unmarshal(payload, &p); err != nil {
-		return requests.Failed("undecodable reserve payload"), nil
-	}
-	if ok, err := userExists(ctx, tx, p.UserID); err != nil || !ok {
-		return reject(http.StatusNotFound, domain.CodeUserNotFound, "user %d does not exist", p.UserID), err
-	}
-	if len(p.Items) == 0 {
-		return reject(http.StatusBadRequest, domain.CodeCartEmpty, "the cart is empty"), nil
-	}
-	ids := make([]int64, len(p.Items))
-	for i, l := range p.Items {
-		ids[i] = l.ProductOptionID
-	}
-	// What others hold first, then the stock — in this order. A confirm holds
-	// only its user's key and may commit between the two reads; it lowers
-	// stock and the reserved sum together, so read this way availability can
-	// only look smaller than it is (a refusal at the boundary), never larger.
-	reserved := map[int64]int{}
-	rrows, err := tx.Query(ctx, `SELECT product_option_id, sum(quantity) FROM inventory_reservations
-		WHERE product_option_id = ANY($1) AND status = 'RESERVED' AND expires_at > $2 GROUP BY 1`, ids, now)
-	if err != nil {
-		return requests.Outcome{}, err
-	}
-	for rrows.Next() {
-		var id int64
-		var q int
-		if err := rrows.Scan(&id, &q); err != nil {
-			rrows.Close()
-			return requests.Outcome{}, err
-		}
-		reserved[id] = q
-	}
-	rrows.Close()
-	if err := rrows.Err(); err != nil {
-		return requests.Outcome{}, err
-	}
-	rows, err := tx.Query(ctx, `SELECT o.id, p.name, o.option_code, o.price, o.is_active, i.stock_quantity
-		FROM product_options o JOIN products p ON p.id = o.product_id JOIN inventory i ON i.product_option_id = o.id
-		WHERE o.id = ANY($1) ORDER BY o.id`, ids)
-	if err != nil {
-		return requests.Outcome{}, err
-	}
-	opts := map[int64]optionRow{}
-	for rows.Next() {
-		var o optionRow
-		if err := rows.Scan(&o.id, &o.product, &o.code, &o.price, &o.active, &o.available); err != nil {
-			rows.Close()
-			return requests.Outcome{}, err
-		}
-		o.available -= reserved[o.id]
-		opts[o.id] = o
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return requests.Outcome{}, err
-	}
-	for _, l := range p.Items {
-		if o, ok := opts[l.ProductOptionID]; !ok || !o.active {
-			return requests.Rejected(domain.NewProblem(http.StatusBadRequest, domain.CodeOptionInactive,
-				"the cart holds an inactive product option").WithMeta("productOptionId", l.ProductOptionID)), nil
-		}
-	}
-	// Rows that lapsed are marked so before a new reservation is made: a
-	// confirm then only ever sees the newest group.
-	if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = $2
-		WHERE user_id = $1 AND status = 'RESERVED' AND expires_at <= $2`, p.UserID, now); err != nil {
-		return requests.Outcome{}, err
-	}
-	var active int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM inventory_reservations
-		WHERE user_id = $1 AND status = 'RESERVED'`, p.UserID).Scan(&active); err != nil {
-		return requests.Outcome{}, err
-	}
-	if active > 0 {
-		return reject(http.StatusConflict, domain.CodeDuplicateReservation, "an order reservation is already in progress"), nil
-	}
-	for _, l := range p.Items {
-		if opts[l.ProductOptionID].available < l.Quantity {
-			return requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeInsufficientStock,
-				"not enough available stock for product option %d", l.ProductOptionID).
-				WithMeta("productOptionId", l.ProductOptionID)), nil
-		}
-	}
-	out := make([]Reservation, 0, len(p.Items))
-	expires := now.Add(w.TTL)
-	for _, l := range p.Items {
-		o := opts[l.ProductOptionID]
-		r := Reservation{ProductOptionID: o.id, ProductName: o.product, OptionCode: o.code, Quantity: l.Quantity,
-			Status: "RESERVED", AvailableStock: o.available - l.Quantity, ReservedAt: now.UTC(), ExpiresAt: expires.UTC()}
-		if err := tx.QueryRow(ctx, `INSERT INTO inventory_reservations
-				(product_option_id, user_id, quantity, status, reserved_at, expires_at, updated_at)
-			VALUES ($1, $2, $3, 'RESERVED', $4, $5, $4) RETURNING id`, o.id, p.UserID, l.Quantity, now, expires).Scan(&r.ReservationID); err != nil {
-			return requests.Outcome{}, err
-		}
-		out = append(out, r)
-	}
-	return requests.Succeeded(map[string]any{"reservations": out}), nil
 }
 
 // confirm deducts real stock once, marks the reservation CONFIRMED and
