@@ -31,6 +31,10 @@ type Bench struct {
 	// nothing of holdfast's in it; then the same with -intake. Nil in runs
 	// before them.
 	RoundTrip, RoundTripIntake *Report
+	// The cart rush (seed 002's order reserve, every client at once):
+	// cart-rush against holdfast, and baseline-cart against cmd/baseline's
+	// cart mode, one transaction per request. Nil in runs before them.
+	CartRush, CartBaseline *Report
 }
 
 // Targets of the issue that make bench checks (ratios against floors from
@@ -43,10 +47,51 @@ const (
 	targetRSSMiB       = 150.0
 )
 
-// WriteTable prints the run as a Markdown table with the ratios and a
-// verdict per target; ok is true when every target is met.
+// WriteTable prints the run as Markdown tables with the ratios and a
+// verdict per target; ok is true when every target is met. A run of the
+// cart part alone (no fcfs-rush) prints the cart section and its CPU.
 func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 	fmt.Fprintf(w, "make bench — %s\n\n", b.Machine)
+	ok = true
+	if b.Rush != nil {
+		ok = b.writeFCFS(w)
+	}
+	if b.CartRush != nil && b.CartBaseline != nil {
+		if b.Rush != nil {
+			fmt.Fprintln(w)
+		}
+		ok = b.writeCart(w) && ok
+	}
+	b.writeCPU(w)
+	return ok
+}
+
+// checker prints a target's line of a Markdown table and keeps whether
+// every target it printed was met.
+type checker struct {
+	w  io.Writer
+	ok bool
+}
+
+func (c *checker) check(name string, got, want float64, atLeast bool, unit string) {
+	pass := got >= want
+	if !atLeast {
+		pass = got < want
+	}
+	c.ok = c.ok && pass
+	mark := "met"
+	if !pass {
+		mark = "NOT met"
+	}
+	cmp := "≥"
+	if !atLeast {
+		cmp = "<"
+	}
+	fmt.Fprintf(c.w, "| %s | %.2f%s | %s %.2f%s | %s |\n", name, got, unit, cmp, want, unit, mark)
+}
+
+// writeFCFS prints the first-come-first-served rush's runs and targets.
+func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	fmt.Fprintln(w, "| run | load | per second | latency p50 / p99 (ms) | invariants |")
 	fmt.Fprintln(w, "|---|---|---:|---|---|")
 	fmt.Fprintf(w, "| floor: Asynq enqueue + no-op processing | %d tasks, %d workers | %.0f processed | – | %d duplicates |\n",
@@ -83,23 +128,8 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		row("holdfast … workers held back until the last 202", load(h), h, h.AcceptedPerSec, h.Submit)
 	}
 
-	ok = true
-	check := func(name string, got, want float64, atLeast bool, unit string) {
-		pass := got >= want
-		if !atLeast {
-			pass = got < want
-		}
-		ok = ok && pass
-		mark := "met"
-		if !pass {
-			mark = "NOT met"
-		}
-		cmp := "≥"
-		if !atLeast {
-			cmp = "<"
-		}
-		fmt.Fprintf(w, "| %s | %.2f%s | %s %.2f%s | %s |\n", name, got, unit, cmp, want, unit, mark)
-	}
+	c := &checker{w: w, ok: true}
+	check := c.check
 	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
 	fmt.Fprintln(w, "|---|---:|---:|---|")
 	check("fcfs-rush outcomes/s ÷ Asynq floor", ratio(b.Rush.CompletedPerSec, b.AsynqFloor.ProcessedPerSec), targetOfAsynq, true, "×")
@@ -143,8 +173,54 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 		}
 	}
 	check("invariant violations (holdfast, floors, SKIP LOCKED)", float64(violations), 1, false, "")
-	b.writeCPU(w)
-	return ok
+	return c.ok
+}
+
+// writeCart prints the cart rush: holdfast's cart-rush beside the
+// synchronous reserve, the same carts at the same concurrency, with the
+// ratio of their rates and their invariants.
+func (b *Bench) writeCart(w io.Writer) (ok bool) {
+	h, s := b.CartRush, b.CartBaseline
+	fmt.Fprintf(w, "Cart rush (seed 002's order reserve): %s, every client reserving at once, nothing confirmed:\n\n", cartLoad(h))
+	fmt.Fprintln(w, "| run | reserves per second | latency p50 / p99 (ms) | carts reserved / refused | units reserved | oversold units | duplicates | invariants |")
+	fmt.Fprintln(w, "|---|---:|---|---|---:|---:|---:|---|")
+	row := func(name string, r *Report) {
+		c := r.Cart
+		if c == nil {
+			c = &CartReport{}
+		}
+		verdict := "OK"
+		if !r.OK {
+			verdict = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.1f / %.1f | %d / %d | %d of %d | %d | %d | %s |\n", name, r.CompletedPerSec,
+			r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.CartsReserved, c.CartsRefused, c.UnitsReserved,
+			c.Options*c.StockPerOption, c.OversoldUnits, c.Duplicates, verdict)
+	}
+	row("synchronous: one transaction per request, the cart's options locked FOR UPDATE", s)
+	row(fmt.Sprintf("holdfast cart-rush: reserve, then its outcome (accept→terminal %.1f / %.1f ms)", h.AcceptToDone.P50, h.AcceptToDone.P99), h)
+	c := &checker{w: w, ok: true}
+	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
+	fmt.Fprintln(w, "|---|---:|---:|---|")
+	fmt.Fprintf(w, "| (no target) cart-rush reserves/s ÷ synchronous | %.2f× | – | – |\n", ratio(h.CompletedPerSec, s.CompletedPerSec))
+	fmt.Fprintf(w, "| (no target) cart-rush p99 ÷ synchronous p99 | %.2f× | – | – |\n", ratio(h.ClientRoundTrip.P99, s.ClientRoundTrip.P99))
+	for _, p := range []string{"api", "worker"} {
+		if v, found := h.PeakRSSMiB[p]; found {
+			c.check(p+" peak resident memory, cart-rush", v, targetRSSMiB, false, " MiB")
+		}
+	}
+	c.check("invariant violations (cart-rush, synchronous cart)", float64(len(h.Violations)+len(s.Violations)), 1, false, "")
+	return c.ok
+}
+
+// cartLoad describes a cart rush's load from its report.
+func cartLoad(r *Report) string {
+	c := r.Cart
+	if c == nil {
+		return fmt.Sprintf("%d users, %d clients", r.Journeys, r.Concurrency)
+	}
+	return fmt.Sprintf("%d users with carts of one or two of %d options of %d units (%d units asked for, %d exist), %d clients",
+		c.Carts, c.Options, c.StockPerOption, c.UnitsAsked, c.Options*c.StockPerOption, r.Concurrency)
 }
 
 // writeCPU prints what one request cost in CPU, by process, and the rate
@@ -198,6 +274,24 @@ func (b *Bench) writeCPU(w io.Writer) {
 		all[CPUTotal] = cpuTotal(r.CPUSeconds) + cpuTotal(r.Deferred.CPUSeconds)
 		line("… all in: the run and its deferred tasks", all, r.Journeys, 0, "api")
 	}
+	if b.Rush != nil {
+		b.writeFCFSCPU(w, line, holdfast)
+	}
+	if b.CartRush != nil && b.CartBaseline != nil {
+		line("synchronous cart reserve", b.CartBaseline.CPUSeconds, b.CartBaseline.Journeys, b.CartBaseline.CompletedPerSec, "api")
+		holdfast("holdfast cart-rush (reserve + outcome)", b.CartRush, b.CartRush.CompletedPerSec)
+	}
+	if b.Rush != nil {
+		writeDeferredNote(w, "fcfs-rush", "the event's drain", b.Rush)
+	}
+	if b.CartRush != nil {
+		writeDeferredNote(w, "cart-rush", "the drains of their users' and options' keys", b.CartRush)
+	}
+}
+
+// writeFCFSCPU prints the CPU lines of the floors and the first-come-
+// first-served runs, with writeCPU's line and holdfast printers.
+func (b *Bench) writeFCFSCPU(w io.Writer, line func(string, map[string]float64, int, float64, string), holdfast func(string, *Report, float64)) {
 	f := b.AsynqFloor
 	line("Asynq floor (per task)", f.CPUSeconds, f.Tasks, f.ProcessedPerSec, "floor")
 	line("enqueue-only HTTP floor", b.EnqueueFloor.CPUSeconds, b.EnqueueFloor.Journeys, b.EnqueueFloor.AcceptedPerSec, "api")
@@ -220,15 +314,21 @@ func (b *Bench) writeCPU(w io.Writer) {
 	if h := b.HeldIntake; h != nil {
 		holdfast("holdfast fcfs-rush -intake -hold-apply (all work)", h, h.CompletedPerSec)
 	}
-	switch d := b.Rush.Deferred; {
-	case d == nil || b.Rush.Journeys <= 0:
+}
+
+// writeDeferredNote says, under the CPU table, how many of a holdfast run's
+// tasks were left scheduled and what each cost when fired after it; drain
+// names the drains that applied their requests.
+func writeDeferredNote(w io.Writer, name, drain string, r *Report) {
+	switch d := r.Deferred; {
+	case d == nil || r.Journeys <= 0:
 	case d.Error != "":
-		fmt.Fprintf(w, "\nfcfs-rush's deferred tasks were not measured: %s\n", d.Error)
+		fmt.Fprintf(w, "\n%s's deferred tasks were not measured: %s\n", name, d.Error)
 	case d.Tasks > 0:
-		fmt.Fprintf(w, "\nfcfs-rush left %d of its %d tasks scheduled for later, their requests left to the event's drain (K1, K4), %.3f ms of CPU each.\n"+
+		fmt.Fprintf(w, "\n%s left %d of its %d tasks scheduled for later, their requests left to %s (K1, K4), %.3f ms of CPU each.\n"+
 			"They fire as no-ops once a drain has applied their requests; the load tool fires them right after the run\n"+
 			"and measures them. The rates above do not include them; the all-in line's ceiling does.\n",
-			d.Tasks, b.Rush.Journeys, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))
+			name, d.Tasks, r.Journeys, drain, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))
 	}
 }
 

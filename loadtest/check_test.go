@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,6 +128,19 @@ func TestBenchCPUTable(t *testing.T) {
 	require.NotContains(t, out.String(), "held")
 	require.NotContains(t, out.String(), "round trip")
 	require.NotContains(t, out.String(), "long poll")
+
+	// With the cart part, its section follows the targets and its CPU lines
+	// follow the first-come-first-served ones in the same table.
+	cart := &CartReport{Options: 5, StockPerOption: 300, Carts: 3000}
+	b.CartBaseline = rep(map[string]float64{CPUTotal: 3}, 3000, 2000)
+	b.CartRush = rep(map[string]float64{CPUTotal: 6}, 3000, 500)
+	b.CartBaseline.Cart, b.CartRush.Cart = cart, cart
+	out.Reset()
+	b.WriteTable(&out)
+	require.Contains(t, out.String(), "| invariant violations (holdfast, floors, SKIP LOCKED) | 0.00 | < 1.00 | met |\n\nCart rush")
+	require.Contains(t, out.String(), "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |\n"+
+		"| synchronous cart reserve | 1.000 | – | – | – | – | – | – | 2000/s | 2000/s | 100% |\n"+
+		"| holdfast cart-rush (reserve + outcome) | 2.000 | – | – | – | – | – | – | 1000/s | 500/s | 50% |\n\nfcfs-rush left 600")
 }
 
 // The JSON report carries the figures and the verdict a machine reads, and
@@ -175,4 +189,45 @@ func TestProgressBar(t *testing.T) {
 	}
 	p.draw()
 	require.Contains(t, buf.String(), "fcfs-rush [################........................] 4/10")
+}
+
+// The cart section puts holdfast's cart-rush beside the synchronous
+// reserve: rates, their ratio, latencies, carts, oversold units and
+// duplicates, and each one's CPU per reserve; a run of the cart part alone
+// has no first-come-first-served lines, and a violation fails the table.
+func TestBenchCartTable(t *testing.T) {
+	cart := &CartReport{Options: 5, StockPerOption: 300, Carts: 3000, UnitsAsked: 4500,
+		CartsReserved: 1000, CartsRefused: 2000, UnitsReserved: 1500, UnitsTold: 1500}
+	sync := &Report{Journeys: 3000, Concurrency: 200, CompletedPerSec: 2000, OK: true, Cart: cart,
+		ClientRoundTrip: Percentiles{P50: 80, P99: 250},
+		CPUSeconds:      map[string]float64{CPUTotal: 3, CPULoadTool: 0.3, "api": 0.9, CPUPostgres: 1.8}}
+	rush := &Report{Journeys: 3000, Concurrency: 200, CompletedPerSec: 500, OK: true, Cart: cart,
+		ClientRoundTrip: Percentiles{P50: 300, P99: 1000}, AcceptToDone: Percentiles{P50: 250, P99: 900},
+		PeakRSSMiB: map[string]float64{"api": 80, "worker": 30},
+		CPUSeconds: map[string]float64{CPUTotal: 6, CPULoadTool: 0.6, "api": 1.5, "worker": 1.5, CPUPostgres: 1.2, CPURedis: 1.2},
+		Deferred:   &Deferred{Tasks: 2400, CPUSeconds: map[string]float64{CPUTotal: 0.48, "worker": 0.3, CPURedis: 0.18}}}
+	b := Bench{Machine: "test", Cores: 2, CartRush: rush, CartBaseline: sync}
+	var out bytes.Buffer
+	require.True(t, b.WriteTable(&out))
+	table := out.String()
+	require.Contains(t, table, "Cart rush (seed 002's order reserve): 3000 users with carts of one or two of 5 options of 300 units (4500 units asked for, 1500 exist), 200 clients")
+	require.Contains(t, table, "| synchronous: one transaction per request, the cart's options locked FOR UPDATE | 2000 | 80.0 / 250.0 | 1000 / 2000 | 1500 of 1500 | 0 | 0 | OK |")
+	require.Contains(t, table, "| holdfast cart-rush: reserve, then its outcome (accept→terminal 250.0 / 900.0 ms) | 500 | 300.0 / 1000.0 | 1000 / 2000 | 1500 of 1500 | 0 | 0 | OK |")
+	require.Contains(t, table, "| (no target) cart-rush reserves/s ÷ synchronous | 0.25× | – | – |")
+	require.Contains(t, table, "| (no target) cart-rush p99 ÷ synchronous p99 | 4.00× | – | – |")
+	require.Contains(t, table, "| invariant violations (cart-rush, synchronous cart) | 0.00 | < 1.00 | met |")
+	// 3 s for 3,000 reserves: 1 ms each, so 2 cores allow 2,000/s.
+	require.Contains(t, table, "| synchronous cart reserve | 1.000 | 0.100 | 0.300 | – | 0.600 | – | – | 2000/s | 2000/s | 100% |")
+	require.Contains(t, table, "| holdfast cart-rush (reserve + outcome) | 2.000 | 0.200 | 0.500 | 0.500 | 0.400 | 0.400 | – | 1000/s | 500/s | 50% |\n"+
+		"| … its deferred no-op tasks, fired after the run | 0.160 | – | – | 0.100 | – | 0.060 | – | 12500/s | – | – |")
+	require.Contains(t, table, "cart-rush left 2400 of its 3000 tasks scheduled for later, their requests left to the drains of their users' and options' keys (K1, K4), 0.200 ms of CPU each.")
+	require.NotContains(t, table, "fcfs")
+	require.NotContains(t, table, "floor")
+	require.True(t, strings.HasPrefix(table, "make bench — test\n\nCart rush"))
+
+	rush.OK, rush.Violations = false, []string{"option 1 oversold"}
+	rush.Cart = &CartReport{Options: 5, StockPerOption: 300, CartsReserved: 1001, OversoldUnits: 1}
+	out.Reset()
+	require.False(t, b.WriteTable(&out), "a violation fails the table")
+	require.Contains(t, out.String(), "| 1001 / 0 | 0 of 1500 | 1 | 0 | 1 VIOLATIONS |")
 }

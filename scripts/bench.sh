@@ -14,14 +14,25 @@
 #                outcome, then all submitting first);
 #   2. baseline: seed 004's FCFS done synchronously per HTTP request, in the
 #                seed's literal form and with FOR UPDATE SKIP LOCKED;
-#   3. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
+#   3. cart:     seed 002's order reserve, a limited drop: BENCH_CART_USERS
+#                users with carts of one or two of 5 options of
+#                BENCH_CART_STOCK units each, every client reserving at once;
+#                first done synchronously, one transaction per request that
+#                locks the cart's options (bin/baseline -mode cart,
+#                bin/load baseline-cart), then holdfast's cart-rush (carts
+#                filled before the measured phase; clients wait for each
+#                outcome; its deferred tasks measured after it);
+#   4. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
 #                -intake (clients submit everything, outcomes followed after);
 #                after each, the load tool fires the Asynq tasks the run left
 #                scheduled and measures them too (-redis); then -intake again
 #                with the workers held back until the last 202 (-hold-apply):
 #                the API's intake alone, as with workers on other machines.
 #
-# Sizes: BENCH_USERS (40000), BENCH_SEATS (20000), BENCH_CONCURRENCY (200).
+# Sizes: BENCH_USERS (40000), BENCH_SEATS (20000), BENCH_CONCURRENCY (200),
+# BENCH_CART_USERS (3000), BENCH_CART_STOCK (300 units an option). BENCH_ONLY=cart
+# runs the cart part alone (step 3), with the same stores and sizes, and
+# writes its table to bin/bench/latest-cart.md.
 # Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs) and
 # bin/bench/latest.md. Everything uses its own database (holdfast_bench,
 # wiped first) and its own redis-server on a spare port (BENCH_REDIS_PORT,
@@ -30,6 +41,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 users="${BENCH_USERS:-40000}" seats="${BENCH_SEATS:-20000}" conc="${BENCH_CONCURRENCY:-200}"
+cart_users="${BENCH_CART_USERS:-3000}" cart_stock="${BENCH_CART_STOCK:-300}"
+only="${BENCH_ONLY:-}"
+case "$only" in "" | cart) ;; *) echo "BENCH_ONLY must be cart or unset" >&2; exit 2 ;; esac
 pg_base="${BENCH_PG:-postgres://postgres@127.0.0.1:5432}"
 export DATABASE_URL="$pg_base/holdfast_bench?sslmode=disable"
 redis_port="${BENCH_REDIS_PORT:-16399}"
@@ -50,64 +64,80 @@ pgv=$(psql -tA "$DATABASE_URL" -c 'SHOW server_version' | cut -d' ' -f1)
 rv=$(redis-cli -u "$REDIS_URL" info server | sed -n 's/^redis_version://p' | tr -d '\r')
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), $(free -g | awk '/Mem:/{print $2}') GiB, Postgres $pgv, Redis $rv; everything on this machine" > "$out/machine.txt"
 
-step "floor: raw Asynq, $users no-op tasks"
-bin/load floor -tasks "$users" > "$out/floor.json"
+if [ -z "$only" ]; then
+  step "floor: raw Asynq, $users no-op tasks"
+  bin/load floor -tasks "$users" > "$out/floor.json"
 
-step "floor: HTTP handler that only enqueues, $users POSTs, $conc clients"
-bin/baseline -mode enqueue -addr "$baseline_addr" > "$out/baseline-enqueue.log" 2>&1 & pid=$!; pids+=("$pid")
-wait_ready "http://$baseline_addr/healthz" "$pid"
-bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/enqueue.json"
-stop "$pid"
-
-step "floor: HTTP handler that stores each request in Postgres, then enqueues, $users POSTs, $conc clients"
-floor_db="$pg_base/holdfast_bench_floor?sslmode=disable"
-psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_bench_floor' 2>/dev/null
-DATABASE_URL=$floor_db bin/baseline -mode durable -addr "$baseline_addr" > "$out/baseline-durable.log" 2>&1 & pid=$!; pids+=("$pid")
-wait_ready "http://$baseline_addr/healthz" "$pid"
-psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
-bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/durable.json"
-stop "$pid"
-psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
-
-step "plain round trip: stored, each task processed as it comes by a worker process, a long poll, $users users, $conc clients"
-DATABASE_URL=$floor_db bin/baseline -mode roundtrip -addr "$baseline_addr" > "$out/baseline-roundtrip.log" 2>&1 & pid=$!; pids+=("$pid")
-wait_ready "http://$baseline_addr/healthz" "$pid"
-bin/baseline -mode roundtrip-tasks -addr "$baseline_tasks_addr" > "$out/baseline-roundtrip-tasks.log" 2>&1 & tasks_pid=$!; pids+=("$tasks_pid")
-wait_ready "http://$baseline_tasks_addr/healthz" "$tasks_pid"
-for run in roundtrip roundtrip-intake; do
-  psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
-  intake=(); [ "$run" = roundtrip-intake ] && intake=(-intake)
-  bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics "http://$baseline_tasks_addr/metrics" -json "${intake[@]}" baseline-roundtrip > "$out/$run.json"
-done
-stop "$tasks_pid"; stop "$pid"
-psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
-
-for mode in literal skiplocked; do
-  step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"
-  bin/baseline -mode "$mode" -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
+  step "floor: HTTP handler that only enqueues, $users POSTs, $conc clients"
+  bin/baseline -mode enqueue -addr "$baseline_addr" > "$out/baseline-enqueue.log" 2>&1 & pid=$!; pids+=("$pid")
   wait_ready "http://$baseline_addr/healthz" "$pid"
-  settle
-  bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -json baseline-fcfs > "$out/$mode.json" || true
+  bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/enqueue.json"
   stop "$pid"
-done
+
+  step "floor: HTTP handler that stores each request in Postgres, then enqueues, $users POSTs, $conc clients"
+  floor_db="$pg_base/holdfast_bench_floor?sslmode=disable"
+  psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_bench_floor' 2>/dev/null
+  DATABASE_URL=$floor_db bin/baseline -mode durable -addr "$baseline_addr" > "$out/baseline-durable.log" 2>&1 & pid=$!; pids+=("$pid")
+  wait_ready "http://$baseline_addr/healthz" "$pid"
+  psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
+  bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/durable.json"
+  stop "$pid"
+  psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
+
+  step "plain round trip: stored, each task processed as it comes by a worker process, a long poll, $users users, $conc clients"
+  DATABASE_URL=$floor_db bin/baseline -mode roundtrip -addr "$baseline_addr" > "$out/baseline-roundtrip.log" 2>&1 & pid=$!; pids+=("$pid")
+  wait_ready "http://$baseline_addr/healthz" "$pid"
+  bin/baseline -mode roundtrip-tasks -addr "$baseline_tasks_addr" > "$out/baseline-roundtrip-tasks.log" 2>&1 & tasks_pid=$!; pids+=("$tasks_pid")
+  wait_ready "http://$baseline_tasks_addr/healthz" "$tasks_pid"
+  for run in roundtrip roundtrip-intake; do
+    psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
+    intake=(); [ "$run" = roundtrip-intake ] && intake=(-intake)
+    bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics "http://$baseline_tasks_addr/metrics" -json "${intake[@]}" baseline-roundtrip > "$out/$run.json"
+  done
+  stop "$tasks_pid"; stop "$pid"
+  psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
+
+  for mode in literal skiplocked; do
+    step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"
+    bin/baseline -mode "$mode" -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
+    wait_ready "http://$baseline_addr/healthz" "$pid"
+    settle
+    bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -json baseline-fcfs > "$out/$mode.json" || true
+    stop "$pid"
+  done
+fi
+
+step "baseline: synchronous cart reserve (seed 002), $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
+bin/baseline -mode cart -addr "$baseline_addr" > "$out/baseline-cart.log" 2>&1 & pid=$!; pids+=("$pid")
+wait_ready "http://$baseline_addr/healthz" "$pid"
+settle
+bin/load -url "http://$baseline_addr" -users "$cart_users" -stock "$cart_stock" -concurrency "$conc" -worker-metrics '' -json baseline-cart > "$out/cart-baseline.json" || true
+stop "$pid"
 
 step "holdfast: API and worker"
 start_holdfast
-common=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -users "$users" -seats "$seats" -concurrency "$conc")
+holdfast=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -concurrency "$conc")
 
-step "holdfast: fcfs-rush"
+step "holdfast: cart-rush, $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
 settle
-bin/load "${common[@]}" -json -html "$out/rush.html" fcfs-rush > "$out/rush.json" || true
-step "holdfast: fcfs-rush -intake"
-settle
-bin/load "${common[@]}" -json -html "$out/intake.html" -intake fcfs-rush > "$out/intake.json" || true
-step "holdfast: fcfs-rush -intake -hold-apply (the workers wait until the last 202)"
-settle
-bin/load "${common[@]}" -json -intake -hold-apply fcfs-rush > "$out/intake-held.json" || true
+bin/load "${holdfast[@]}" -users "$cart_users" -stock "$cart_stock" -json -html "$out/cart-rush.html" cart-rush > "$out/cart-rush.json" || true
+
+if [ -z "$only" ]; then
+  common=("${holdfast[@]}" -users "$users" -seats "$seats")
+  step "holdfast: fcfs-rush"
+  settle
+  bin/load "${common[@]}" -json -html "$out/rush.html" fcfs-rush > "$out/rush.json" || true
+  step "holdfast: fcfs-rush -intake"
+  settle
+  bin/load "${common[@]}" -json -html "$out/intake.html" -intake fcfs-rush > "$out/intake.json" || true
+  step "holdfast: fcfs-rush -intake -hold-apply (the workers wait until the last 202)"
+  settle
+  bin/load "${common[@]}" -json -intake -hold-apply fcfs-rush > "$out/intake-held.json" || true
+fi
 stop "$worker_pid"; stop "$api_pid"
 
 step "results ($out)"
 status=0
 bin/load table "$out" | tee "$out/table.md" || status=$?
-cp "$out/table.md" bin/bench/latest.md
+cp "$out/table.md" "bin/bench/latest${only:+-$only}.md"
 exit $status

@@ -38,21 +38,16 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 
 // tableCmd reads a make bench directory (floor.json, enqueue.json,
 // literal.json, skiplocked.json, rush.json, intake.json, machine.txt, and
-// durable.json, roundtrip.json, roundtrip-intake.json and intake-held.json
-// when present) and prints the comparison table. It exits 1 when a target
-// is not met.
+// durable.json, roundtrip.json, roundtrip-intake.json, intake-held.json,
+// cart-baseline.json and cart-rush.json when present) and prints the
+// comparison table. A directory of the cart part alone (BENCH_ONLY=cart:
+// machine.txt and the two cart files) prints the cart section. It exits 1
+// when a target is not met.
 func tableCmd(args []string, stdout io.Writer) (int, error) {
 	if len(args) != 1 {
 		return 2, fmt.Errorf("usage: load table DIR")
 	}
 	dir := args[0]
-	read := func(name string, v any) error {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(b, v)
-	}
 	var b loadtest.Bench
 	machine, err := os.ReadFile(filepath.Join(dir, "machine.txt"))
 	if err != nil {
@@ -60,30 +55,65 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 	}
 	b.Machine = strings.TrimSpace(string(machine))
 	b.Cores = runtime.NumCPU() // the table is made on the machine that ran the bench
-	if err := read("floor.json", &b.AsynqFloor); err != nil {
+	if exists(dir, "rush.json") {
+		if err := readFCFS(dir, &b); err != nil {
+			return 1, err
+		}
+	}
+	if err := readReports(dir, map[string]**loadtest.Report{"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush}, true); err != nil {
 		return 1, err
 	}
-	for name, dst := range map[string]**loadtest.Report{"enqueue.json": &b.EnqueueFloor, "literal.json": &b.Literal,
-		"skiplocked.json": &b.SkipLocked, "rush.json": &b.Rush, "intake.json": &b.Intake} {
-		*dst = new(loadtest.Report)
-		if err := read(name, *dst); err != nil {
-			return 1, err
-		}
-	}
-	// Files of measurements added later; a directory from before them
-	// still makes its table.
-	for name, dst := range map[string]**loadtest.Report{"durable.json": &b.DurableFloor, "intake-held.json": &b.HeldIntake,
-		"roundtrip.json": &b.RoundTrip, "roundtrip-intake.json": &b.RoundTripIntake} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			continue
-		}
-		*dst = new(loadtest.Report)
-		if err := read(name, *dst); err != nil {
-			return 1, err
-		}
+	if b.Rush == nil && (b.CartRush == nil || b.CartBaseline == nil) {
+		return 1, fmt.Errorf("%s: neither rush.json nor cart-rush.json with cart-baseline.json", dir)
 	}
 	if !b.WriteTable(stdout) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// readFCFS reads the floors' and the first-come-first-served runs' files.
+func readFCFS(dir string, b *loadtest.Bench) error {
+	if err := readJSON(dir, "floor.json", &b.AsynqFloor); err != nil {
+		return err
+	}
+	if err := readReports(dir, map[string]**loadtest.Report{"enqueue.json": &b.EnqueueFloor, "literal.json": &b.Literal,
+		"skiplocked.json": &b.SkipLocked, "rush.json": &b.Rush, "intake.json": &b.Intake}, false); err != nil {
+		return err
+	}
+	// Files of measurements added later; a directory from before them
+	// still makes its table.
+	return readReports(dir, map[string]**loadtest.Report{"durable.json": &b.DurableFloor, "intake-held.json": &b.HeldIntake,
+		"roundtrip.json": &b.RoundTrip, "roundtrip-intake.json": &b.RoundTripIntake}, true)
+}
+
+// readReports reads each named report file of dir into its destination;
+// with optional, a missing file leaves its destination nil.
+func readReports(dir string, files map[string]**loadtest.Report, optional bool) error {
+	for name, dst := range files {
+		if optional && !exists(dir, name) {
+			continue
+		}
+		*dst = new(loadtest.Report)
+		if err := readJSON(dir, name, *dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func readJSON(dir, name string, v any) error {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+func exists(dir, name string) bool {
+	_, err := os.Stat(filepath.Join(dir, name))
+	return err == nil
 }
