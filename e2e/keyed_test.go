@@ -185,3 +185,102 @@ func TestMultiKeyOppositeOrders(t *testing.T) {
 	require.Equal(t, int64(200), a.Counter)
 	require.Equal(t, int64(200), b.Counter)
 }
+
+// K6 across keys: requests that each hold a hot key and a key of their own
+// (a cart's option and its user) are applied in batches, not one at a time,
+// and every counter stays exact.
+func TestMultiKeyRequestsBatch(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	const n = 300
+	submitMany(t, s, 8, n, func(i int) probe.Payload {
+		if i%3 == 0 {
+			return probe.Payload{Keys: []string{"hot"}}
+		}
+		return probe.Payload{Keys: []string{"hot", fmt.Sprintf("own%d", i)}}
+	})
+	s.StartWorker("grouper")
+	s.WaitAllTerminal(60 * time.Second)
+
+	r := s.Probe("hot")
+	t.Logf("%d requests on the hot key, 200 of them with a key of their own: %d transactions, at most %d in one", n, r.Txs, r.MaxPerTx)
+	require.Empty(t, r.Violations())
+	require.Equal(t, int64(n), r.Counter)
+	require.Less(t, r.Txs, n/4, "requests with a second key went one per transaction")
+	require.Greater(t, r.MaxPerTx, 20)
+	for i := 1; i < n; i += 3 {
+		own := s.Probe(fmt.Sprintf("own%d", i))
+		require.Equal(t, int64(1), own.Counter)
+	}
+}
+
+// Groups meet: requests on the keys of a cycle (a,b), (b,c), (c,a) and on
+// each key alone, on three workers at once. Every drain takes keys without
+// waiting and the holder of a blocked request's smallest key keeps it, so
+// all of them end, each applied once and in order per key.
+func TestMultiKeyCycleNeverDeadlocks(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 3})
+	pairs := [][]string{{"a", "b"}, {"b", "c"}, {"c", "a"}, {"a"}, {"b"}, {"c"}}
+	submitMany(t, s, 12, 360, func(i int) probe.Payload { return probe.Payload{Keys: pairs[i%len(pairs)], SleepMs: 1} })
+	s.WaitAllTerminal(90 * time.Second)
+	require.Equal(t, map[domain.Status]int{domain.StatusSucceeded: 360}, s.Statuses())
+	for _, k := range []string{"a", "b", "c"} {
+		r := s.Probe(k)
+		require.Empty(t, r.Violations(), k)
+		require.Equal(t, int64(180), r.Counter, "%s: two pairs and itself, 60 each", k)
+	}
+}
+
+// K3 in groups: every request carries the shared key x and a key of its
+// client. Whenever a request's 202 arrived before another was sent, it is
+// applied first on x.
+func TestMultiKeyAcceptanceOrder(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"BATCH_MAX", "16"}})
+	const clients, per = 8, 40
+	type sent struct {
+		id                 string
+		sentAt, acceptedAt time.Time
+	}
+	var all []sent
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := s.Client(fmt.Sprintf("k3m-%d", c), domain.RoleUser)
+			for i := range per {
+				st := time.Now()
+				id := cl.Probe(probe.Payload{Keys: []string{"x", fmt.Sprintf("c%d-%d", c, i%3)}})
+				mu.Lock()
+				all = append(all, sent{id, st, time.Now()})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("all accepted; the last applied %s later", s.WaitAllTerminal(60*time.Second))
+	value := map[string]int64{}
+	rows, err := s.Pool.Query(t.Context(), `SELECT request_id::text, value FROM probe_log WHERE key = 'x'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var v int64
+		require.NoError(t, rows.Scan(&id, &v))
+		value[id] = v
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, value, clients*per)
+	sort.Slice(all, func(i, j int) bool { return value[all[i].id] < value[all[j].id] })
+	earliestLaterAccept := time.Now().Add(time.Hour)
+	for i := len(all) - 1; i >= 0; i-- {
+		require.False(t, earliestLaterAccept.Before(all[i].sentAt),
+			"request applied %d-th on x was sent after a request applied later had been accepted", i+1)
+		if all[i].acceptedAt.Before(earliestLaterAccept) {
+			earliestLaterAccept = all[i].acceptedAt
+		}
+	}
+	require.Empty(t, s.Probe("x").Violations())
+}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +27,12 @@ type group struct {
 	// limit is the batch size: halved to isolate a request whose applier
 	// fails, doubled back after each successful batch.
 	limit int
+	// waiting is the last step that could apply nothing: what it saw and
+	// planned. While a step sees the same, it only tries the keys again.
+	waiting struct {
+		sig  string
+		plan plan
+	}
 }
 
 // maxGroupKeys bounds the keys one drain holds: enough for a full batch of
@@ -33,11 +40,14 @@ type group struct {
 // ones they share.
 func (e *Engine) maxGroupKeys() int { return 2*e.opt.BatchMax + 64 }
 
-// yieldDelay is when a drain task follows a key given up to the holder of a
-// request's smallest key: late enough that the holder, which retries every
-// few milliseconds, normally takes the key first; there only in case it
-// does not (it left, or died).
-const yieldDelay = time.Second
+// A key given up to the holder of a request's smallest key is kept for it
+// for promiseTTL: that holder retries every few milliseconds, and no other
+// drain takes the key meanwhile. A drain task follows at yieldDelay, after
+// the promise, in case the holder does not come (it left, or died).
+const (
+	promiseTTL = 500 * time.Millisecond
+	yieldDelay = time.Second
+)
 
 func (e *Engine) newGroup(queue string, l Lease) *group {
 	g := &group{e: e, queue: queue, held: map[string]Lease{}, limit: e.opt.BatchMax}
@@ -182,7 +192,10 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // plan is what a step decided, filled in by its pick.
 type plan struct {
 	blocked []*requests.Request // requests that could not be applied, in seq order
-	wanted  []string            // keys of blocked requests the group does not hold
+	// wanted are the keys to try for blocked requests, each with the key
+	// the group holds as that request's smallest (its claim on a promised
+	// key), or "" when the group wants the smallest key itself.
+	wanted map[string]string
 }
 
 // picker returns the pick of an apply transaction: in acceptance order, the
@@ -192,23 +205,21 @@ type plan struct {
 // Requests on disjoint keys do not wait for each other.
 func (g *group) picker(wins map[string]window, p *plan) pickFunc {
 	return func(open []*requests.Request, limit int) []*requests.Request {
-		*p = plan{}
+		*p = plan{wanted: map[string]string{}}
 		blocked := map[string]bool{}
-		wanted := map[string]bool{}
 		var batch []*requests.Request
 		for _, r := range open {
 			if len(batch) == limit {
 				break
 			}
 			ok := true
+			var lacking []string
 			for _, k := range r.Keys {
-				w, held := wins[k]
+				w, seen := wins[k]
 				if _, holds := g.held[k]; !holds {
+					lacking = append(lacking, k)
 					ok = false
-					wanted[k] = true
-					continue
-				}
-				if blocked[k] || !held || !w.covers(r.Seq) {
+				} else if blocked[k] || !seen || !w.covers(r.Seq) {
 					ok = false
 				}
 			}
@@ -220,8 +231,18 @@ func (g *group) picker(wins map[string]window, p *plan) pickFunc {
 			for _, k := range r.Keys {
 				blocked[k] = true
 			}
+			// The holder of a request's smallest key gathers the rest (keys
+			// are sorted at intake); any other drain only tries for that key.
+			smallest := r.Keys[0]
+			if _, designated := g.held[smallest]; !designated {
+				lacking, smallest = []string{smallest}, ""
+			}
+			for _, k := range lacking {
+				if _, ok := p.wanted[k]; !ok {
+					p.wanted[k] = smallest
+				}
+			}
 		}
-		p.wanted = slices.Sorted(mapKeys(wanted))
 		return batch
 	}
 }
@@ -230,7 +251,6 @@ func (g *group) picker(wins map[string]window, p *plan) pickFunc {
 // keys its blocked requests want. progress is false when nothing changed:
 // everything left waits for keys other drains hold.
 func (g *group) step(ctx context.Context) (progress bool, err error) {
-	e := g.e
 	keys := g.keys()
 	wins, lost, err := g.peek(ctx, keys)
 	if err != nil {
@@ -252,20 +272,23 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 	if err != nil || len(ids) == 0 {
 		return true, err
 	}
-	if err := e.store.MarkProcessingMany(ctx, progressMarks(wins)); err != nil {
-		return false, err
-	}
-	if e.beforeApply != nil {
-		e.beforeApply()
-	}
 	var p plan
-	leases, res, err := e.applyRetrying(ctx, g.leases(), ids, g.picker(wins, &p), &g.limit)
-	g.setLeases(leases)
-	if err != nil {
-		return false, err
+	if sig := signature(keys, merged); sig == g.waiting.sig {
+		// Nothing changed since a step that could apply nothing: the same
+		// requests still wait for the same keys, so only those are tried.
+		p = g.waiting.plan
+	} else {
+		res, err := g.apply(ctx, wins, merged, ids, &p)
+		if err != nil {
+			return false, err
+		}
+		applied := len(res.applied)+len(res.gone) > 0
+		progress = progress || applied
+		g.waiting.sig = ""
+		if !applied {
+			g.waiting.sig, g.waiting.plan = sig, p
+		}
 	}
-	e.finish(ctx, g.queue, res, mailboxesOf(merged))
-	progress = progress || len(res.applied)+len(res.gone) > 0
 	if len(p.wanted) == 0 {
 		return progress, nil
 	}
@@ -332,6 +355,40 @@ func mailboxesOf(merged []entry) map[string][]string {
 	return out
 }
 
+// apply runs one apply transaction over the merged requests, recording the
+// step's plan in p, and clears what it applied from the mailboxes.
+func (g *group) apply(ctx context.Context, wins map[string]window, merged []entry, ids []uuid.UUID, p *plan) (result, error) {
+	e := g.e
+	if err := e.store.MarkProcessingMany(ctx, progressMarks(wins)); err != nil {
+		return result{}, err
+	}
+	if e.beforeApply != nil {
+		e.beforeApply()
+	}
+	leases, res, err := e.applyRetrying(ctx, g.leases(), ids, g.picker(wins, p), &g.limit)
+	g.setLeases(leases)
+	if err != nil {
+		return result{}, err
+	}
+	e.finish(ctx, g.queue, res, mailboxesOf(merged))
+	return res, nil
+}
+
+// signature names what a step sees: the keys held and the requests in
+// their windows.
+func signature(keys []string, merged []entry) string {
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+	}
+	for _, m := range merged {
+		b.WriteByte(1)
+		b.WriteString(m.id)
+	}
+	return b.String()
+}
+
 // parseIDs returns the merged requests' ids; entries that are not ids are
 // dropped from their mailboxes.
 func (g *group) parseIDs(ctx context.Context, merged []entry) ([]uuid.UUID, error) {
@@ -370,11 +427,13 @@ func progressMarks(wins map[string]window) map[string]int64 {
 	return marks
 }
 
-// acquire tries the leases of keys, in one round trip, and adds those it
-// got to the group; failed are the keys another drain holds. It never
-// waits for a lease, so no drain ever waits while holding one.
-func (g *group) acquire(ctx context.Context, keys []string) (got int, failed map[string]bool, err error) {
+// acquire tries the leases of wanted (key → claim), in one round trip, and
+// adds those it got to the group; failed are the keys another drain holds,
+// or keeps for another. It never waits for a lease, so no drain ever waits
+// while holding one.
+func (g *group) acquire(ctx context.Context, wanted map[string]string) (got int, failed map[string]bool, err error) {
 	e := g.e
+	keys := slices.Sorted(mapKeys(wanted))
 	if room := e.maxGroupKeys() - len(g.held); len(keys) > room {
 		keys = keys[:max(room, 0)]
 	}
@@ -384,7 +443,7 @@ func (g *group) acquire(ctx context.Context, keys []string) (got int, failed map
 	cmds := make([]*redis.Cmd, len(keys))
 	if err := pipelined(ctx, e.rdb, acquireScript, func(pipe redis.Pipeliner) {
 		for i, k := range keys {
-			cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(k), fenceKey(k)}, e.opt.LeaseTTL.Milliseconds())
+			cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(k), fenceKey(k), forKey(k)}, e.opt.LeaseTTL.Milliseconds(), wanted[k])
 		}
 	}); err != nil {
 		return 0, nil, fmt.Errorf("keyed: acquire: %w", err)
@@ -406,33 +465,42 @@ func (g *group) acquire(ctx context.Context, keys []string) (got int, failed map
 }
 
 // yield gives up the keys of each blocked request whose smallest key another
-// drain holds, when a key it lacks could not be had: that drain applies the
-// request, and the others make way for it (doc.go, "Groups"). The holder of
-// a request's smallest key never yields for it, so someone always goes on.
+// drain holds: that drain applies the request, and the others make way for
+// it, keeping each key for it a moment (doc.go, "Groups"). The holder of a
+// request's smallest key never yields for it, so someone always goes on.
 func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed map[string]bool) (bool, error) {
-	var give []string
+	give := map[string]string{} // key → the smallest key of the request it is kept for
 	for _, r := range blocked {
-		if _, mine := g.held[r.Keys[0]]; mine { // keys are sorted at intake
-			continue
-		}
-		lacking := false
-		for _, k := range r.Keys {
-			lacking = lacking || failed[k]
-		}
-		if !lacking {
+		smallest := r.Keys[0] // keys are sorted at intake
+		if _, mine := g.held[smallest]; mine || !failed[smallest] {
 			continue
 		}
 		for _, k := range r.Keys {
-			if _, ok := g.held[k]; ok && !slices.Contains(give, k) {
-				give = append(give, k)
+			if _, ok := g.held[k]; ok {
+				if _, given := give[k]; !given {
+					give[k] = smallest
+				}
 			}
 		}
 	}
-	for _, k := range give {
+	for _, k := range slices.Sorted(mapKeys(give)) {
 		l := g.held[k]
 		g.drop(k)
-		if err := g.e.handOff(context.WithoutCancel(ctx), l, g.queue, yieldDelay+rand.N(yieldDelay/4)); err != nil {
-			return true, err
+		n, err := yieldScript.Run(ctx, g.e.rdb, []string{leaseKey(k), mboxKey(k), forKey(k)},
+			l.Token, give[k], promiseTTL.Milliseconds()).Int()
+		switch {
+		case err != nil:
+			return true, fmt.Errorf("keyed: yield %s: %w", k, err)
+		case n < 0:
+			if err := g.e.lostLease(ctx, l, g.queue); err != nil {
+				return true, err
+			}
+		case n > 0:
+			g.e.m.HandOffs.WithLabelValues(g.queue).Inc()
+			delay := yieldDelay + rand.N(yieldDelay/4)
+			if err := g.e.enqueueDrain(context.WithoutCancel(ctx), g.queue, k, tokenID("y", l.Token), delay); err != nil {
+				return true, err
+			}
 		}
 	}
 	return len(give) > 0, nil

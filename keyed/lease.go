@@ -36,7 +36,7 @@ const (
 
 // TryAcquire takes key's lease if it is free; ok is false if it is held.
 func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, err error) {
-	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key))
+	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key), forKey(key))
 	return Lease{Key: key, Token: tok}, tok > 0, err
 }
 
@@ -47,12 +47,12 @@ func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, 
 // acquire, peek and release; a key with work left and no holder is taken and
 // drained.
 func (e *Engine) acquireWork(ctx context.Context, key string) (l Lease, ok, empty bool, err error) {
-	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key), mboxKey(key))
+	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key), forKey(key), mboxKey(key))
 	return Lease{Key: key, Token: tok}, tok > 0, tok < 0, err
 }
 
 func (e *Engine) acquire(ctx context.Context, key string, keys ...string) (int64, error) {
-	tok, err := acquireScript.Run(ctx, e.rdb, keys, e.opt.LeaseTTL.Milliseconds()).Int64()
+	tok, err := acquireScript.Run(ctx, e.rdb, keys, e.opt.LeaseTTL.Milliseconds(), "").Int64()
 	if err != nil {
 		return 0, fmt.Errorf("keyed: acquire %s: %w", key, err)
 	}

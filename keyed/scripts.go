@@ -35,6 +35,7 @@ func FencedErr(err error) error {
 //	hf:{key}:mbox   sorted set  request id → seq
 //	hf:{key}:lease  string      fencing token of the holder, with TTL
 //	hf:{key}:fence  string      last token handed out (INCR)
+//	hf:{key}:for    string      the key whose holder a yielded lease is kept for, briefly
 func mboxKey(k string) string { return "hf:{" + k + "}:mbox" }
 
 // LeaseKey is the Redis key holding key's lease token. Appliers that change
@@ -49,17 +50,35 @@ func LeaseKey(k string) string { return leaseKey(k) }
 func KeyTag(k string) string   { return "hf:{" + k + "}" }
 func leaseKey(k string) string { return "hf:{" + k + "}:lease" }
 func fenceKey(k string) string { return "hf:{" + k + "}:fence" }
+func forKey(k string) string   { return "hf:{" + k + "}:for" }
 
-// acquireScript takes a free lease. KEYS: lease, fence, and optionally the
-// key's mailbox. ARGV: ttl ms. Returns the new token, 0 if the lease is
-// held, or -1 if a mailbox was given and is empty: there is nothing to
-// drain (entries leave only once applied), so no lease is taken.
+// acquireScript takes a free lease. A lease a drain yielded for the holder
+// of another key (yieldScript) goes, while that promise lasts, only to a
+// caller that claims to hold that key. KEYS: lease, fence, for, and
+// optionally the key's mailbox. ARGV: ttl ms, claim (the key the caller
+// holds for the request it wants this one for; "" for none). Returns the
+// new token, 0 if the lease is held or promised to another, or -1 if a
+// mailbox was given and is empty: there is nothing to drain (entries leave
+// only once applied), so no lease is taken.
 var acquireScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if KEYS[3] and redis.call('ZCARD', KEYS[3]) == 0 then return -1 end
+local promised = redis.call('GET', KEYS[3])
+if promised and promised ~= ARGV[2] then return 0 end
+if KEYS[4] and redis.call('ZCARD', KEYS[4]) == 0 then return -1 end
 local tok = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], tok, 'PX', ARGV[1])
+if promised then redis.call('DEL', KEYS[3]) end
 return tok`)
+
+// yieldScript gives a lease up for the holder of another key: for a while
+// only a caller claiming that key may take it (acquireScript). KEYS: lease,
+// mbox, for. ARGV: token, the key it is kept for, how long (ms). Returns -1
+// if the lease was not held with token, else the mailbox's entries.
+var yieldScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+return redis.call('ZCARD', KEYS[2])`)
 
 // peekScript extends a held lease and reads the head of the mailbox, each
 // id followed by its seq. KEYS: lease, mbox. ARGV: token, ttl ms, n.

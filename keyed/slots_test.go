@@ -13,14 +13,14 @@ import (
 var slotKeys = []string{"probe:a", "probe:hot", "stays:rt:7", "shop:user:42", "shop:opt:9", "events:ev:3", "events:q:3",
 	"probe:{x}", "probe:a}b", "probe:{", "probe:}", "probe:{}", "probe:ü"}
 
-// Every script of the engine (acquire, peek, release, reissue, extend) takes
-// some of one key's lease, fence and mailbox: they must share a hash slot,
+// Every script of the engine (acquire, yield, peek, release, reissue,
+// extend) takes some of one key's lease, fence, promise and mailbox: they must share a hash slot,
 // or Redis Cluster refuses the script with CROSSSLOT. Appliers put their own
 // keys behind KeyTag, so it must name the same slot too.
 func TestKeyLayoutSharesOneSlot(t *testing.T) {
 	for _, k := range slotKeys {
 		slot := testenv.HashSlot(leaseKey(k))
-		for _, other := range []string{mboxKey(k), fenceKey(k), LeaseKey(k), KeyTag(k) + ":anything"} {
+		for _, other := range []string{mboxKey(k), fenceKey(k), forKey(k), LeaseKey(k), KeyTag(k) + ":anything"} {
 			require.Equal(t, slot, testenv.HashSlot(other), "%s and %s", leaseKey(k), other)
 		}
 	}
