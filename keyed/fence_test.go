@@ -155,3 +155,85 @@ func TestFencingControlLateCommitGoesThrough(t *testing.T) {
 	require.Equal(t, application{r2, "stalled", got[1].Token}, got[1])
 	require.Less(t, got[1].Token, got[0].Token, "an older lease committed after a newer one")
 }
+
+// acceptOn accepts a request on keys.
+func (r *fenceRig) acceptOn(t *testing.T, keys ...string) uuid.UUID {
+	req, _, err := r.intake.Accept(context.Background(), requests.Submission{
+		Type: "fence.test", Queue: "q", UserID: "u", Keys: keys})
+	require.NoError(t, err)
+	return req.ID
+}
+
+// stalledGroup has engine a hold a group of keys k and u and stall after
+// reading their mailboxes, until both leases lapse; engine b then takes
+// both keys and applies the first request alone. It returns a function
+// that resumes the stalled group's step and reports its error.
+func (r *fenceRig) stalledGroup(t *testing.T, a, b *Engine, first uuid.UUID) func() error {
+	ctx := context.Background()
+	lk, ok, err := a.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	lu, ok, err := a.TryAcquire(ctx, "u")
+	require.NoError(t, err)
+	require.True(t, ok)
+	stalled := a.newGroup("q", lk)
+	stalled.add(lu)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	a.beforeApply = func() { close(paused); <-resume }
+	done := make(chan error, 1)
+	go func() {
+		_, err := stalled.step(ctx)
+		stalled.leave()
+		done <- err
+	}()
+	<-paused
+	require.Eventually(t, func() bool { return r.rdb.Exists(ctx, leaseKey("k"), leaseKey("u")).Val() == 0 },
+		5*time.Second, 10*time.Millisecond, "the stalled group's leases lapse")
+	var ls []Lease
+	for _, k := range []string{"k", "u"} {
+		l, ok, err := b.TryAcquire(ctx, k)
+		require.NoError(t, err)
+		require.True(t, ok)
+		ls = append(ls, l)
+	}
+	g := b.newGroup("q", ls[0])
+	g.add(ls[1])
+	g.limit = 1
+	_, err = g.step(ctx)
+	g.leave()
+	require.NoError(t, err)
+	require.Equal(t, first, r.applied(t)[0].ID)
+	return func() error { close(resume); return <-done }
+}
+
+// K2 for a group: a drain holding several keys that stalls past its leases
+// cannot commit once another has taken them and applied a change: every
+// key of the group is fenced in its transaction.
+func TestFencingRefusesAStalledGroup(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	r1, r2 := r.acceptOn(t, "k", "u"), r.acceptOn(t, "k", "u")
+	a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
+	resume := r.stalledGroup(t, a, b, r1)
+	require.ErrorIs(t, resume(), ErrLeaseLost)
+	got := r.applied(t)
+	require.Len(t, got, 1, "the stalled group committed nothing")
+	require.Equal(t, application{r1, "successor", got[0].Token}, got[0])
+	require.NotEqual(t, r2, got[0].ID)
+}
+
+// The control: without the fence the stalled group commits r2 with its old
+// tokens while the successor holds both keys.
+func TestFencingControlStalledGroupCommits(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	r1, r2 := r.acceptOn(t, "k", "u"), r.acceptOn(t, "k", "u")
+	a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
+	a.noFence = true
+	resume := r.stalledGroup(t, a, b, r1)
+	require.NoError(t, resume())
+	got := r.applied(t)
+	require.Len(t, got, 2)
+	require.Equal(t, application{r2, "stalled", got[1].Token}, got[1], "an old group committed after the new holder")
+	require.Less(t, got[1].Token, got[0].Token)
+}
