@@ -373,3 +373,41 @@ func TestShopConfirmEdges(t *testing.T) {
 	r = s.Client("admin", domain.RoleAdmin).Do("POST", "/api/v1/users", `{"name": "nul\u0000name"}`)
 	require.Equal(t, http.StatusBadRequest, r.Status, "%s", r.Body)
 }
+
+// One batch decides two carts: the first takes option a's last unit, so
+// the second, {a, b}, is refused whole and reserves none of b, which a
+// third cart then gets. The worker (one drain at a time) starts once all
+// are queued, so one drain holds a, b and the users and applies the first
+// two in one transaction (one completion time).
+func TestShopAllOrNothingMidBatch(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Overrides: []string{"WORKER_CONCURRENCY", "1"}})
+	opts := newProduct(t, s, 1, 1)
+	a, b := opts[0], opts[1]
+	us := []shopper{newShopper(t, s, "first"), newShopper(t, s, "both"), newShopper(t, s, "last")}
+	us[0].put(a, 1)
+	us[1].put(a, 1)
+	us[1].put(b, 1)
+	us[2].put(b, 1)
+	ids := make([]string, len(us))
+	for i, u := range us {
+		ids[i] = u.submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": u.id})
+	}
+	s.StartWorker("batch")
+	require.Equal(t, domain.StatusSucceeded, us[0].Wait(ids[0], 30*time.Second).Status)
+	v := us[1].Wait(ids[1], 30*time.Second)
+	rejected(t, v, domain.CodeInsufficientStock, 409)
+	require.Equal(t, float64(a), v.Error.Meta["productOptionId"])
+	require.Equal(t, domain.StatusSucceeded, us[2].Wait(ids[2], 30*time.Second).Status, "b was not taken by the refused cart")
+	admin := s.Client("admin", domain.RoleAdmin)
+	require.Equal(t, 0, stockOf(t, admin, a).AvailableStock)
+	require.Equal(t, 0, stockOf(t, admin, b).AvailableStock)
+	var lines int
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*)
+		FROM inventory_reservations WHERE status = 'RESERVED'`).Scan(&lines))
+	require.Equal(t, 2, lines, "the refused cart left nothing reserved")
+	var together bool
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT completed_at) = 1
+		FROM requests WHERE id = ANY($1::uuid[])`, ids[:2]).Scan(&together))
+	require.True(t, together, "the first two carts were decided in one batch")
+}
