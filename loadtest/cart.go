@@ -365,7 +365,17 @@ func (s *baselineCart) Setup(ctx context.Context, e *Env) (int, error) {
 	for i := range s.book.users {
 		s.book.users[i] = e.userID(i)
 	}
-	return n, nil
+	return n, warmUp(ctx, e, options)
+}
+
+// warmUp reads the options' stock from all clients at once, so that the
+// baseline's pool has its connections open, their backends warm, before
+// the rush, as the setup's thousands of calls leave holdfast's API.
+func warmUp(ctx context.Context, e *Env, options []int64) error {
+	return forEach(e.Opt.Concurrency, e.Opt.Concurrency, func(i int) error {
+		_, err := e.base.Stock(ctx, options[i%len(options)])
+		return err
+	})
 }
 
 // baselineCartBody is the baseline's reserve body: the cart comes with it.
