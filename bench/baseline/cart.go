@@ -71,8 +71,9 @@ const (
 	CodeInsufficientStock = "INSUFFICIENT_AVAILABLE_STOCK"
 	CodeDuplicate         = "DUPLICATE_RESERVATION"
 	CodeInvalidInput      = "INVALID_INPUT"
-	// CodeOptionCodeTaken refuses a product whose option code exists.
-	CodeOptionCodeTaken = "OPTION_CODE_TAKEN"
+	// CodeConflict refuses a product whose option code exists, as
+	// holdfast's product write does.
+	CodeConflict = "CONFLICT"
 	// CodeNotFound answers a stock read of an option that does not exist.
 	CodeNotFound = "NOT_FOUND"
 )
@@ -429,7 +430,7 @@ func (s *Server) createProduct(c *fiber.Ctx) error {
 		return nil
 	})
 	if isUniqueViolation(err) {
-		return answerRefusal(c, refuse(http.StatusConflict, CodeOptionCodeTaken, "an option code of the product exists"))
+		return answerRefusal(c, refuse(http.StatusConflict, CodeConflict, "an option code of the product exists"))
 	}
 	if err != nil {
 		return fmt.Errorf("baseline: create product: %w", err)

@@ -347,7 +347,7 @@ func TestCartBadRequests(t *testing.T) {
 	a, err := decodeCartAnswer(status, body)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusConflict, a.status)
-	require.Equal(t, baseline.CodeOptionCodeTaken, a.code)
+	require.Equal(t, baseline.CodeConflict, a.code)
 
 	resp, err := sys.client.Get(fmt.Sprintf("%s%s%d/stock", sys.url, baseline.CartStockPath, int64(1)<<40))
 	require.NoError(t, err)
