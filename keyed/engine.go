@@ -230,36 +230,20 @@ func overloaded(what string, retryAfter int) *domain.Problem {
 }
 
 // Admit refuses work over the key and queue caps. Backlog sizes come from a
-// one-second cache fed by Dispatch, so a busy API adds no round trip here.
+// one-second cache that Post feeds with what it sees of each key's mailbox,
+// so Admit costs no round trip: a key this API posted to within the last
+// second is held to its cap, and a key it has not is let through (its
+// backlog cannot have grown past the cap through this API, and the next
+// request on it is held to what this one's post sees). A key that each
+// request brings anew (a shopper's) so never costs a round trip before its
+// request is stored.
 func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
 	now := e.now()
-	var missing []string
 	for _, k := range keys {
-		if s, ok := e.backlog.Load(k); ok && now.Sub(s.(backlogSample).at) < time.Second {
-			if s.(backlogSample).n >= int64(e.opt.KeyCap) {
-				e.m.Overloaded.WithLabelValues(queue).Inc()
-				return overloaded("key "+k, 1)
-			}
-			continue
-		}
-		missing = append(missing, k)
-	}
-	if len(missing) > 0 {
-		pipe := e.rdb.Pipeline()
-		cmds := make([]*redis.IntCmd, len(missing))
-		for i, k := range missing {
-			cmds[i] = pipe.ZCard(ctx, mboxKey(k))
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("keyed: admit: %w", err)
-		}
-		for i, k := range missing {
-			n := cmds[i].Val()
-			e.backlog.Store(k, backlogSample{n, now})
-			if n >= int64(e.opt.KeyCap) {
-				e.m.Overloaded.WithLabelValues(queue).Inc()
-				return overloaded("key "+k, 1)
-			}
+		if s, ok := e.backlog.Load(k); ok && now.Sub(s.(backlogSample).at) < time.Second &&
+			s.(backlogSample).n >= int64(e.opt.KeyCap) {
+			e.m.Overloaded.WithLabelValues(queue).Inc()
+			return overloaded("key "+k, 1)
 		}
 	}
 	if n := e.queueSize(queue); n >= e.opt.QueueCap {
@@ -311,10 +295,11 @@ func (e *Engine) Dispatch(ctx context.Context, r *requests.Request) error {
 // its longest mailbox and, for a request on one key, whether that key's
 // lease was held. Intake posts a group commit's whole batch at once.
 func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.Posting, error) {
-	// A request on one key is told whether the key was held once it was in
-	// the mailbox; one read per key serves all of a batch's requests on it.
+	// A request is told whether its first key (the one its task drains) was
+	// held once it was in the mailboxes; one read per key serves all of a
+	// batch's requests on it.
 	held := map[string]*redis.IntCmd{}
-	watched := func(r *requests.Request) bool { return len(r.Keys) == 1 && !e.opt.Unguarded }
+	watched := func(*requests.Request) bool { return !e.opt.Unguarded }
 	if e.leaseFirst != nil {
 		for _, r := range rs {
 			if watched(r) {
@@ -377,8 +362,9 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Po
 }
 
 // deferral is how long to schedule the task of a request that something
-// else applies first: its key's holder, when the key was held as the request
-// entered the mailbox, or the drain that the tasks of the requests ahead of
+// else applies first: the holder of its first key (whose group gathers the
+// rest, group.go), when that key was held as the request entered its
+// mailboxes, or the drain that the tasks of the requests ahead of
 // it start, when it waits behind more than after others. The key's holder
 // applies such a request in order whatever its task does, and the
 // reconciler, not the task, recovers a key whose holder died; the task is
@@ -387,8 +373,7 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Po
 // ahead of every other key (K4), even when they were accepted while no
 // worker ran, and leaves the worker's slots and Redis to the drain while a
 // rush lasts; it fires later as a no-op. A request that nothing else would
-// apply, the doorbell of an idle key, has its task due at once, and so does
-// one on several keys (Post does not look at their leases).
+// apply, the doorbell of an idle key, has its task due at once.
 func deferral(p requests.Posting, after int) time.Duration {
 	if p.Backlog <= int64(after) && !p.Held {
 		return 0
