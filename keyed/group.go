@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -429,39 +430,63 @@ func progressMarks(wins map[string]window) map[string]int64 {
 
 // acquire tries the leases of wanted (key → claim), in one round trip, and
 // adds those it got to the group; failed are the keys another drain holds,
-// or keeps for another. It never waits for a lease, so no drain ever waits
-// while holding one.
+// or keeps for another. A key kept for the holder of a key the group holds
+// is the group's, whatever request it was wanted for: those are asked for
+// again at once, claiming that key. It never waits for a lease, so no drain
+// ever waits while holding one.
 func (g *group) acquire(ctx context.Context, wanted map[string]string) (got int, failed map[string]bool, err error) {
-	e := g.e
 	keys := slices.Sorted(mapKeys(wanted))
-	if room := e.maxGroupKeys() - len(g.held); len(keys) > room {
+	if room := g.e.maxGroupKeys() - len(g.held); len(keys) > room {
 		keys = keys[:max(room, 0)]
 	}
-	if len(keys) == 0 {
-		return 0, nil, nil
+	claims := maps.Clone(wanted)
+	failed = map[string]bool{}
+	for try := 0; len(keys) > 0; try++ {
+		keptFor, err := g.tryLeases(ctx, keys, claims)
+		if err != nil {
+			return got, nil, err
+		}
+		got += len(keys) - len(keptFor)
+		keys = keys[:0]
+		for _, k := range slices.Sorted(mapKeys(keptFor)) {
+			p := keptFor[k]
+			if _, ours := g.held[p]; ours && try == 0 {
+				claims[k] = p
+				keys = append(keys, k)
+			} else {
+				failed[k] = true
+			}
+		}
 	}
+	return got, failed, nil
+}
+
+// tryLeases runs acquireScript for keys, claiming wanted[k], in one round
+// trip, and adds the leases it got to the group. keptFor maps each key it
+// did not get to the key its lease is kept for ("" when held).
+func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]string) (keptFor map[string]string, err error) {
+	e := g.e
 	cmds := make([]*redis.Cmd, len(keys))
 	if err := pipelined(ctx, e.rdb, acquireScript, func(pipe redis.Pipeliner) {
 		for i, k := range keys {
 			cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(k), fenceKey(k), forKey(k)}, e.opt.LeaseTTL.Milliseconds(), wanted[k])
 		}
 	}); err != nil {
-		return 0, nil, fmt.Errorf("keyed: acquire: %w", err)
+		return nil, fmt.Errorf("keyed: acquire: %w", err)
 	}
-	failed = map[string]bool{}
+	keptFor = map[string]string{}
 	for i, k := range keys {
-		tok, err := cmds[i].Int64()
+		tok, kept, err := acquired(cmds[i])
 		if err != nil {
-			return got, nil, fmt.Errorf("keyed: acquire %s: %w", k, err)
+			return nil, fmt.Errorf("keyed: acquire %s: %w", k, err)
 		}
 		if tok > 0 {
 			g.add(Lease{Key: k, Token: tok})
-			got++
 		} else {
-			failed[k] = true
+			keptFor[k] = kept
 		}
 	}
-	return got, failed, nil
+	return keptFor, nil
 }
 
 // yield gives up the keys of each blocked request whose smallest key another
@@ -483,27 +508,36 @@ func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed m
 			}
 		}
 	}
-	for _, k := range slices.Sorted(mapKeys(give)) {
-		l := g.held[k]
+	keys := slices.Sorted(mapKeys(give))
+	ls := make([]Lease, len(keys))
+	for i, k := range keys {
+		ls[i] = g.held[k]
 		g.drop(k)
-		n, err := yieldScript.Run(ctx, g.e.rdb, []string{leaseKey(k), mboxKey(k), forKey(k)},
-			l.Token, give[k], promiseTTL.Milliseconds()).Int()
+	}
+	cmds := make([]*redis.Cmd, len(keys))
+	if err := pipelined(ctx, g.e.rdb, yieldScript, func(pipe redis.Pipeliner) {
+		for i, k := range keys {
+			cmds[i] = yieldScript.EvalSha(ctx, pipe, []string{leaseKey(k), mboxKey(k), forKey(k)},
+				ls[i].Token, give[k], promiseTTL.Milliseconds())
+		}
+	}); err != nil {
+		return true, fmt.Errorf("keyed: yield: %w", err)
+	}
+	var errs []error
+	for i, l := range ls {
+		n, err := cmds[i].Int()
 		switch {
 		case err != nil:
-			return true, fmt.Errorf("keyed: yield %s: %w", k, err)
+			errs = append(errs, fmt.Errorf("keyed: yield %s: %w", l.Key, err))
 		case n < 0:
-			if err := g.e.lostLease(ctx, l, g.queue); err != nil {
-				return true, err
-			}
+			errs = append(errs, g.e.lostLease(ctx, l, g.queue))
 		case n > 0:
 			g.e.m.HandOffs.WithLabelValues(g.queue).Inc()
 			delay := yieldDelay + rand.N(yieldDelay/4)
-			if err := g.e.enqueueDrain(context.WithoutCancel(ctx), g.queue, k, tokenID("y", l.Token), delay); err != nil {
-				return true, err
-			}
+			errs = append(errs, g.e.enqueueDrain(context.WithoutCancel(ctx), g.queue, l.Key, tokenID("y", l.Token), delay))
 		}
 	}
-	return len(give) > 0, nil
+	return len(give) > 0, errors.Join(errs...)
 }
 
 // handOffAll gives every key up, each with a drain task if its mailbox has

@@ -52,11 +52,28 @@ func (e *Engine) acquireWork(ctx context.Context, key string) (l Lease, ok, empt
 }
 
 func (e *Engine) acquire(ctx context.Context, key string, keys ...string) (int64, error) {
-	tok, err := acquireScript.Run(ctx, e.rdb, keys, e.opt.LeaseTTL.Milliseconds(), "").Int64()
+	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, keys, e.opt.LeaseTTL.Milliseconds(), ""))
 	if err != nil {
 		return 0, fmt.Errorf("keyed: acquire %s: %w", key, err)
 	}
 	return tok, nil
+}
+
+// acquired reads an acquireScript reply: the token (0 when refused, -1 for
+// an empty mailbox) and, for a lease kept for the holder of another key,
+// that key.
+func acquired(c *redis.Cmd) (tok int64, keptFor string, err error) {
+	v, err := c.Result()
+	if err != nil {
+		return 0, "", err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v, "", nil
+	case string:
+		return 0, v, nil
+	}
+	return 0, "", fmt.Errorf("unexpected reply %T", v)
 }
 
 // peek extends l and returns up to n mailbox ids in acceptance order, and

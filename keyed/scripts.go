@@ -55,15 +55,16 @@ func forKey(k string) string   { return "hf:{" + k + "}:for" }
 // acquireScript takes a free lease. A lease a drain yielded for the holder
 // of another key (yieldScript) goes, while that promise lasts, only to a
 // caller that claims to hold that key. KEYS: lease, fence, for, and
-// optionally the key's mailbox. ARGV: ttl ms, claim (the key the caller
-// holds for the request it wants this one for; "" for none). Returns the
-// new token, 0 if the lease is held or promised to another, or -1 if a
-// mailbox was given and is empty: there is nothing to drain (entries leave
-// only once applied), so no lease is taken.
+// optionally the key's mailbox. ARGV: ttl ms, claim (a key the caller
+// holds; "" for none). Returns the new token, 0 if the lease is held, the
+// key it is kept for if that is not the claim (a caller holding that key
+// asks again claiming it), or -1 if a mailbox was given and is empty: there
+// is nothing to drain (entries leave only once applied), so no lease is
+// taken.
 var acquireScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local promised = redis.call('GET', KEYS[3])
-if promised and promised ~= ARGV[2] then return 0 end
+if promised and promised ~= ARGV[2] then return promised end
 if KEYS[4] and redis.call('ZCARD', KEYS[4]) == 0 then return -1 end
 local tok = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], tok, 'PX', ARGV[1])
