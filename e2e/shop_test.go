@@ -166,20 +166,34 @@ func TestShopCheckoutAndErrors(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, admin.Do("PATCH", fmt.Sprintf("/api/v1/product-options/%d", a), map[string]int{"stockQuantity": -5}).Status)
 }
 
-// An expired reservation stops counting at once and cannot be confirmed.
+// An expired reservation stops counting at once, in the stock read and in
+// the reserves a worker decides, and cannot be confirmed.
 func TestShopReservationExpiry(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"RESERVATION_TTL", "1s"}})
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"RESERVATION_TTL", "4s"}})
 	a := newProduct(t, s, 5)[0]
-	u := newShopper(t, s, "u")
+	u, v := newShopper(t, s, "u"), newShopper(t, s, "v")
 	u.put(a, 5)
+	v.put(a, 5)
 	res := u.order("POST", "/api/v1/orders/reserve")
 	require.Equal(t, domain.StatusSucceeded, res.Status)
 	var got struct{ Reservations []shop.Reservation }
 	require.NoError(t, json.Unmarshal(res.Result, &got))
+	expiresAt := got.Reservations[0].ExpiresAt
 	require.Equal(t, 0, stockOf(t, u.Client, a).AvailableStock)
-	time.Sleep(time.Until(got.Reservations[0].ExpiresAt) + 20*time.Millisecond)
+	// Control: until then the reservation counts in a reserve's decision.
+	early := v.order("POST", "/api/v1/orders/reserve")
+	require.True(t, early.CompletedAt.Before(expiresAt), "decided before the expiry (the machine took %v)", early.CompletedAt.Sub(early.AcceptedAt))
+	rejected(t, early, domain.CodeInsufficientStock, 409)
+
+	time.Sleep(time.Until(expiresAt) + 20*time.Millisecond)
+	var status string
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT status FROM inventory_reservations
+		WHERE id = $1`, got.Reservations[0].ReservationID).Scan(&status))
+	require.Equal(t, "RESERVED", status, "no tidy-up has run")
 	require.Equal(t, 5, stockOf(t, u.Client, a).AvailableStock, "no sweeper needed")
+	require.Equal(t, domain.StatusSucceeded, v.order("POST", "/api/v1/orders/reserve").Status,
+		"the lapsed units are available to the next reserve")
 	rejected(t, u.order("POST", "/api/v1/orders"), domain.CodeReservationExpired, 410)
 	require.Equal(t, 5, stockOf(t, u.Client, a).StockQuantity)
 }
