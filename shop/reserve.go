@@ -30,6 +30,16 @@ import (
 //  4. the reservations of every cart that fits, in one INSERT.
 //
 // Six statements a batch, where a reserve at a time took eight a cart.
+//
+// Step 3 sums the options' live reservations (expires_at after the batch's
+// time), so a reservation stops counting the moment it lapses (SPEC §5),
+// with no tidy-up needed. It reads every live reservation of the batch's
+// options, at most their stock of rows (each holds one unit or more): for
+// five options of 300 units all reserved it took 1.1 ms (EXPLAIN ANALYZE),
+// once a batch of about 60 carts. A reserved-units counter on inventory
+// would not make it cheaper and stay exact: the counter still counts a
+// lapsed reservation until something subtracts it, so each reserve would
+// read the lapsed rows instead.
 func (w *Writes) reserveBatch(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
 	outs := make([]requests.Outcome, len(b.Requests))
 	carts := make([]*ReservePayload, len(b.Requests))
