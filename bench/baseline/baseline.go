@@ -8,7 +8,8 @@
 // what reserved_by records; the seed's gateway de-duplication is left out.
 // It is deliberately the seed's design, flaws included; it is not part of
 // holdfast. The cart mode is seed 002's order reserve built the same way,
-// one transaction per HTTP request, in its strongest plain form (cart.go).
+// one transaction per HTTP request, in its strongest plain form (cart.go),
+// and the hold mode seed 000's locked hold flow the same way (hold.go).
 // Three more modes measure parts of what holdfast does: a handler that only
 // enqueues an Asynq task, one that first makes the request durable with
 // holdfast's own intake, and that plus the rest of a write's round trip
@@ -75,15 +76,19 @@ const (
 	// per HTTP request that locks the cart's options (see cart.go), in a
 	// schema of its own (SetupCart).
 	Cart Mode = "cart"
+	// Holds is seed 000's hold flow done synchronously, one transaction per
+	// HTTP request that locks the room type's stock rows for the stay's
+	// nights (see hold.go), in a schema of its own (SetupHold).
+	Holds Mode = "hold"
 )
 
 // ParseMode reads a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Literal, SkipLocked, Enqueue, Durable, RoundTrip, RoundTripTasks, Cart:
+	case Literal, SkipLocked, Enqueue, Durable, RoundTrip, RoundTripTasks, Cart, Holds:
 		return m, nil
 	}
-	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable, roundtrip, roundtrip-tasks or cart)", s)
+	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable, roundtrip, roundtrip-tasks, cart or hold)", s)
 }
 
 // UsesPostgres reports whether the mode needs a Postgres pool: all but
@@ -92,8 +97,8 @@ func (m Mode) UsesPostgres() bool { return m != Enqueue && m != RoundTripTasks }
 
 // StoresRequests reports whether the mode stores each request in holdfast's
 // requests table, so its pool must be migrated to holdfast's schema
-// (storage.Migrate); the seat modes and the cart mode use a schema of their
-// own (Setup, SetupCart).
+// (storage.Migrate); the seat, cart and hold modes use a schema of their
+// own (Setup, SetupCart, SetupHold).
 func (m Mode) StoresRequests() bool { return m == Durable || m == RoundTrip }
 
 const (
@@ -144,7 +149,8 @@ type Reply struct {
 // Options configure a Server. Zero values take the defaults.
 type Options struct {
 	Mode            Mode          // required
-	Schema          string        // Postgres schema of the seats (default DefaultSchema) or the cart mode's tables (DefaultCartSchema)
+	Schema          string        // Postgres schema of the seats (default DefaultSchema), or the cart or hold mode's tables (DefaultCartSchema, DefaultHoldSchema)
+	HoldTTL         time.Duration // the hold mode's hold lifetime; default DefaultHoldTTL
 	Queue           string        // queue of the enqueue, durable and roundtrip modes; default DefaultQueue
 	Concurrency     int           // the roundtrip-tasks mode's Asynq handlers; default 64, as the Asynq floor's
 	ShutdownTimeout time.Duration // default 10s
@@ -167,8 +173,9 @@ type Server struct {
 	app      *fiber.App
 	sql      queries
 	cart     cartQueries // cart mode
-	// beforeInsert, when set, runs in a reserve whose cart fits, before its
-	// INSERT: the tests' barrier.
+	holds    holdQueries // hold mode
+	// beforeInsert, when set, runs in a reserve whose cart fits, or a hold
+	// that fits, before its INSERT: the tests' barrier.
 	beforeInsert func(user string)
 }
 
@@ -207,9 +214,15 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	}
 	if opt.Schema == "" {
 		opt.Schema = DefaultSchema
-		if opt.Mode == Cart {
+		switch opt.Mode {
+		case Cart:
 			opt.Schema = DefaultCartSchema
+		case Holds:
+			opt.Schema = DefaultHoldSchema
 		}
+	}
+	if opt.HoldTTL <= 0 {
+		opt.HoldTTL = DefaultHoldTTL
 	}
 	if opt.Queue == "" {
 		opt.Queue = DefaultQueue
@@ -254,6 +267,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	case Cart:
 		s.cart = newCartQueries(opt.Schema, allLocks)
 		s.mountCart()
+	case Holds:
+		s.holds = newHoldQueries(opt.Schema, true)
+		s.mountHold()
 	default:
 		s.app.Post(ReservePath, s.reserve)
 	}

@@ -50,10 +50,14 @@ func start(t *testing.T, mode baseline.Mode, seats int) system {
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
 		sys.pool = pool
-		if mode == baseline.Cart {
+		switch mode {
+		case baseline.Cart:
 			sys.schema = "cart_" + randomName()
 			require.NoError(t, baseline.SetupCart(ctx, pool, sys.schema))
-		} else {
+		case baseline.Holds:
+			sys.schema = "hold_" + randomName()
+			require.NoError(t, baseline.SetupHold(ctx, pool, sys.schema))
+		default:
 			sys.schema = "fcfs_" + randomName()
 			require.NoError(t, baseline.Setup(ctx, pool, sys.schema, seats))
 		}

@@ -87,3 +87,86 @@ func SetupCart(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	}
 	return nil
 }
+
+// DefaultHoldSchema is the Postgres schema of the hold mode's tables.
+const DefaultHoldSchema = "hold_baseline"
+
+// SetupHold creates schema with the hold mode's tables if they are missing,
+// keeping what is there (each run creates a hotel of its own over HTTP):
+// hotels, room types and rooms; seed 000's RoomTypeStock, one row per room
+// type and night with its reserved count, the rows a hold locks; holds, with
+// their clientHoldKey bindings (seed 000's hold:snapshot); and stays, where
+// an exclusion constraint keeps a room from being booked twice on a night,
+// as holdfast's stay_reservations does.
+func SetupHold(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	s := pgx.Identifier{schema}.Sanitize()
+	ddl := fmt.Sprintf(`
+		CREATE EXTENSION IF NOT EXISTS btree_gist;
+		CREATE SCHEMA IF NOT EXISTS %[1]s;
+		CREATE TABLE IF NOT EXISTS %[1]s.hotels (
+			id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			name     text NOT NULL,
+			timezone text NOT NULL,
+			currency text NOT NULL
+		);
+		CREATE TABLE IF NOT EXISTS %[1]s.room_types (
+			id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			hotel_id bigint NOT NULL REFERENCES %[1]s.hotels,
+			name     text   NOT NULL,
+			UNIQUE (hotel_id, name)
+		);
+		CREATE TABLE IF NOT EXISTS %[1]s.rooms (
+			id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			hotel_id     bigint NOT NULL REFERENCES %[1]s.hotels,
+			room_type_id bigint NOT NULL REFERENCES %[1]s.room_types,
+			number       text   NOT NULL,
+			UNIQUE (hotel_id, number)
+		);
+		CREATE INDEX IF NOT EXISTS rooms_type ON %[1]s.rooms (room_type_id);
+		CREATE TABLE IF NOT EXISTS %[1]s.room_type_stock (
+			room_type_id bigint  NOT NULL REFERENCES %[1]s.room_types,
+			stay_date    date    NOT NULL,
+			reserved     integer NOT NULL DEFAULT 0 CHECK (reserved >= 0),
+			PRIMARY KEY (room_type_id, stay_date)
+		);
+		CREATE TABLE IF NOT EXISTS %[1]s.holds (
+			id              text        PRIMARY KEY,
+			room_type_id    bigint      NOT NULL REFERENCES %[1]s.room_types,
+			user_id         text        NOT NULL,
+			client_hold_key uuid        NOT NULL,
+			check_in        date        NOT NULL,
+			check_out       date        NOT NULL CHECK (check_out > check_in),
+			stay            daterange   GENERATED ALWAYS AS (daterange(check_in, check_out, '[)')) STORED,
+			status          text        NOT NULL CHECK (status IN ('HELD', 'CONFIRMED', 'CANCELLED')),
+			created_at      timestamptz NOT NULL,
+			expires_at      timestamptz NOT NULL
+		);
+		CREATE INDEX IF NOT EXISTS holds_held ON %[1]s.holds USING gist (room_type_id, stay) WHERE status = 'HELD';
+		CREATE INDEX IF NOT EXISTS holds_user_range ON %[1]s.holds (user_id, room_type_id, check_in, check_out) WHERE status = 'HELD';
+		CREATE TABLE IF NOT EXISTS %[1]s.hold_keys (
+			room_type_id    bigint NOT NULL,
+			client_hold_key uuid   NOT NULL,
+			check_in        date   NOT NULL,
+			check_out       date   NOT NULL,
+			hold_id         text   NOT NULL REFERENCES %[1]s.holds,
+			PRIMARY KEY (room_type_id, client_hold_key, check_in, check_out)
+		);
+		CREATE TABLE IF NOT EXISTS %[1]s.stays (
+			id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			hotel_id     bigint      NOT NULL REFERENCES %[1]s.hotels,
+			room_type_id bigint      NOT NULL REFERENCES %[1]s.room_types,
+			room_id      bigint      NOT NULL REFERENCES %[1]s.rooms,
+			user_id      text        NOT NULL,
+			hold_id      text        NOT NULL UNIQUE REFERENCES %[1]s.holds,
+			check_in     date        NOT NULL,
+			check_out    date        NOT NULL,
+			stay         daterange   GENERATED ALWAYS AS (daterange(check_in, check_out, '[)')) STORED,
+			status       text        NOT NULL CHECK (status = 'Confirmed'),
+			created_at   timestamptz NOT NULL DEFAULT now(),
+			CONSTRAINT stays_no_double_booking EXCLUDE USING gist (room_id WITH =, stay WITH &&)
+		);`, s)
+	if _, err := pool.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("baseline: setup hold %s: %w", schema, err)
+	}
+	return nil
+}

@@ -7,14 +7,17 @@
 // worker (a write's round trip built the plain way); or seed 002's order
 // reserve done synchronously, one transaction per request (-mode cart, its
 // tables created in schema cart_baseline if missing, its products created
-// over HTTP by the load tool). It is not part of holdfast and never runs in
-// production.
+// over HTTP by the load tool); or seed 000's locked hold flow done
+// synchronously, one transaction per request (-mode hold, its tables in
+// schema hold_baseline, its hotel created over HTTP by the load tool). It
+// is not part of holdfast and never runs in production.
 //
 // Settings are flags; each defaults to the environment variable named in
 // its usage (baseline -h), else to a local default:
 //
 //	baseline -mode skiplocked -seats 1000
 //	baseline -mode cart
+//	baseline -mode hold -hold-ttl 10m
 //	BASELINE_MODE=enqueue baseline
 package main
 
@@ -29,6 +32,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -53,13 +57,20 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	defTTL := baseline.DefaultHoldTTL
+	if v := os.Getenv("HOLD_TTL"); v != "" {
+		if defTTL, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("HOLD_TTL: %w", err)
+		}
+	}
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, enqueue, durable, roundtrip, roundtrip-tasks or cart (BASELINE_MODE)")
+	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, enqueue, durable, roundtrip, roundtrip-tasks, cart or hold (BASELINE_MODE)")
 	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
 	redisURL := fs.String("redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")
 	seats := fs.Int("seats", defSeats, "recreate the schema with this many free seats at start; 0 keeps it (BASELINE_SEATS)")
 	maxConns := fs.Int("pg-max-conns", defConns, "Postgres pool size (PG_MAX_CONNS)")
+	holdTTL := fs.Duration("hold-ttl", defTTL, "hold mode: how long a hold lives (HOLD_TTL, holdfast's)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -99,7 +110,7 @@ func run(args []string) error {
 	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: mode, Log: log})
+	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: mode, HoldTTL: *holdTTL, Log: log})
 	if err != nil {
 		return err
 	}
@@ -117,11 +128,13 @@ func run(args []string) error {
 }
 
 // setupSchema prepares the tables of a mode that keeps its own: the cart
-// mode's are created if missing, the seats recreated when seats > 0.
+// and hold modes' are created if missing, the seats recreated when seats > 0.
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, mode baseline.Mode, seats int) error {
 	switch {
 	case mode == baseline.Cart:
 		return baseline.SetupCart(ctx, pool, baseline.DefaultCartSchema)
+	case mode == baseline.Holds:
+		return baseline.SetupHold(ctx, pool, baseline.DefaultHoldSchema)
 	case seats > 0 && !mode.StoresRequests():
 		return baseline.Setup(ctx, pool, baseline.DefaultSchema, seats)
 	}
