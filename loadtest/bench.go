@@ -35,6 +35,11 @@ type Bench struct {
 	// cart-rush against holdfast, and baseline-cart against cmd/baseline's
 	// cart mode, one transaction per request. Nil in runs before them.
 	CartRush, CartBaseline *Report
+	// The hold storm (seed 000's holds, confirmed, cancelled or abandoned):
+	// hold-storm against holdfast, and baseline-hold-storm against
+	// cmd/baseline's hold mode, one transaction per request. Nil in runs
+	// before them.
+	HoldStorm, HoldBaseline *Report
 }
 
 // Targets of the issue that make bench checks (ratios against floors from
@@ -49,18 +54,27 @@ const (
 
 // WriteTable prints the run as Markdown tables with the ratios and a
 // verdict per target; ok is true when every target is met. A run of the
-// cart part alone (no fcfs-rush) prints the cart section and its CPU.
+// cart or hold part alone (no fcfs-rush) prints that section and its CPU.
 func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 	fmt.Fprintf(w, "make bench — %s\n\n", b.Machine)
 	ok = true
+	sections := 0
+	gap := func() {
+		if sections++; sections > 1 {
+			fmt.Fprintln(w)
+		}
+	}
 	if b.Rush != nil {
+		gap()
 		ok = b.writeFCFS(w)
 	}
 	if b.CartRush != nil && b.CartBaseline != nil {
-		if b.Rush != nil {
-			fmt.Fprintln(w)
-		}
+		gap()
 		ok = b.writeCart(w) && ok
+	}
+	if b.HoldStorm != nil && b.HoldBaseline != nil {
+		gap()
+		ok = b.writeHold(w) && ok
 	}
 	b.writeCPU(w)
 	return ok
@@ -213,6 +227,61 @@ func (b *Bench) writeCart(w io.Writer) (ok bool) {
 	return c.ok
 }
 
+// writeHold prints the hold storm: holdfast's hold-storm beside the
+// synchronous hold, the same journeys at the same concurrency, with the
+// ratio of their rates and their invariants.
+func (b *Bench) writeHold(w io.Writer) (ok bool) {
+	h, s := b.HoldStorm, b.HoldBaseline
+	fmt.Fprintf(w, "Hold storm (seed 000's holds): %s:\n\n", holdLoad(h))
+	fmt.Fprintln(w, "| run | journeys per second | writes per second | write latency p50 / p99 (ms) | holds granted / refused | confirmed / refused | cancelled / abandoned | room nights booked | oversold nights | double-booked | invariants |")
+	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---|---:|---:|---:|---|")
+	row := func(name string, r *Report) {
+		c := r.Hold
+		if c == nil {
+			c = &HoldReport{}
+		}
+		verdict := "OK"
+		if !r.OK {
+			verdict = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.1f / %.1f | %d / %d | %d / %d | %d / %d | %d | %d | %d | %s |\n", name, journeysPerSec(r),
+			r.CompletedPerSec, r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.HoldsGranted, c.HoldsRefused, c.Confirmed, c.ConfirmsRefused,
+			c.Cancelled, c.Abandoned, c.RoomNightsBooked, c.OversoldNights, c.DoubleBooked, verdict)
+	}
+	row("synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE", s)
+	row(fmt.Sprintf("holdfast hold-storm: each write, then its outcome (accept→terminal %.1f / %.1f ms)", h.AcceptToDone.P50, h.AcceptToDone.P99), h)
+	c := &checker{w: w, ok: true}
+	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
+	fmt.Fprintln(w, "|---|---:|---:|---|")
+	fmt.Fprintf(w, "| (no target) hold-storm journeys/s ÷ synchronous | %.2f× | – | – |\n", ratio(journeysPerSec(h), journeysPerSec(s)))
+	fmt.Fprintf(w, "| (no target) hold-storm write p99 ÷ synchronous p99 | %.2f× | – | – |\n", ratio(h.ClientRoundTrip.P99, s.ClientRoundTrip.P99))
+	for _, r := range []*Report{s, h} {
+		if c := r.Hold; c != nil {
+			fmt.Fprintf(w, "| (no target) %s: held nights the clients still hold / the API counts | %d / %d | – | – |\n", r.Scenario, c.HeldNightsTold, c.HeldNightsSeen)
+		}
+	}
+	for _, p := range []string{"api", "worker"} {
+		if v, found := h.PeakRSSMiB[p]; found {
+			c.check(p+" peak resident memory, hold-storm", v, targetRSSMiB, false, " MiB")
+		}
+	}
+	c.check("invariant violations (hold-storm, synchronous hold)", float64(len(h.Violations)+len(s.Violations)), 1, false, "")
+	return c.ok
+}
+
+// journeysPerSec is a run's journeys over its measured phase.
+func journeysPerSec(r *Report) float64 { return ratio(float64(r.Journeys), r.Seconds) }
+
+// holdLoad describes a hold storm's load from its report.
+func holdLoad(r *Report) string {
+	c := r.Hold
+	if c == nil {
+		return fmt.Sprintf("%d users, %d clients", r.Journeys, r.Concurrency)
+	}
+	return fmt.Sprintf("%d users, each holding one of %d room types of %d rooms for 1–3 nights in the next %d days; of the holds granted, "+
+		"half confirmed, a quarter cancelled, a quarter abandoned; %d clients", c.Users, c.RoomTypes, c.RoomsPerType, stormDays, r.Concurrency)
+}
+
 // cartLoad describes a cart rush's load from its report.
 func cartLoad(r *Report) string {
 	c := r.Cart
@@ -281,11 +350,18 @@ func (b *Bench) writeCPU(w io.Writer) {
 		line("synchronous cart reserve", b.CartBaseline.CPUSeconds, b.CartBaseline.Journeys, b.CartBaseline.CompletedPerSec, "api")
 		holdfast("holdfast cart-rush (reserve + outcome)", b.CartRush, b.CartRush.CompletedPerSec)
 	}
+	if b.HoldStorm != nil && b.HoldBaseline != nil {
+		line("synchronous hold storm, per journey", b.HoldBaseline.CPUSeconds, b.HoldBaseline.Journeys, journeysPerSec(b.HoldBaseline), "api")
+		holdfast("holdfast hold-storm, per journey (writes + outcomes)", b.HoldStorm, journeysPerSec(b.HoldStorm))
+	}
 	if b.Rush != nil {
 		writeDeferredNote(w, "fcfs-rush", "the event's drain", b.Rush)
 	}
 	if b.CartRush != nil {
 		writeDeferredNote(w, "cart-rush", "the drains of their users' and options' keys", b.CartRush)
+	}
+	if b.HoldStorm != nil {
+		writeDeferredNote(w, "hold-storm", "the drains of their room types' keys", b.HoldStorm)
 	}
 }
 
@@ -328,7 +404,7 @@ func writeDeferredNote(w io.Writer, name, drain string, r *Report) {
 		fmt.Fprintf(w, "\n%s left %d of its %d tasks scheduled for later, their requests left to %s (K1, K4), %.3f ms of CPU each.\n"+
 			"They fire as no-ops once a drain has applied their requests; the load tool fires them right after the run\n"+
 			"and measures them. The rates above do not include them; the all-in line's ceiling does.\n",
-			name, d.Tasks, r.Journeys, drain, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))
+			name, d.Tasks, max(r.Accepted, r.Journeys), drain, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))
 	}
 }
 

@@ -88,10 +88,11 @@ var Scenarios = map[string]func() Scenario{
 	"availability-read": func() Scenario { return &availabilityRead{} },
 	"idle-streams":      func() Scenario { return &idleStreams{} },
 	// Comparison points for make bench, served by cmd/baseline.
-	"baseline-fcfs":      func() Scenario { return &baselineFCFS{} },
-	"enqueue-floor":      func() Scenario { return enqueueFloor{} },
-	"baseline-roundtrip": func() Scenario { return &baselineRoundTrip{} },
-	"baseline-cart":      func() Scenario { return &baselineCart{} },
+	"baseline-fcfs":       func() Scenario { return &baselineFCFS{} },
+	"enqueue-floor":       func() Scenario { return enqueueFloor{} },
+	"baseline-roundtrip":  func() Scenario { return &baselineRoundTrip{} },
+	"baseline-cart":       func() Scenario { return &baselineCart{} },
+	"baseline-hold-storm": func() Scenario { return &baselineHoldStorm{} },
 }
 
 // Names lists the scenarios in order.
@@ -332,6 +333,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	}
 	if r, ok := sc.(interface{ cartReport() *CartReport }); ok {
 		rep.Cart = r.cartReport()
+	}
+	if r, ok := sc.(interface{ holdReport() *HoldReport }); ok {
+		rep.Hold = r.holdReport()
 	}
 	rep.SubmitCPUSeconds = submitCPUSeconds
 	if opt.RedisURL != "" {

@@ -57,7 +57,10 @@ type Report struct {
 	// Streams is what idle-streams measured over its hold.
 	Streams *StreamsReport `json:"idleStreams,omitempty"`
 	// Cart is what cart-rush and baseline-cart saw of the carts and stock.
-	Cart       *CartReport `json:"cart,omitempty"`
+	Cart *CartReport `json:"cart,omitempty"`
+	// Hold is what hold-storm and baseline-hold-storm saw of the holds and
+	// stays.
+	Hold       *HoldReport `json:"holdStorm,omitempty"`
 	Violations []string    `json:"violations"`
 	OK         bool        `json:"ok"`
 

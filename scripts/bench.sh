@@ -22,7 +22,15 @@
 #                bin/load baseline-cart), then holdfast's cart-rush (carts
 #                filled before the measured phase; clients wait for each
 #                outcome; its deferred tasks measured after it);
-#   4. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
+#   4. hold:     seed 000's holds, a hold storm: BENCH_HOLD_USERS users each
+#                hold one of 10 room types of 10 rooms for 1–3 nights in the
+#                next two weeks; of the holds granted, half are confirmed, a
+#                quarter cancelled, a quarter abandoned; first done
+#                synchronously, one transaction per request that locks the
+#                stay's stock rows (bin/baseline -mode hold, bin/load
+#                baseline-hold-storm), then holdfast's hold-storm (clients
+#                wait for each outcome; its deferred tasks measured after it);
+#   5. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
 #                -intake (clients submit everything, outcomes followed after);
 #                after each, the load tool fires the Asynq tasks the run left
 #                scheduled and measures them too (-redis); then -intake again
@@ -30,9 +38,10 @@
 #                the API's intake alone, as with workers on other machines.
 #
 # Sizes: BENCH_USERS (40000), BENCH_SEATS (20000), BENCH_CONCURRENCY (200),
-# BENCH_CART_USERS (3000), BENCH_CART_STOCK (300 units an option). BENCH_ONLY=cart
-# runs the cart part alone (step 3), with the same stores and sizes, and
-# writes its table to bin/bench/latest-cart.md.
+# BENCH_CART_USERS (3000), BENCH_CART_STOCK (300 units an option),
+# BENCH_HOLD_USERS (3000). BENCH_ONLY=cart or BENCH_ONLY=hold runs that part
+# alone (step 3 or 4), with the same stores and sizes, and writes its table
+# to bin/bench/latest-cart.md or latest-hold.md.
 # Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs) and
 # bin/bench/latest.md. Everything uses its own database (holdfast_bench,
 # wiped first) and its own redis-server on a spare port (BENCH_REDIS_PORT,
@@ -42,8 +51,10 @@ cd "$(dirname "$0")/.."
 
 users="${BENCH_USERS:-40000}" seats="${BENCH_SEATS:-20000}" conc="${BENCH_CONCURRENCY:-200}"
 cart_users="${BENCH_CART_USERS:-3000}" cart_stock="${BENCH_CART_STOCK:-300}"
+hold_users="${BENCH_HOLD_USERS:-3000}"
 only="${BENCH_ONLY:-}"
-case "$only" in "" | cart) ;; *) echo "BENCH_ONLY must be cart or unset" >&2; exit 2 ;; esac
+case "$only" in "" | cart | hold) ;; *) echo "BENCH_ONLY must be cart, hold or unset" >&2; exit 2 ;; esac
+part() { [ -z "$only" ] || [ "$only" = "$1" ]; } # part NAME: whether this run measures part NAME
 pg_base="${BENCH_PG:-postgres://postgres@127.0.0.1:5432}"
 export DATABASE_URL="$pg_base/holdfast_bench?sslmode=disable"
 redis_port="${BENCH_REDIS_PORT:-16399}"
@@ -107,20 +118,39 @@ if [ -z "$only" ]; then
   done
 fi
 
-step "baseline: synchronous cart reserve (seed 002), $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
-bin/baseline -mode cart -addr "$baseline_addr" > "$out/baseline-cart.log" 2>&1 & pid=$!; pids+=("$pid")
-wait_ready "http://$baseline_addr/healthz" "$pid"
-settle
-bin/load -url "http://$baseline_addr" -users "$cart_users" -stock "$cart_stock" -concurrency "$conc" -worker-metrics '' -json baseline-cart > "$out/cart-baseline.json" || true
-stop "$pid"
+if part cart; then
+  step "baseline: synchronous cart reserve (seed 002), $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
+  bin/baseline -mode cart -addr "$baseline_addr" > "$out/baseline-cart.log" 2>&1 & pid=$!; pids+=("$pid")
+  wait_ready "http://$baseline_addr/healthz" "$pid"
+  settle
+  bin/load -url "http://$baseline_addr" -users "$cart_users" -stock "$cart_stock" -concurrency "$conc" -worker-metrics '' -json baseline-cart > "$out/cart-baseline.json" || true
+  stop "$pid"
+fi
+
+if part hold; then
+  step "baseline: synchronous hold (seed 000's locked flow), hold storm of $hold_users users, $conc clients"
+  bin/baseline -mode hold -addr "$baseline_addr" > "$out/baseline-hold.log" 2>&1 & pid=$!; pids+=("$pid")
+  wait_ready "http://$baseline_addr/healthz" "$pid"
+  settle
+  bin/load -url "http://$baseline_addr" -users "$hold_users" -concurrency "$conc" -worker-metrics '' -json baseline-hold-storm > "$out/hold-baseline.json" || true
+  stop "$pid"
+fi
 
 step "holdfast: API and worker"
 start_holdfast
 holdfast=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -concurrency "$conc")
 
-step "holdfast: cart-rush, $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
-settle
-bin/load "${holdfast[@]}" -users "$cart_users" -stock "$cart_stock" -json -html "$out/cart-rush.html" cart-rush > "$out/cart-rush.json" || true
+if part cart; then
+  step "holdfast: cart-rush, $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
+  settle
+  bin/load "${holdfast[@]}" -users "$cart_users" -stock "$cart_stock" -json -html "$out/cart-rush.html" cart-rush > "$out/cart-rush.json" || true
+fi
+
+if part hold; then
+  step "holdfast: hold-storm, $hold_users users, $conc clients"
+  settle
+  bin/load "${holdfast[@]}" -users "$hold_users" -json -html "$out/hold-storm.html" hold-storm > "$out/hold-storm.json" || true
+fi
 
 if [ -z "$only" ]; then
   common=("${holdfast[@]}" -users "$users" -seats "$seats")

@@ -39,9 +39,10 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 // tableCmd reads a make bench directory (floor.json, enqueue.json,
 // literal.json, skiplocked.json, rush.json, intake.json, machine.txt, and
 // durable.json, roundtrip.json, roundtrip-intake.json, intake-held.json,
-// cart-baseline.json and cart-rush.json when present) and prints the
-// comparison table. A directory of the cart part alone (BENCH_ONLY=cart:
-// machine.txt and the two cart files) prints the cart section. It exits 1
+// cart-baseline.json, cart-rush.json, hold-baseline.json and
+// hold-storm.json when present) and prints the comparison table. A
+// directory of the cart or hold part alone (BENCH_ONLY=cart or hold:
+// machine.txt and the part's two files) prints that section. It exits 1
 // when a target is not met.
 func tableCmd(args []string, stdout io.Writer) (int, error) {
 	if len(args) != 1 {
@@ -60,11 +61,12 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 			return 1, err
 		}
 	}
-	if err := readReports(dir, map[string]**loadtest.Report{"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush}, true); err != nil {
+	if err := readReports(dir, map[string]**loadtest.Report{"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush,
+		"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm}, true); err != nil {
 		return 1, err
 	}
-	if b.Rush == nil && (b.CartRush == nil || b.CartBaseline == nil) {
-		return 1, fmt.Errorf("%s: neither rush.json nor cart-rush.json with cart-baseline.json", dir)
+	if b.Rush == nil && (b.CartRush == nil || b.CartBaseline == nil) && (b.HoldStorm == nil || b.HoldBaseline == nil) {
+		return 1, fmt.Errorf("%s: neither rush.json, nor cart-rush.json with cart-baseline.json, nor hold-storm.json with hold-baseline.json", dir)
 	}
 	if !b.WriteTable(stdout) {
 		return 1, nil

@@ -8,7 +8,8 @@
 //
 // Scenarios: fcfs-rush, waiting-room-rush, hold-storm, cart-checkout,
 // cart-rush, availability-read, idle-streams; and, against cmd/baseline,
-// baseline-fcfs, enqueue-floor, baseline-roundtrip and baseline-cart. The
+// baseline-fcfs, enqueue-floor, baseline-roundtrip, baseline-cart and
+// baseline-hold-storm. The
 // tool mints its own tokens, so it needs the API's JWT_SECRET (from the
 // environment or -secret). It exits 1 when an invariant is violated.
 package main

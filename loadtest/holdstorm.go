@@ -1,0 +1,359 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/client"
+)
+
+// The hold storm: users hold a random room type of a hotel (10 types of 10
+// rooms) for one to three nights in the next two weeks; of the holds they
+// get, half are confirmed, a quarter cancelled and a quarter abandoned to
+// expire. hold-storm runs it against holdfast, baseline-hold-storm against
+// cmd/baseline's hold mode (seed 000's locked flow done synchronously),
+// with the same journeys: user i's choices depend only on the seed and i.
+
+const (
+	stormDays      = 14 // holds start within the next two weeks
+	stormRoomTypes = 10
+	stormRooms     = 10 // rooms of each type
+)
+
+// HoldReport is what a hold storm saw, for make bench's hold section.
+type HoldReport struct {
+	RoomTypes    int `json:"roomTypes"`
+	RoomsPerType int `json:"roomsPerType"`
+	Users        int `json:"users"`
+	HoldsGranted int `json:"holdsGranted"`
+	HoldsRefused int `json:"holdsRefused"` // NOT_AVAILABLE
+	Confirmed    int `json:"confirmed"`
+	// ConfirmsRefused counts confirms answered HOLD_EXPIRED or
+	// NOT_AVAILABLE: none is expected within a hold's TTL.
+	ConfirmsRefused int `json:"confirmsRefused"`
+	Cancelled       int `json:"cancelled"`
+	Abandoned       int `json:"abandoned"`
+	// RoomNightsBooked sums the nights of the stays the clients were told
+	// of; the API's reserved rooms must add up to it.
+	RoomNightsBooked int `json:"roomNightsBooked"`
+	// OversoldNights counts room type nights with more stays, or more stays
+	// and live holds, than rooms; DoubleBooked, room nights told to two
+	// stays.
+	OversoldNights int `json:"oversoldNights"`
+	DoubleBooked   int `json:"doubleBooked"`
+	// HeldNightsTold is the nights of the holds the clients still hold
+	// (abandoned, or confirm refused); HeldNightsSeen the API's held rooms
+	// summed over the nights. Informative: they match when every hold the
+	// clients were told of still counts, no more and no fewer.
+	HeldNightsTold int `json:"heldNightsTold"`
+	HeldNightsSeen int `json:"heldNightsSeen"`
+}
+
+// stormChoice is what user i of a hold storm does.
+type stormChoice struct {
+	roomType int // index into the fixture's room types
+	start    int // days from today
+	nights   int
+	fate     int // for a granted hold: 0, 1 confirm; 2 cancel; 3 abandon
+}
+
+func stormChoiceOf(seed uint64, i int) stormChoice {
+	rng := rand.New(rand.NewPCG(seed, uint64(i)))
+	return stormChoice{roomType: rng.IntN(stormRoomTypes), start: 1 + rng.IntN(stormDays), nights: 1 + rng.IntN(3), fate: rng.IntN(4)}
+}
+
+// holdWriter makes a hold storm's writes and returns their outcomes.
+type holdWriter interface {
+	create(ctx context.Context, roomType int64, checkIn, checkOut, clientHoldKey string) (client.Outcome, error)
+	confirm(ctx context.Context, holdID string) (client.Outcome, error)
+	cancel(ctx context.Context, holdID string) (client.Outcome, error)
+}
+
+// stormBook runs a hold storm's journeys and records what the clients were
+// told, to check it against the API's availability.
+type stormBook struct {
+	staysFixture
+	seed  uint64
+	users int
+
+	mu     sync.Mutex
+	nights map[string]int    // "roomTypeId date" → confirmed stays
+	booked map[string]string // "roomId date" → user
+	held   map[string]int    // "roomTypeId date" → holds still held
+	report HoldReport
+	bad    violations
+}
+
+func newStormBook(seed uint64, users int) *stormBook {
+	return &stormBook{seed: seed, users: users, nights: map[string]int{}, booked: map[string]string{}, held: map[string]int{},
+		report: HoldReport{RoomTypes: stormRoomTypes, RoomsPerType: stormRooms, Users: users}}
+}
+
+func (b *stormBook) count(n *int) {
+	b.mu.Lock()
+	*n++
+	b.mu.Unlock()
+}
+
+// journey is user i's: a hold, then its fate.
+func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user string) error {
+	ch := stormChoiceOf(b.seed, i)
+	out, err := w.create(ctx, b.roomTypes[ch.roomType], day(ch.start), day(ch.start+ch.nights), uuid.NewString())
+	if err != nil {
+		return err
+	}
+	var h client.Hold
+	switch err := out.Decode(&h); {
+	case client.IsCode(err, "NOT_AVAILABLE"):
+		b.count(&b.report.HoldsRefused)
+		return nil
+	case err != nil:
+		return fmt.Errorf("hold for %s: %w", user, err)
+	}
+	b.count(&b.report.HoldsGranted)
+	switch {
+	case ch.fate < 2:
+		out, err := w.confirm(ctx, h.HoldID)
+		if err != nil {
+			return err
+		}
+		var res client.StayReservation
+		switch err := out.Decode(&res); {
+		case err == nil:
+			b.confirmed(res)
+		case client.IsCode(err, "NOT_AVAILABLE"), client.IsCode(err, "HOLD_EXPIRED"):
+			b.count(&b.report.ConfirmsRefused)
+			b.stillHeld(h)
+		default:
+			return fmt.Errorf("confirm for %s: %w", user, err)
+		}
+	case ch.fate < 3:
+		out, err := w.cancel(ctx, h.HoldID)
+		if err != nil {
+			return err
+		}
+		if err := out.Err(); err != nil {
+			return fmt.Errorf("cancel for %s: %w", user, err)
+		}
+		b.count(&b.report.Cancelled)
+	default:
+		b.count(&b.report.Abandoned)
+		b.stillHeld(h)
+	}
+	return nil
+}
+
+// eachNight calls f with each night of [checkIn, checkOut).
+func eachNight(checkIn, checkOut string, f func(date string)) error {
+	from, err1 := time.Parse(time.DateOnly, checkIn)
+	to, err2 := time.Parse(time.DateOnly, checkOut)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	for d := from; d.Before(to); d = d.AddDate(0, 0, 1) {
+		f(d.Format(time.DateOnly))
+	}
+	return nil
+}
+
+func (b *stormBook) stillHeld(h client.Hold) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := eachNight(h.CheckIn, h.CheckOut, func(date string) {
+		b.held[fmt.Sprintf("%d %s", h.RoomTypeID, date)]++
+		b.report.HeldNightsTold++
+	}); err != nil {
+		b.bad.add("hold %s has dates %q..%q", h.HoldID, h.CheckIn, h.CheckOut)
+	}
+}
+
+func (b *stormBook) confirmed(r client.StayReservation) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.report.Confirmed++
+	if err := eachNight(r.CheckIn, r.CheckOut, func(date string) {
+		b.nights[fmt.Sprintf("%d %s", r.RoomTypeID, date)]++
+		b.report.RoomNightsBooked++
+		room := fmt.Sprintf("%d %s", r.RoomID, date)
+		if other, ok := b.booked[room]; ok {
+			b.bad.add("room %d booked twice on %s (%s and %s)", r.RoomID, date, other, r.UserID)
+			b.report.DoubleBooked++
+		}
+		b.booked[room] = r.UserID
+	}); err != nil {
+		b.bad.add("reservation %d has dates %q..%q", r.ReservationID, r.CheckIn, r.CheckOut)
+	}
+}
+
+// check compares the confirmed stays the clients were told about with the
+// API's availability: per room type and night, the reserved rooms equal the
+// confirmations, and neither they nor they with the live holds exceed the
+// rooms.
+func (b *stormBook) check(items []client.Availability) ([]string, *HoldReport) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.report
+	out := b.bad.all()
+	for _, it := range items {
+		want := b.nights[fmt.Sprintf("%d %s", it.RoomTypeID, it.Date)]
+		r.HeldNightsSeen += it.HeldRooms
+		if max(want, it.UnavailableRooms) > b.rooms || it.UnavailableRooms+it.HeldRooms > it.TotalRooms {
+			r.OversoldNights++
+			out = append(out, fmt.Sprintf("room type %d oversold on %s: %d stays told, %d reserved and %d held of %d rooms",
+				it.RoomTypeID, it.Date, want, it.UnavailableRooms, it.HeldRooms, b.rooms))
+		}
+		if it.UnavailableRooms != want {
+			out = append(out, fmt.Sprintf("room type %d on %s: API shows %d reserved, clients were told %d", it.RoomTypeID, it.Date, it.UnavailableRooms, want))
+		}
+		if it.AvailableRooms < 0 || it.AvailableRooms > it.TotalRooms {
+			out = append(out, fmt.Sprintf("room type %d on %s: %d available of %d", it.RoomTypeID, it.Date, it.AvailableRooms, it.TotalRooms))
+		}
+	}
+	return out, &r
+}
+
+// checkAvailability reads the storm's nights from api and checks them.
+func (b *stormBook) checkAvailability(ctx context.Context, api *client.Client) ([]string, *HoldReport, error) {
+	items, err := api.Availability(ctx, b.hotelID, day(1), day(stormDays+4))
+	if err != nil {
+		return nil, nil, err
+	}
+	out, r := b.check(items)
+	return out, r, nil
+}
+
+// holdStorm: the hold storm against holdfast. Each write is submitted and
+// its outcome awaited, as a person at a browser would.
+type holdStorm struct {
+	book   *stormBook
+	report *HoldReport // made by Check
+}
+
+func (s *holdStorm) Setup(ctx context.Context, e *Env) (int, error) {
+	s.book = newStormBook(e.Opt.Seed, orDefault(e.Opt.Users, 2000))
+	return s.book.users, s.book.setup(ctx, e, e.Admin, stormRoomTypes, stormRooms)
+}
+
+func (s *holdStorm) Journey(ctx context.Context, e *Env, i int) error {
+	c, user, err := e.User(i)
+	if err != nil {
+		return err
+	}
+	return s.book.journey(ctx, queuedHolds{e, c}, i, user)
+}
+
+func (s *holdStorm) Check(ctx context.Context, e *Env) ([]string, error) {
+	out, r, err := s.book.checkAvailability(ctx, e.Admin)
+	s.report = r
+	return out, err
+}
+
+func (s *holdStorm) holdReport() *HoldReport { return s.report }
+
+// queuedHolds writes through holdfast: 202, then the outcome.
+type queuedHolds struct {
+	e *Env
+	c *client.Client
+}
+
+func (w queuedHolds) create(ctx context.Context, roomType int64, checkIn, checkOut, key string) (client.Outcome, error) {
+	return w.e.Write(ctx, w.c, "hold.create", func(ctx context.Context) (client.Accepted, error) {
+		return w.c.CreateHold(ctx, roomType, checkIn, checkOut, key)
+	})
+}
+
+func (w queuedHolds) confirm(ctx context.Context, holdID string) (client.Outcome, error) {
+	return w.e.Write(ctx, w.c, "hold.confirm", func(ctx context.Context) (client.Accepted, error) { return w.c.ConfirmHold(ctx, holdID) })
+}
+
+func (w queuedHolds) cancel(ctx context.Context, holdID string) (client.Outcome, error) {
+	return w.e.Write(ctx, w.c, "hold.cancel", func(ctx context.Context) (client.Accepted, error) { return w.c.CancelHold(ctx, holdID) })
+}
+
+// baselineHoldStorm: the same hold storm against cmd/baseline's hold mode,
+// seed 000's locked flow done synchronously: each write is one request
+// answered with its outcome. The hotel is created with the same client
+// calls as holdfast's; the checks read the same availability call.
+type baselineHoldStorm struct {
+	book   *stormBook
+	report *HoldReport // made by Check
+}
+
+func (s *baselineHoldStorm) Setup(ctx context.Context, e *Env) (int, error) {
+	s.book = newStormBook(e.Opt.Seed, orDefault(e.Opt.Users, 2000))
+	if err := s.book.setup(ctx, e, e.base, stormRoomTypes, stormRooms); err != nil {
+		return 0, err
+	}
+	// Open the baseline's pool before the storm, from every client at once,
+	// as the fixture's calls leave holdfast's API warm (see warmUp).
+	err := forEach(e.Opt.Concurrency, e.Opt.Concurrency, func(int) error {
+		_, err := e.base.Availability(ctx, s.book.hotelID, day(1), day(2))
+		return err
+	})
+	return s.book.users, err
+}
+
+func (s *baselineHoldStorm) Journey(ctx context.Context, e *Env, i int) error {
+	user := e.userID(i)
+	return s.book.journey(ctx, syncHolds{e, user}, i, user)
+}
+
+func (s *baselineHoldStorm) Check(ctx context.Context, e *Env) ([]string, error) {
+	out, r, err := s.book.checkAvailability(ctx, e.base)
+	s.report = r
+	return out, err
+}
+
+func (s *baselineHoldStorm) holdReport() *HoldReport { return s.report }
+
+// syncHolds writes to the baseline as user (X-User-Id): a synchronous
+// answer is its own outcome, accepted and terminal at once.
+type syncHolds struct {
+	e    *Env
+	user string
+}
+
+func (w syncHolds) create(ctx context.Context, roomType int64, checkIn, checkOut, key string) (client.Outcome, error) {
+	body := map[string]any{"roomTypeId": roomType, "checkIn": checkIn, "checkOut": checkOut, "clientHoldKey": key}
+	return w.do(ctx, "hold.create.sync", http.MethodPost, "/api/v1/holds", body)
+}
+
+func (w syncHolds) confirm(ctx context.Context, holdID string) (client.Outcome, error) {
+	return w.do(ctx, "hold.confirm.sync", http.MethodPost, "/api/v1/holds/"+url.PathEscape(holdID)+"/confirm", nil)
+}
+
+func (w syncHolds) cancel(ctx context.Context, holdID string) (client.Outcome, error) {
+	return w.do(ctx, "hold.cancel.sync", http.MethodDelete, "/api/v1/holds/"+url.PathEscape(holdID), nil)
+}
+
+// do sends one write and records it: a 2xx succeeded with its body as the
+// result, a 4xx was rejected with its error; anything else is an error.
+func (w syncHolds) do(ctx context.Context, kind, method, path string, body any) (client.Outcome, error) {
+	start := time.Now()
+	var raw json.RawMessage
+	err := w.e.base.Do(ctx, method, path, body, &raw, client.Header("X-User-Id", w.user))
+	took := time.Since(start)
+	var out client.Outcome
+	var ce *client.Error
+	switch {
+	case err == nil:
+		out = client.Outcome{Status: client.StatusSucceeded, Result: raw}
+	case errors.As(err, &ce) && ce.HTTPStatus >= 400 && ce.HTTPStatus < 500:
+		out = client.Outcome{Status: client.StatusRejected, Problem: ce}
+	default:
+		w.e.Rec.SubmitError(kind, err)
+		return out, err
+	}
+	w.e.Rec.Accepted(kind, start, took)
+	w.e.Rec.Terminal(kind, start, out)
+	return out, nil
+}
