@@ -27,7 +27,7 @@ test: ## Run every test with -race against real Postgres and Redis
 cluster: ## Run holdfast on a private 3-master Redis Cluster and via a Sentinel (also part of make test)
 	$(GO) test -race -count=1 -run '^TestRedis(Cluster|Sentinel)$$' -v ./e2e/
 
-bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS baselines; print the table (~5 min)
+bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, cart and hold designs; print the table (~6 min; BENCH_ONLY=cart|hold for one part)
 	$(GO) build -o bin/load ./cmd/load
 	$(GO) build -o bin/baseline ./cmd/baseline
 	@scripts/bench.sh

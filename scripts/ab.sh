@@ -10,12 +10,14 @@
 # A revision is anything git names, or "." for the working tree. Each one's
 # api, worker and load tool are built from a worktree of it, so a change to
 # the load tool is measured with the load tool it came with. Sizes:
-# AB_USERS (40000), AB_SEATS (20000), AB_CONCURRENCY (200). Reports land in
-# bin/ab/<time>/.
+# AB_USERS (40000), AB_SEATS (20000), AB_CONCURRENCY (200). AB_SCENARIO
+# (fcfs-rush) names another of the load tool's scenarios, hold-storm or
+# cart-rush say, run with the same flags. Reports land in bin/ab/<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: scripts/ab.sh REV_A REV_B [PAIRS]" >&2; exit 2; }
 pairs="${3:-3}" users="${AB_USERS:-40000}" seats="${AB_SEATS:-20000}" conc="${AB_CONCURRENCY:-200}"
+scenario="${AB_SCENARIO:-fcfs-rush}"
 root=$(pwd)
 out="bin/ab/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"
@@ -59,7 +61,7 @@ run() { # label pair
   wait_ready "http://$worker_addr/readyz" "$worker_pid"
   settle
   "$bin/load" -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" \
-    -users "$users" -seats "$seats" -concurrency "$conc" fcfs-rush > "$out/$1-$2.txt" 2> /dev/null || true
+    -users "$users" -seats "$seats" -concurrency "$conc" "$scenario" > "$out/$1-$2.txt" 2> /dev/null || true
   stop "$worker_pid"; stop "$api_pid"
 }
 for i in $(seq 1 "$pairs"); do
