@@ -208,12 +208,13 @@ func TestBenchCartTable(t *testing.T) {
 		Deferred:   &Deferred{Tasks: 2400, CPUSeconds: map[string]float64{CPUTotal: 0.48, "worker": 0.3, CPURedis: 0.18}}}
 	b := Bench{Machine: "test", Cores: 2, CartRush: rush, CartBaseline: sync}
 	var out bytes.Buffer
-	require.True(t, b.WriteTable(&out))
+	require.False(t, b.WriteTable(&out), "a quarter of the synchronous rate, and p99 900 ms, miss the targets")
 	table := out.String()
+	require.Contains(t, table, "| cart-rush reserves/s ÷ synchronous | 0.25× | ≥ 1.50× | NOT met |")
+	require.Contains(t, table, "| cart-rush accept→terminal p99 | 900.00 ms | < 500.00 ms | NOT met |")
 	require.Contains(t, table, "Cart rush (seed 002's order reserve): 3000 users with carts of one or two of 5 options of 300 units (4500 units asked for, 1500 exist), 200 clients")
 	require.Contains(t, table, "| synchronous: one transaction per request, the cart's options locked FOR UPDATE | 2000 | 80.0 / 250.0 | 1000 / 2000 | 1500 of 1500 | 0 | 0 | OK |")
 	require.Contains(t, table, "| holdfast cart-rush: reserve, then its outcome (accept→terminal 250.0 / 900.0 ms) | 500 | 300.0 / 1000.0 | 1000 / 2000 | 1500 of 1500 | 0 | 0 | OK |")
-	require.Contains(t, table, "| (no target) cart-rush reserves/s ÷ synchronous | 0.25× | – | – |")
 	require.Contains(t, table, "| (no target) cart-rush p99 ÷ synchronous p99 | 4.00× | – | – |")
 	require.Contains(t, table, "| invariant violations (cart-rush, synchronous cart) | 0.00 | < 1.00 | met |")
 	// 3 s for 3,000 reserves: 1 ms each, so 2 cores allow 2,000/s.
@@ -225,6 +226,16 @@ func TestBenchCartTable(t *testing.T) {
 	require.NotContains(t, table, "floor")
 	require.True(t, strings.HasPrefix(table, "make bench — test\n\nCart rush"))
 
+	fast := *rush
+	fast.CompletedPerSec, fast.AcceptToDone.P99 = 3000, 400
+	b.CartRush = &fast
+	out.Reset()
+	require.True(t, b.WriteTable(&out), "1.5 times the synchronous rate at p99 400 ms meets them")
+	require.Contains(t, out.String(), "| cart-rush reserves/s ÷ synchronous | 1.50× | ≥ 1.50× | met |")
+	require.Contains(t, out.String(), "| cart-rush accept→terminal p99 | 400.00 ms | < 500.00 ms | met |")
+
+	b.CartRush = rush
+	rush.CompletedPerSec, rush.AcceptToDone.P99 = 3000, 400
 	rush.OK, rush.Violations = false, []string{"option 1 oversold"}
 	rush.Cart = &CartReport{Options: 5, StockPerOption: 300, CartsReserved: 1001, OversoldUnits: 1}
 	out.Reset()
