@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/recent"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/storage"
@@ -142,11 +143,21 @@ type Engine struct {
 	// TestDeferredTasksLeaveNoRequestBehind.
 	leaseFirst func()
 
-	backlog sync.Map // key → backlogSample
+	// backlog is what this API's posts saw of each key's mailbox, for
+	// Admit. A sample counts for a second, and the map forgets it after one
+	// to two seconds, or sooner once backlogKeys keys were posted to since:
+	// it holds at most 2·backlogKeys samples however many keys the engine
+	// ever saw. A key forgotten early is let through Admit once, as a key
+	// this API has not posted to is.
+	backlog *recent.Map[string, backlogSample]
 
 	qmu    sync.Mutex
 	qsizes map[string]queueSample
 }
+
+// backlogKeys bounds the backlog samples an engine keeps (see backlog):
+// at about 100 B a sample, at most 10 MiB.
+const backlogKeys = 50_000
 
 type backlogSample struct {
 	n  int64
@@ -176,6 +187,7 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, l
 		now:      time.Now,
 		stopping: make(chan struct{}),
 		qsizes:   make(map[string]queueSample),
+		backlog:  recent.New[string, backlogSample](time.Second, backlogKeys),
 	}
 }
 
@@ -240,8 +252,7 @@ func overloaded(what string, retryAfter int) *domain.Problem {
 func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
 	now := e.now()
 	for _, k := range keys {
-		if s, ok := e.backlog.Load(k); ok && now.Sub(s.(backlogSample).at) < time.Second &&
-			s.(backlogSample).n >= int64(e.opt.KeyCap) {
+		if s, ok := e.backlog.Get(k); ok && now.Sub(s.at) < time.Second && s.n >= int64(e.opt.KeyCap) {
 			e.m.Overloaded.WithLabelValues(queue).Inc()
 			return overloaded("key "+k, 1)
 		}
@@ -339,7 +350,7 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	for i, r := range rs {
 		for j, k := range r.Keys {
 			n := cards[i][j].Val()
-			e.backlog.Store(k, backlogSample{n, now})
+			e.backlog.Put(k, backlogSample{n, now})
 			postings[i].Backlog = max(postings[i].Backlog, n)
 		}
 		postings[i].Held = watched(r) && held[r.Keys[0]].Val() == 1

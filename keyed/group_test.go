@@ -2,9 +2,19 @@ package keyed
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/recent"
+	"github.com/holdfast/holdfast/metrics"
+	"github.com/holdfast/holdfast/requests"
 )
 
 // keepFor takes key's lease and yields it for whoever holds key holder, as a
@@ -59,4 +69,39 @@ func TestAKeyKeptForAHeldKeyGoesToItsGroup(t *testing.T) {
 	_, ok, err = e.TryAcquire(ctx, "y")
 	require.NoError(t, err)
 	require.False(t, ok, "a drain task does not take a kept key either")
+}
+
+// The backlog samples Admit reads are bounded by the keys posted to lately,
+// not by every key the engine ever saw (a shop's users, months of them),
+// and a key over its cap is still refused after many others came and went.
+func TestBacklogSamplesStayBounded(t *testing.T) {
+	r := newFenceRig(t)
+	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()), Options{KeyCap: 2})
+	t.Cleanup(func() { _ = e.Close() })
+	e.backlog = recent.New[string, backlogSample](time.Minute, 100) // a small bound, and one only size enforces
+	ctx := context.Background()
+	seq := int64(0)
+	post := func(keys ...string) {
+		t.Helper()
+		rs := make([]*requests.Request, len(keys))
+		for i, k := range keys {
+			seq++
+			rs[i] = &requests.Request{ID: uuid.New(), Seq: seq, Keys: []string{k}}
+		}
+		_, err := e.Post(ctx, rs)
+		require.NoError(t, err)
+	}
+	post("hot", "hot")
+	many := make([]string, 1000)
+	for i := range many {
+		many[i] = fmt.Sprintf("user:%d", i)
+	}
+	post(many...)
+	require.LessOrEqual(t, e.backlog.Len(), 200, "at most two generations of 100")
+	require.NoError(t, e.Admit(ctx, "q", []string{"hot"}), "forgotten, so let through once")
+	post("hot")
+	var p *domain.Problem
+	require.ErrorAs(t, e.Admit(ctx, "q", []string{"hot"}), &p)
+	require.Equal(t, domain.CodeOverloaded, p.Code)
+	require.NoError(t, e.Admit(ctx, "q", []string{"user:999"}), "a key under its cap")
 }
