@@ -58,6 +58,9 @@ type Config struct {
 	DrainSlice        time.Duration `env:"DRAIN_SLICE" envDefault:"5s"`
 	ReconcileInterval time.Duration `env:"RECONCILE_INTERVAL" envDefault:"5s"`
 	RedriveAfter      time.Duration `env:"REDRIVE_AFTER" envDefault:"3s"`
+	// RequestRetention is how long a terminal request is kept (its outcome
+	// readable, its Idempotency-Key replayed); 0 keeps them forever.
+	RequestRetention time.Duration `env:"REQUEST_RETENTION" envDefault:"168h"`
 
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 }
@@ -188,6 +191,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: BATCH_MAX must be positive")
 	case c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("config: LEASE_TTL must be at least 100ms")
+	case c.RequestRetention < 0:
+		return fmt.Errorf("config: REQUEST_RETENTION must not be negative (0 keeps requests forever)")
 	case c.ReconcileInterval < time.Second:
 		return fmt.Errorf("config: RECONCILE_INTERVAL must be at least 1s")
 	case c.HoldTTL < time.Second:

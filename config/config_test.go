@@ -2,6 +2,7 @@ package config
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -69,4 +70,18 @@ func TestRateLimitsMustBeFinite(t *testing.T) {
 	c, err := FromMap(map[string]string{"RATE_LIMIT_PER_IP": "0", "RATE_LIMIT_PER_USER": "0.5", "JWT_SECRET": "0123456789abcdef0123"})
 	require.NoError(t, err)
 	require.Equal(t, []float64{0, 0.5}, []float64{c.RateLimitPerIP, c.RateLimitPerUser})
+}
+
+// Requests are kept a week unless told otherwise; 0 keeps them forever and
+// a negative retention is refused.
+func TestRequestRetention(t *testing.T) {
+	secret := "0123456789abcdef0123"
+	c, err := FromMap(map[string]string{"JWT_SECRET": secret})
+	require.NoError(t, err)
+	require.Equal(t, 7*24*time.Hour, c.RequestRetention)
+	c, err = FromMap(map[string]string{"JWT_SECRET": secret, "REQUEST_RETENTION": "0"})
+	require.NoError(t, err)
+	require.Zero(t, c.RequestRetention)
+	_, err = FromMap(map[string]string{"JWT_SECRET": secret, "REQUEST_RETENTION": "-1h"})
+	require.ErrorContains(t, err, "REQUEST_RETENTION")
 }

@@ -328,3 +328,49 @@ func (s *Store) OpenOnKey(ctx context.Context, key string, after int64, limit in
 	}
 	return collect(rows, "requests: open on key")
 }
+
+// Retention (SPEC §7, README "Configuration"): a terminal request is kept
+// for the retention period after its acceptance and completion, then
+// deleted, so the requests table is bounded by rate × retention. Its outcome
+// can be read, and its Idempotency-Key replayed, until then; a replay after
+// it is a new request. Open requests are never deleted, whatever their age.
+// Holds, reservations, orders and seats are other tables: business records,
+// never deleted by this.
+
+// DeleteBatch is how many requests one retention statement deletes at the
+// most: a short transaction that holds its row locks for milliseconds and
+// never blocks intake, which only inserts.
+const DeleteBatch = 1000
+
+// DeleteExpired deletes the terminal requests accepted and completed before
+// cutoff, batch at a time, walking the table in seq order from its oldest
+// row: acceptance order follows seq, so it stops at the first batch that
+// reaches a request accepted at or after cutoff. It returns how many it
+// deleted. An open request on the way is stepped over, never deleted.
+func (s *Store) DeleteExpired(ctx context.Context, cutoff time.Time, batch int) (int64, error) {
+	var total int64
+	after := int64(0)
+	for {
+		var deleted, scanned int64
+		var last *int64
+		var reachedCutoff *bool
+		err := s.pool.QueryRow(ctx, `WITH head AS (
+				SELECT id, seq, accepted_at, completed_at FROM requests WHERE seq > $1 ORDER BY seq LIMIT $3
+			), gone AS (
+				DELETE FROM requests r USING head h
+				WHERE r.id = h.id AND h.completed_at < $2 AND h.accepted_at < $2
+				RETURNING 1
+			)
+			SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM head), (SELECT max(seq) FROM head),
+				(SELECT bool_or(accepted_at >= $2) FROM head)`, after, cutoff, batch).
+			Scan(&deleted, &scanned, &last, &reachedCutoff)
+		if err != nil {
+			return total, storage.Translate("requests: delete expired", err)
+		}
+		total += deleted
+		if scanned < int64(batch) || last == nil || (reachedCutoff != nil && *reachedCutoff) {
+			return total, nil
+		}
+		after = *last
+	}
+}

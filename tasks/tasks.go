@@ -19,6 +19,8 @@ const (
 	// TypeReconcile re-drives accepted requests Redis lost and drains keys
 	// whose mailbox has no live owner (SPEC §7).
 	TypeReconcile = "pipeline:reconcile"
+	// TypeRetention deletes the terminal requests past REQUEST_RETENTION.
+	TypeRetention = "pipeline:retention"
 )
 
 // MaintenanceQueue carries the periodic tasks.

@@ -24,6 +24,7 @@ import (
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/metrics"
+	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/storage"
 	"github.com/holdfast/holdfast/tasks"
 )
@@ -93,6 +94,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		}
 		periodic = append(periodic, m.Periodic...)
 		reg.MustRegister(m.Collectors...)
+	}
+	if cfg.RequestRetention > 0 {
+		periodic = append(periodic, retention(requests.NewStore(pool), cfg.RequestRetention, log))
 	}
 	for _, q := range engine.Queues() {
 		if q != tasks.MaintenanceQueue {
@@ -275,3 +279,17 @@ func (a asynqLogger) Error(args ...any) {
 	a.l.Error(msg)
 }
 func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)); os.Exit(1) }
+
+// retention deletes the terminal requests accepted and completed more than
+// keep ago (requests.Store.DeleteExpired), every quarter of keep and at
+// least once a minute, so the requests table stays bounded by rate × keep.
+func retention(store *requests.Store, keep time.Duration, log *slog.Logger) Periodic {
+	return Periodic{Type: tasks.TypeRetention, Every: min(time.Minute, max(keep/4, time.Second)),
+		Handle: func(ctx context.Context) error {
+			n, err := store.DeleteExpired(ctx, time.Now().Add(-keep), requests.DeleteBatch)
+			if n > 0 {
+				log.Info("requests past retention deleted", "deleted", n, "retention", keep)
+			}
+			return err
+		}}
+}
