@@ -191,3 +191,56 @@ func startCartBaseline(t *testing.T) string {
 	require.NoError(t, err)
 	return testenv.Serve(t, srv.Serve)
 }
+
+// TestLoadSoak runs the soak scenario briefly against a real API and worker
+// (3 s at 50 writes/s, a sample a second, 1 s idle) and checks its samples
+// are real: both processes' memory, Redis' keys and the requests table's
+// rows read at every sample, and the distinct keys are the writes. Its
+// checks' verdicts are not asserted: a run this short in one process under
+// the race detector says nothing about memory growth (the arithmetic is
+// loadtest's TestSoakChecks*); only that any violation is a soak check.
+func TestLoadSoak(t *testing.T) {
+	s := systest.Start(t, systest.Options{Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
+	w := s.StartWorker("w1")
+	rep, err := loadtest.Run(context.Background(), "soak", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
+		Concurrency: 20, Rate: 50, Duration: 3 * time.Second, SampleEvery: time.Second, Idle: time.Second,
+		Retention: s.Cfg.RequestRetention, RedisURL: s.Cfg.Redis.URL, DatabaseURL: s.Cfg.DatabaseURL,
+		MetricsURLs: map[string]string{"api": s.URL + "/metrics", "worker": w.URL + "/metrics"}})
+	require.NoError(t, err)
+	var text bytes.Buffer
+	rep.WriteText(&text)
+	t.Log(text.String())
+	require.Empty(t, rep.Errors)
+	for _, v := range rep.Violations {
+		require.True(t, strings.HasPrefix(v, "soak: "), "only a soak check may fail: %s", v)
+	}
+	require.Equal(t, 150, rep.Accepted)
+	require.Equal(t, 150, rep.Outcomes["probe succeeded"])
+	soak := rep.Soak
+	require.NotNil(t, soak)
+	require.InDelta(t, 50, soak.WriteRate, 10)
+	samples := soak.Samples
+	require.GreaterOrEqual(t, len(samples), 5, "the baseline, one a second, the end of the writes and of the idle wait")
+	require.Equal(t, loadtest.PhaseBaseline, samples[0].Phase)
+	require.Zero(t, samples[0].Keys)
+	require.Equal(t, loadtest.PhaseIdle, samples[len(samples)-1].Phase)
+	require.Equal(t, 150, samples[len(samples)-1].Keys, "distinct keys = writes")
+	for _, smp := range samples {
+		require.Empty(t, smp.Errors)
+		require.Positive(t, smp.RSSMiB["api"])
+		require.Positive(t, smp.RSSMiB["worker"])
+		require.Positive(t, smp.HeapMiB["api"])
+		require.NotNil(t, smp.Redis)
+		require.Positive(t, smp.Redis.Keys)
+		require.Positive(t, smp.Redis.UsedMemoryMiB)
+		require.Contains(t, smp.Tables, "requests")
+		require.Positive(t, smp.Tables["requests"].MiB)
+	}
+	end := samples[len(samples)-1]
+	require.Equal(t, int64(150), end.Tables["requests"].Rows, "a week's retention keeps every request")
+	require.Greater(t, end.Redis.Keys, samples[0].Redis.Keys)
+	require.Len(t, soak.Checks, 5+len(end.Tables)-1)
+	var html bytes.Buffer
+	require.NoError(t, rep.WriteHTML(&html))
+	require.Contains(t, html.String(), "Redis used_memory")
+}

@@ -43,8 +43,20 @@ type Options struct {
 	NeverClaimPct, LeavePct int
 	Prequeue                time.Duration
 	AdmitPerMinute          int
-	Duration                time.Duration // availability-read: how long to read
-	Seed                    uint64        // random choices (room types, dates, carts)
+	// Duration is how long idle-streams holds its streams open, and how
+	// long soak writes.
+	Duration time.Duration
+	// soak: writes per second (Rate), a sample every SampleEvery, sampling
+	// on for Idle after the last write; Retention is the system's
+	// REQUEST_RETENTION, for the check of the requests table's rows; and
+	// DatabaseURL is holdfast's Postgres, whose tables are sampled (none
+	// when empty).
+	Rate        int
+	SampleEvery time.Duration
+	Idle        time.Duration
+	Retention   time.Duration
+	DatabaseURL string
+	Seed        uint64 // random choices (room types, dates, carts)
 	// MetricsURLs are scraped for process_resident_memory_bytes while the
 	// scenario runs, by name ("api", "worker").
 	MetricsURLs map[string]string
@@ -87,6 +99,7 @@ var Scenarios = map[string]func() Scenario{
 	"cart-rush":         func() Scenario { return &cartRush{} },
 	"availability-read": func() Scenario { return &availabilityRead{} },
 	"idle-streams":      func() Scenario { return &idleStreams{} },
+	"soak":              func() Scenario { return &soak{} },
 	// Comparison points for make bench, served by cmd/baseline.
 	"baseline-fcfs":       func() Scenario { return &baselineFCFS{} },
 	"enqueue-floor":       func() Scenario { return enqueueFloor{} },
@@ -336,6 +349,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	}
 	if r, ok := sc.(interface{ holdReport() *HoldReport }); ok {
 		rep.Hold = r.holdReport()
+	}
+	if r, ok := sc.(interface{ soakReport() *SoakReport }); ok {
+		rep.Soak = r.soakReport()
 	}
 	rep.SubmitCPUSeconds = submitCPUSeconds
 	if opt.RedisURL != "" {

@@ -63,26 +63,46 @@ func (m *memoryWatch) stop() map[string]float64 {
 // scrapeValue reads one unlabelled sample, such as the process collector's
 // process_resident_memory_bytes, from a Prometheus text exposition.
 func scrapeValue(ctx context.Context, hc *http.Client, url, name string) (float64, error) {
+	vs, err := scrapeValues(ctx, hc, url, name)
+	return vs[name], err
+}
+
+// scrapeValues reads unlabelled samples from one scrape of a Prometheus
+// text exposition. A name not in it is an error (errNoSample), with the
+// values of the others still returned.
+func scrapeValues(ctx context.Context, hc *http.Client, url string, names ...string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
+	out := make(map[string]float64, len(names))
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+	for sc.Scan() && len(out) < len(names) {
+		for _, name := range names {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return out, fmt.Errorf("%s at %s: %w", name, url, err)
+				}
+				out[name] = f
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return out, err
 	}
-	return 0, fmt.Errorf("%w: %s at %s", errNoSample, name, url)
+	for _, name := range names {
+		if _, ok := out[name]; !ok {
+			return out, fmt.Errorf("%w: %s at %s", errNoSample, name, url)
+		}
+	}
+	return out, nil
 }
 
 var errNoSample = errors.New("sample not in the exposition")

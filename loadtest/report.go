@@ -60,7 +60,9 @@ type Report struct {
 	Cart *CartReport `json:"cart,omitempty"`
 	// Hold is what hold-storm and baseline-hold-storm saw of the holds and
 	// stays.
-	Hold       *HoldReport `json:"holdStorm,omitempty"`
+	Hold *HoldReport `json:"holdStorm,omitempty"`
+	// Soak is what soak sampled over its run, and its checks.
+	Soak       *SoakReport `json:"soak,omitempty"`
 	Violations []string    `json:"violations"`
 	OK         bool        `json:"ok"`
 
@@ -168,6 +170,9 @@ func (rep *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "    units reserved %d (clients told of %d); oversold units %d; duplicate reservations %d\n",
 			c.UnitsReserved, c.UnitsTold, c.OversoldUnits, c.Duplicates)
 	}
+	if s := rep.Soak; s != nil {
+		s.writeText(w)
+	}
 	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
 	if rep.SubmitCPUSeconds != nil {
 		writeCPUPerJourney(w, "… of which until the last 202", rep.SubmitCPUSeconds, rep.Journeys)
@@ -256,13 +261,22 @@ func polyline(ys any, ymax float64) template.HTMLAttr {
 			ymax = max(ymax, v)
 		}
 	}
-	if len(vals) == 0 || ymax <= 0 {
+	xs := make([]float64, len(vals))
+	for i := range xs {
+		xs[i] = float64(i)
+	}
+	return points(xs, vals, float64(max(len(vals)-1, 1)), ymax)
+}
+
+// points scales (xs[i], ys[i]) to the chart, x from 0 to xmax and y from 0
+// to ymax, and returns the points attribute of an SVG polyline.
+func points(xs, ys []float64, xmax, ymax float64) template.HTMLAttr {
+	if len(ys) == 0 || ymax <= 0 || xmax <= 0 {
 		return ""
 	}
 	var b strings.Builder
-	step := chartW / float64(max(len(vals)-1, 1))
-	for i, v := range vals {
-		fmt.Fprintf(&b, "%.1f,%.1f ", float64(i)*step, chartH-v/ymax*chartH)
+	for i, v := range ys {
+		fmt.Fprintf(&b, "%.1f,%.1f ", xs[i]/xmax*chartW, chartH-v/ymax*chartH)
 	}
 	return template.HTMLAttr(`points="` + strings.TrimSpace(b.String()) + `"`)
 }

@@ -7,11 +7,22 @@
 //	load table DIR                       the make bench table from a run's JSON files
 //
 // Scenarios: fcfs-rush, waiting-room-rush, hold-storm, cart-checkout,
-// cart-rush, availability-read, idle-streams; and, against cmd/baseline,
+// cart-rush, availability-read, idle-streams, soak; and, against cmd/baseline,
 // baseline-fcfs, enqueue-floor, baseline-roundtrip, baseline-cart and
 // baseline-hold-storm. The
 // tool mints its own tokens, so it needs the API's JWT_SECRET (from the
 // environment or -secret). It exits 1 when an invariant is violated.
+//
+// soak writes probes (HOLDFAST_PROBE=true), each on a new serialization
+// key, at -rate writes/s for -duration, and samples every -sample-every the
+// API's and the worker's memory (their /metrics), Redis' memory and keys
+// (-redis) and the sizes and rows of the requests, key_fences and
+// key_progress tables (-database-url); -idle samples on that long after the
+// last write. Its checks: RSS within ±15 % after warm-up, Redis back to its
+// baseline after -idle, requests rows bounded by rate × -retention (the
+// system's REQUEST_RETENTION). make soak runs it:
+//
+//	load -redis $REDIS_URL -database-url $DATABASE_URL -retention 60s -idle 2m -html soak.html soak
 package main
 
 import (
@@ -68,7 +79,13 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.IntVar(&opt.AdmitPerMinute, "admit-per-minute", 0, "waiting-room-rush: the event's admitPerMinute (0: none)")
 	fs.DurationVar(&opt.Duration, "hold", 0, "idle-streams: how long to hold every stream open (0: 60s); needs -concurrency ≥ -users")
 	fs.Uint64Var(&opt.Seed, "seed", 1, "seed of the random choices")
-	fs.StringVar(&opt.RedisURL, "redis", "", "holdfast's Redis URL: after the run, fire the Asynq tasks it left scheduled and measure their CPU")
+	fs.StringVar(&opt.RedisURL, "redis", "", "holdfast's Redis URL: after the run, fire the Asynq tasks it left scheduled and measure their CPU; soak: sample its memory and keys")
+	fs.DurationVar(&opt.Duration, "duration", 0, "soak: how long to write (0: 5m)")
+	fs.IntVar(&opt.Rate, "rate", 300, "soak: writes per second, each on a new key")
+	fs.DurationVar(&opt.SampleEvery, "sample-every", 30*time.Second, "soak: how often to sample memory, Redis and table sizes")
+	fs.DurationVar(&opt.Idle, "idle", 0, "soak: keep sampling this long after the last write, then check Redis against its baseline")
+	fs.DurationVar(&opt.Retention, "retention", 0, "soak: the system's REQUEST_RETENTION, to check the requests rows against (0: not checked)")
+	fs.StringVar(&opt.DatabaseURL, "database-url", "", "soak: holdfast's Postgres, to sample its table sizes ('' to skip)")
 	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")
 	fs.BoolVar(&opt.HoldApply, "hold-apply", false, "with -intake and -redis: pause holdfast's queues until every client has submitted (the API's intake with the workers idle; never on a live system)")
 	apiMetrics := fs.String("api-metrics", "auto", "the API's /metrics for peak memory ('auto': URL/metrics, '' to skip)")

@@ -1,0 +1,165 @@
+package loadtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// soakRun is a soak of 100 s at 300/s with 60 s retention and 120 s idle,
+// sampled every 10 s: the API's RSS follows apiRSS (one value per sample of
+// the write phase), the worker's stays at 20 MiB, Redis ends at redisEnd
+// keys and MiB, and the requests table peaks at rowsPeak.
+func soakRun(apiRSS []float64, redisEnd RedisSample, rowsPeak int64) *SoakReport {
+	r := &SoakReport{Rate: 300, WriteRate: 300, WriteSeconds: 100, IdleSeconds: 120, SampleEverySeconds: 10, RetentionSeconds: 60}
+	base := SoakSample{Seconds: -0.5, Phase: PhaseBaseline, RSSMiB: map[string]float64{"api": 20, "worker": 20},
+		HeapMiB: map[string]float64{"api": 4, "worker": 4}, Redis: &RedisSample{UsedMemoryMiB: 1, Keys: 40},
+		Tables: map[string]TableSample{"requests": {}, "key_fences": {}}}
+	r.Samples = append(r.Samples, base)
+	for i, rss := range apiRSS {
+		keys := 300 * 10 * (i + 1)
+		rows := min(int64(keys), rowsPeak)
+		r.Samples = append(r.Samples, SoakSample{Seconds: float64(10 * (i + 1)), Phase: PhaseWrites, Keys: keys,
+			RSSMiB: map[string]float64{"api": rss, "worker": 20}, HeapMiB: map[string]float64{"api": rss / 2, "worker": 5},
+			Redis:  &RedisSample{UsedMemoryMiB: 1 + float64(keys)/10000, Keys: 40 + int64(keys)},
+			Tables: map[string]TableSample{"requests": {Rows: rows, MiB: float64(rows) / 1000}, "key_fences": {Rows: int64(keys), MiB: float64(keys) / 5000}}})
+	}
+	r.Samples = append(r.Samples, SoakSample{Seconds: 220, Phase: PhaseIdle, Keys: 30000,
+		RSSMiB: map[string]float64{"api": apiRSS[len(apiRSS)-1], "worker": 20}, Redis: &redisEnd,
+		Tables: map[string]TableSample{"requests": {Rows: 0, MiB: 0.5}, "key_fences": {Rows: 30000, MiB: 6}}})
+	r.Checks = r.check()
+	return r
+}
+
+func checkNamed(t *testing.T, r *SoakReport, prefix string) SoakCheck {
+	t.Helper()
+	for _, c := range r.Checks {
+		if strings.HasPrefix(c.Name, prefix) {
+			return c
+		}
+	}
+	t.Fatalf("no check %q in %+v", prefix, r.Checks)
+	return SoakCheck{}
+}
+
+// A soak whose memory holds, whose Redis returns to its baseline and whose
+// requests stay under rate × retention passes every check; the warm-up's
+// growth (the first 20 s) does not count.
+func TestSoakChecksPass(t *testing.T) {
+	rss := []float64{30, 45, 50, 52, 55, 54, 53, 56, 57, 56}
+	r := soakRun(rss, RedisSample{Keys: 300, UsedMemoryMiB: 2.5}, 18000)
+	require.Empty(t, r.Violations())
+	api := checkNamed(t, r, "api RSS")
+	require.Equal(t, VerdictPass, api.Verdict)
+	require.Equal(t, "50.0 MiB at 30 s, then 50.0–57.0 MiB (+14.0%) while keys grew 9000 → 30000 (×3.3)", api.Measured)
+	require.Equal(t, VerdictPass, checkNamed(t, r, "worker RSS").Verdict)
+	keys := checkNamed(t, r, "Redis keys")
+	require.Equal(t, VerdictPass, keys.Verdict, "260 keys more than the baseline: within the 500-key slack")
+	require.Equal(t, "40 → 300 (+650%) after 120 s idle", keys.Measured)
+	require.Equal(t, "≤ baseline + max(15%, 500 keys) = 540", keys.Bound)
+	require.Equal(t, VerdictPass, checkNamed(t, r, "Redis used_memory").Verdict)
+	rows := checkNamed(t, r, "requests rows")
+	require.Equal(t, VerdictPass, rows.Verdict)
+	// 300/s × 60 s × 1.2 = 21,600, and 300/s for one 15 s task period.
+	require.Equal(t, "≤ 300.0/s × 60 s × 1.2 + 4500 (one retention-task period, 15s) = 26100", rows.Bound)
+	fences := checkNamed(t, r, "key_fences rows")
+	require.Equal(t, VerdictReport, fences.Verdict)
+	require.Equal(t, "0 → 30000 (0.00 → 6.00 MiB)", fences.Measured)
+}
+
+// Memory that keeps growing, Redis that keeps a key per key written and a
+// requests table past its bound each fail a check, and a failed check
+// fails the run.
+func TestSoakChecksFail(t *testing.T) {
+	rss := []float64{30, 45, 50, 60, 70, 80, 90, 100, 110, 120}
+	r := soakRun(rss, RedisSample{Keys: 30040, UsedMemoryMiB: 4}, 26101)
+	api := checkNamed(t, r, "api RSS")
+	require.Equal(t, VerdictFail, api.Verdict)
+	require.Contains(t, api.Measured, "(+140.0%)")
+	require.Equal(t, VerdictPass, checkNamed(t, r, "worker RSS").Verdict)
+	require.Equal(t, VerdictFail, checkNamed(t, r, "Redis keys").Verdict)
+	mem := checkNamed(t, r, "Redis used_memory")
+	require.Equal(t, VerdictFail, mem.Verdict, "3 MiB over a 1 MiB baseline is past the 2 MiB slack")
+	require.Equal(t, "1.00 MiB → 4.00 MiB (+300%) after 120 s idle", mem.Measured)
+	require.Equal(t, VerdictFail, checkNamed(t, r, "requests rows").Verdict)
+	require.Len(t, r.Violations(), 4)
+	require.Contains(t, r.Violations()[0], "soak: api RSS after warm-up: 50.0 MiB at 30 s")
+
+	rec := NewRecorder()
+	rec.Start()
+	rec.Stop()
+	rep := rec.Report("soak", Options{Concurrency: 4}, 30000, nil, r.Violations())
+	rep.Soak = r
+	require.False(t, rep.OK)
+	var out bytes.Buffer
+	rep.WriteText(&out)
+	text := out.String()
+	require.Contains(t, text, "4 VIOLATIONS")
+	require.Contains(t, text, "    FAIL    api RSS after warm-up: 50.0 MiB at 30 s")
+	require.Contains(t, text, "    report  key_fences rows: 0 → 30000")
+}
+
+// Without an idle wait Redis is only reported; without the retention the
+// rows are; without samples of a part its check is skipped, not passed.
+func TestSoakChecksWithoutBounds(t *testing.T) {
+	r := soakRun([]float64{30, 30, 30}, RedisSample{Keys: 99999, UsedMemoryMiB: 99}, 1e6)
+	r.IdleSeconds, r.RetentionSeconds = 0, 0
+	r.Checks = r.check()
+	require.Empty(t, r.Violations())
+	require.Equal(t, VerdictReport, checkNamed(t, r, "Redis keys").Verdict)
+	require.Equal(t, VerdictReport, checkNamed(t, r, "requests rows").Verdict)
+	require.Equal(t, "peak 9000 at 30 s", checkNamed(t, r, "requests rows").Measured)
+
+	short := &SoakReport{WriteSeconds: 10, Samples: []SoakSample{{Phase: PhaseBaseline}, {Seconds: 10, Phase: PhaseWrites, Keys: 5}}}
+	short.Checks = short.check()
+	require.Empty(t, short.Violations())
+	for _, c := range short.Checks {
+		require.Equal(t, VerdictSkipped, c.Verdict, c.Name)
+	}
+	require.Equal(t, "0 samples of api's RSS after warm-up (2 s), need 2", checkNamed(t, short, "api RSS").Measured)
+}
+
+// The sample table has a column per part and a row per sample, "–" where a
+// part was not read; the JSON and HTML reports carry the samples and their
+// charts.
+func TestSoakTableAndCharts(t *testing.T) {
+	r := soakRun([]float64{30, 31}, RedisSample{Keys: 41, UsedMemoryMiB: 1.01}, 100)
+	r.Samples[1].RSSMiB = map[string]float64{"api": 30}
+	r.Samples[1].Errors = []string{"worker: connection refused"}
+	tab := r.Table()
+	require.Equal(t, []string{"t s", "phase", "keys", "api rss", "api heap", "worker rss", "worker heap",
+		"redis MiB", "redis keys", "requests rows", "requests MiB", "key_fences rows", "key_fences MiB"}, tab.Header)
+	require.Len(t, tab.Rows, 4)
+	require.Equal(t, []string{"10", "writes", "3000", "30.0", "15.0", "–", "5.0", "1.30", "3040", "100", "0.10", "3000", "0.60"}, tab.Rows[1])
+	var text bytes.Buffer
+	r.writeText(&text)
+	require.Contains(t, text.String(), "at 10 s, not read: worker: connection refused")
+
+	charts := r.Charts()
+	require.Len(t, charts, 4)
+	require.Equal(t, "Memory (MiB)", charts[0].Title)
+	require.Len(t, charts[0].Lines, 5)
+	require.InDelta(t, 220.5, charts[0].Seconds, 0.01)
+	require.Equal(t, 3, strings.Count(string(charts[0].Lines[2].Points), ","), "the worker's RSS is missing from one of the four samples")
+
+	rep := &Report{Scenario: "soak", Soak: r, OK: true, Violations: []string{}}
+	var html, js bytes.Buffer
+	require.NoError(t, rep.WriteHTML(&html))
+	require.Contains(t, html.String(), "Redis used_memory")
+	require.Contains(t, html.String(), "<td>key_fences rows</td>")
+	require.Equal(t, 4+5+2+2+2, strings.Count(html.String(), "<polyline"), "the soak's 11 lines beside the 4 of the throughput and latency charts")
+	require.NoError(t, rep.WriteJSON(&js))
+	var got struct {
+		Soak struct {
+			Samples []SoakSample
+			Checks  []SoakCheck
+		}
+	}
+	require.NoError(t, json.Unmarshal(js.Bytes(), &got))
+	require.Len(t, got.Soak.Samples, 4)
+	require.Equal(t, int64(3040), got.Soak.Samples[1].Redis.Keys)
+	require.NotEmpty(t, got.Soak.Checks)
+}
