@@ -61,6 +61,9 @@ type Config struct {
 	// RequestRetention is how long a terminal request is kept (its outcome
 	// readable, its Idempotency-Key replayed); 0 keeps them forever.
 	RequestRetention time.Duration `env:"REQUEST_RETENTION" envDefault:"168h"`
+	// KeyForgetAfter is how long a key's fencing state outlives its last
+	// use (keyed.Options.ForgetAfter).
+	KeyForgetAfter time.Duration `env:"KEY_FORGET_AFTER" envDefault:"1h"`
 
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 }
@@ -191,6 +194,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: BATCH_MAX must be positive")
 	case c.LeaseTTL < 100*time.Millisecond:
 		return fmt.Errorf("config: LEASE_TTL must be at least 100ms")
+	case c.KeyForgetAfter < 10*c.LeaseTTL || c.KeyForgetAfter < 2*c.DrainSlice:
+		return fmt.Errorf("config: KEY_FORGET_AFTER must be at least 10 × LEASE_TTL and 2 × DRAIN_SLICE")
 	case c.RequestRetention < 0:
 		return fmt.Errorf("config: REQUEST_RETENTION must not be negative (0 keeps requests forever)")
 	case c.ReconcileInterval < time.Second:

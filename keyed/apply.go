@@ -145,7 +145,7 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	if !e.opt.Unguarded && !e.noFence {
-		if err := fenceAll(ctx, tx, leases); err != nil {
+		if err := fenceAll(ctx, tx, leases, e.opt.ForgetAfter); err != nil {
 			return res, err
 		}
 	}

@@ -9,7 +9,7 @@
 //     order), then adds its id to a mailbox per key — a Redis sorted set
 //     scored by seq — and enqueues one Asynq task with TaskID = requestId (K1).
 //   - A task tries to take the lease of its request's first key: a Redis string
-//     holding a fencing token (INCR of a per-key counter) with a TTL. If the
+//     holding a fencing token (Forgetting, below) with a TTL. If the
 //     lease is held, the holder will apply the request (it only gives the
 //     lease up atomically with finding the mailbox empty), so the task is done:
 //     a hot key never ties up more than one worker slot (K4).
@@ -80,6 +80,40 @@
 // fenced in its transaction (one statement for all keys), so a group that
 // lost any lease cannot commit (K2); a lost lease ends the drain, and its
 // keys are handed on (K5 as before: leases lapse, the reconciler re-drives).
+//
+// # Forgetting
+//
+// A key's fencing state lives only while the key is in use, however many
+// keys the system has seen (every shopper is a key):
+//
+//   - A token is Redis' clock in microseconds at the acquire (TIME in the
+//     acquire script), or one more than the key's last token if that is
+//     higher. The key's Redis fence holds its last token and expires
+//     ForgetAfter (an hour) after the last acquire.
+//   - An apply transaction's fence (key_fences) accepts a token only if it
+//     is no lower than the row's and newer than floor = Postgres' now −
+//     ForgetAfter. A row whose token is below floor is deleted by Forget,
+//     a periodic task; the delete checks the token again on the row it
+//     deletes, so a row an apply raised meanwhile stays.
+//
+// Why a holder that stalled past its lease still cannot commit after a
+// newer holder did (K2), with the row gone or re-created: the newer holder
+// took the key after the stalled one's lease lapsed, so its token is
+// higher: the Redis fence still held the stalled one's token (and the new
+// one is at least one more), or it had expired, ForgetAfter after the
+// stalled holder's acquire, and the new token is Redis' clock an hour
+// later. While the row lasts it holds the newer token, which refuses the
+// stalled one. The row goes only once its token, higher than the stalled
+// holder's, is below floor; floor only grows, so from then on the stalled
+// token is below floor and refused whether or not a new row exists. Both
+// comparisons use Postgres' clock, so the argument does not depend on the
+// clocks of Redis and Postgres agreeing. What it needs of Redis' clock is
+// that it does not step back by more than ForgetAfter while a key is idle;
+// a legitimate holder it puts below floor (a Redis clock far behind) is
+// refused, finds its lease still its own, and is re-issued a token above
+// floor, as after a Redis that lost its fences. A key's progress mark
+// (key_progress) goes once it is below every open request: it then says
+// nothing about any request.
 //
 // # Choices, measured (a cart rush: 3,000 carts of one or two of five hot
 // options, 200 clients; make bench, BENCH_ONLY=cart)

@@ -77,6 +77,10 @@ type Options struct {
 	QueueCap     int           // tasks per queue above which intake answers 429
 	DeferAfter   int           // backlog on a key beyond which new tasks are enqueued as scheduled (K4), as they are while the key is held
 	Worker       string        // name of this process, for logs and the probe's log
+	// ForgetAfter is how long a key's fencing state outlives its last
+	// acquire (doc.go, "Forgetting"): its Redis fence key expires and Forget
+	// deletes its key_fences row, and a token older than this is refused.
+	ForgetAfter time.Duration
 
 	// Unguarded turns per-key serialization off: each request's task applies
 	// that request by itself as soon as it runs, with no lease, no fence and
@@ -95,6 +99,9 @@ func (o *Options) defaults() {
 	}
 	if o.DrainSlice <= 0 {
 		o.DrainSlice = 5 * time.Second
+	}
+	if o.ForgetAfter <= 0 {
+		o.ForgetAfter = time.Hour
 	}
 	if o.RedriveAfter <= 0 {
 		o.RedriveAfter = 3 * time.Second

@@ -469,7 +469,7 @@ func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]
 	cmds := make([]*redis.Cmd, len(keys))
 	if err := pipelined(ctx, e.rdb, acquireScript, func(pipe redis.Pipeliner) {
 		for i, k := range keys {
-			cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(k), fenceKey(k), forKey(k)}, e.opt.LeaseTTL.Milliseconds(), wanted[k])
+			cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(k), fenceKey(k), forKey(k)}, e.opt.LeaseTTL.Milliseconds(), wanted[k], e.opt.ForgetAfter.Milliseconds())
 		}
 	}); err != nil {
 		return nil, fmt.Errorf("keyed: acquire: %w", err)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
@@ -52,7 +53,7 @@ func (e *Engine) acquireWork(ctx context.Context, key string) (l Lease, ok, empt
 }
 
 func (e *Engine) acquire(ctx context.Context, key string, keys ...string) (int64, error) {
-	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, keys, e.opt.LeaseTTL.Milliseconds(), ""))
+	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, keys, e.opt.LeaseTTL.Milliseconds(), "", e.opt.ForgetAfter.Milliseconds()))
 	if err != nil {
 		return 0, fmt.Errorf("keyed: acquire %s: %w", key, err)
 	}
@@ -116,14 +117,22 @@ func (e *Engine) release(ctx context.Context, l Lease, ifEmpty bool) (int, error
 	return st, nil
 }
 
+// floorSQL is the lowest token Postgres accepts, by its own clock: one
+// handed out less than ForgetAfter ($n, in microseconds) ago (doc.go,
+// "Forgetting").
+func floorSQL(n int) string {
+	return fmt.Sprintf("(extract(epoch FROM now()) * 1000000)::bigint - $%d", n)
+}
+
 // fence records l's token in key_fences inside tx, refusing with ErrFenced
-// if a newer token has already applied changes to the key. The row lock it
-// takes also serializes every apply transaction on the key.
-func fence(ctx context.Context, tx pgx.Tx, l Lease) error {
+// if a newer token has already applied changes to the key, or the token is
+// older than forget. The row lock it takes also serializes every apply
+// transaction on the key.
+func fence(ctx context.Context, tx pgx.Tx, l Lease, forget time.Duration) error {
 	var tok int64
-	err := tx.QueryRow(ctx, `INSERT INTO key_fences (key, token) VALUES ($1, $2)
+	err := tx.QueryRow(ctx, `INSERT INTO key_fences (key, token) SELECT $1, $2 WHERE $2 > `+floorSQL(3)+`
 		ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token WHERE key_fences.token <= EXCLUDED.token
-		RETURNING token`, l.Key, l.Token).Scan(&tok)
+		RETURNING token`, l.Key, l.Token, forget.Microseconds()).Scan(&tok)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: key %s token %d", ErrFenced, l.Key, l.Token)
 	}
@@ -137,9 +146,9 @@ func fence(ctx context.Context, tx pgx.Tx, l Lease) error {
 // order (the order every apply transaction takes these rows in, so two of
 // them never wait for each other in a cycle). It returns a *fencedError
 // naming a key whose fence refused its token.
-func fenceAll(ctx context.Context, tx pgx.Tx, ls []Lease) error {
+func fenceAll(ctx context.Context, tx pgx.Tx, ls []Lease, forget time.Duration) error {
 	if len(ls) == 1 {
-		if err := fence(ctx, tx, ls[0]); err != nil {
+		if err := fence(ctx, tx, ls[0], forget); err != nil {
 			if errors.Is(err, ErrFenced) {
 				return &fencedError{key: ls[0].Key}
 			}
@@ -154,9 +163,10 @@ func fenceAll(ctx context.Context, tx pgx.Tx, ls []Lease) error {
 	for i, l := range sorted {
 		keys[i], toks[i] = l.Key, l.Token
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO key_fences (key, token) SELECT * FROM unnest($1::text[], $2::bigint[])
+	rows, err := tx.Query(ctx, `INSERT INTO key_fences (key, token)
+		SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(key, token) WHERE u.token > `+floorSQL(3)+`
 		ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token WHERE key_fences.token <= EXCLUDED.token
-		RETURNING key`, keys, toks)
+		RETURNING key`, keys, toks, forget.Microseconds())
 	if err != nil {
 		return fmt.Errorf("keyed: fence: %w", err)
 	}
@@ -177,17 +187,18 @@ func fenceAll(ctx context.Context, tx pgx.Tx, ls []Lease) error {
 }
 
 // reissue handles ErrFenced for a holder that still holds its lease in Redis:
-// that means Redis lost its token counter (FLUSHALL, failover without
-// persistence). It raises the counter above what Postgres has seen and
-// returns the lease with a fresh token. A holder that really lost its lease
-// gets ErrLeaseLost.
+// that means Redis lost its fence (FLUSHALL, failover without persistence)
+// or its clock is far behind Postgres'. It raises the fence above what
+// Postgres has seen and accepts, and returns the lease with a fresh token.
+// A holder that really lost its lease gets ErrLeaseLost.
 func (e *Engine) reissue(ctx context.Context, l Lease) (Lease, error) {
 	var seen int64
-	if err := e.pool.QueryRow(ctx, `SELECT token FROM key_fences WHERE key = $1`, l.Key).Scan(&seen); err != nil {
+	if err := e.pool.QueryRow(ctx, `SELECT greatest(coalesce((SELECT token FROM key_fences WHERE key = $1), 0), `+floorSQL(2)+`)`,
+		l.Key, e.opt.ForgetAfter.Microseconds()).Scan(&seen); err != nil {
 		return l, fmt.Errorf("keyed: read fence %s: %w", l.Key, err)
 	}
 	tok, err := reissueScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), fenceKey(l.Key)},
-		strconv.FormatInt(l.Token, 10), seen).Int64()
+		strconv.FormatInt(l.Token, 10), seen, e.opt.ForgetAfter.Milliseconds()).Int64()
 	if err != nil {
 		return l, fmt.Errorf("keyed: reissue %s: %w", l.Key, err)
 	}

@@ -34,7 +34,7 @@ func FencedErr(err error) error {
 //
 //	hf:{key}:mbox   sorted set  request id → seq
 //	hf:{key}:lease  string      fencing token of the holder, with TTL
-//	hf:{key}:fence  string      last token handed out (INCR)
+//	hf:{key}:fence  string      last token handed out, kept ForgetAfter past the last acquire
 //	hf:{key}:for    string      the key whose holder a yielded lease is kept for, briefly
 func mboxKey(k string) string { return "hf:{" + k + "}:mbox" }
 
@@ -56,18 +56,25 @@ func forKey(k string) string   { return "hf:{" + k + "}:for" }
 // of another key (yieldScript) goes, while that promise lasts, only to a
 // caller that claims to hold that key. KEYS: lease, fence, for, and
 // optionally the key's mailbox. ARGV: ttl ms, claim (a key the caller
-// holds; "" for none). Returns the new token, 0 if the lease is held, the
-// key it is kept for if that is not the claim (a caller holding that key
-// asks again claiming it), or -1 if a mailbox was given and is empty: there
-// is nothing to drain (entries leave only once applied), so no lease is
-// taken.
+// holds; "" for none), how long the fence outlives the acquire (ms).
+// Returns the new token, 0 if the lease is held, the key it is kept for if
+// that is not the claim (a caller holding that key asks again claiming
+// it), or -1 if a mailbox was given and is empty: there is nothing to drain
+// (entries leave only once applied), so no lease is taken.
+//
+// A token is Redis' clock in microseconds, or one above the key's last
+// token if that is higher (doc.go, "Forgetting"), so it grows per key
+// while the fence is kept, and is the time it was handed out once the
+// fence is forgotten.
 var acquireScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local promised = redis.call('GET', KEYS[3])
 if promised and promised ~= ARGV[2] then return promised end
 if KEYS[4] and redis.call('ZCARD', KEYS[4]) == 0 then return -1 end
-local tok = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], tok, 'PX', ARGV[1])
+local t = redis.call('TIME')
+local tok = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(redis.call('GET', KEYS[2]) or '0') + 1)
+redis.call('SET', KEYS[2], string.format('%d', tok), 'PX', ARGV[3])
+redis.call('SET', KEYS[1], string.format('%d', tok), 'PX', ARGV[1])
 if promised then redis.call('DEL', KEYS[3]) end
 return tok`)
 
@@ -101,17 +108,16 @@ redis.call('DEL', KEYS[1])
 if n > 0 then return 2 end
 return 1`)
 
-// reissueScript raises the token counter above a token Postgres has already
-// seen (after Redis lost the counter) and re-issues the held lease with a
-// token above it. KEYS: lease, fence. ARGV: token, floor. Returns the new
-// token, or 0 if the lease is not held with token.
+// reissueScript re-issues the held lease with a token above both the key's
+// last token and floor, the lowest Postgres accepts (after Redis lost the
+// fence, or its clock is behind). KEYS: lease, fence. ARGV: token, floor,
+// how long the fence is kept (ms). Returns the new token, or 0 if the lease
+// is not held with token.
 var reissueScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
-local floor = tonumber(ARGV[2])
-if cur < floor then redis.call('SET', KEYS[2], floor) end
-local tok = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], tok, 'KEEPTTL')
+local tok = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), tonumber(ARGV[2])) + 1
+redis.call('SET', KEYS[2], string.format('%d', tok), 'PX', ARGV[3])
+redis.call('SET', KEYS[1], string.format('%d', tok), 'KEEPTTL')
 return tok`)
 
 // extendScript extends a held lease. KEYS: lease. ARGV: token, ttl ms.

@@ -21,6 +21,8 @@ const (
 	TypeReconcile = "pipeline:reconcile"
 	// TypeRetention deletes the terminal requests past REQUEST_RETENTION.
 	TypeRetention = "pipeline:retention"
+	// TypeForget deletes the fencing state of keys gone idle.
+	TypeForget = "pipeline:forget"
 )
 
 // MaintenanceQueue carries the periodic tasks.

@@ -83,7 +83,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	m := metrics.NewPipeline(reg)
 	engine := keyed.New(pool, rdb, nil, log, m, keyed.Options{
 		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
-		RedriveAfter: cfg.RedriveAfter, Worker: opt.Name, Unguarded: opt.Unguarded,
+		RedriveAfter: cfg.RedriveAfter, Worker: opt.Name, Unguarded: opt.Unguarded, ForgetAfter: cfg.KeyForgetAfter,
 	})
 	defer engine.Close()
 	var periodic []Periodic
@@ -95,6 +95,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		periodic = append(periodic, m.Periodic...)
 		reg.MustRegister(m.Collectors...)
 	}
+	periodic = append(periodic, forget(engine, cfg.KeyForgetAfter, log))
 	if cfg.RequestRetention > 0 {
 		periodic = append(periodic, retention(requests.NewStore(pool), cfg.RequestRetention, log))
 	}
@@ -289,6 +290,19 @@ func retention(store *requests.Store, keep time.Duration, log *slog.Logger) Peri
 			n, err := store.DeleteExpired(ctx, time.Now().Add(-keep), requests.DeleteBatch)
 			if n > 0 {
 				log.Info("requests past retention deleted", "deleted", n, "retention", keep)
+			}
+			return err
+		}}
+}
+
+// forget deletes the fencing state of keys idle for longer than after
+// (keyed.Engine.Forget), every quarter of it and at least once a minute.
+func forget(engine *keyed.Engine, after time.Duration, log *slog.Logger) Periodic {
+	return Periodic{Type: tasks.TypeForget, Every: min(time.Minute, max(after/4, time.Second)),
+		Handle: func(ctx context.Context) error {
+			fences, marks, err := engine.Forget(ctx)
+			if fences+marks > 0 {
+				log.Info("idle keys' state forgotten", "fences", fences, "progressMarks", marks)
 			}
 			return err
 		}}
