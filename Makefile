@@ -36,6 +36,10 @@ streams: build ## Hold STREAMS (2000) position streams open on one API; print it
 	$(GO) build -o bin/load ./cmd/load
 	@scripts/streams.sh
 
+soak: build ## Write SOAK_RATE (300)/s, a new key each, for SOAK_DURATION (5m), idle 2m; check memory, Redis and requests stay bounded (~8 min)
+	$(GO) build -o bin/load ./cmd/load
+	@scripts/soak.sh
+
 benchgo: ## Go benchmarks of the hot paths: intake, keyed batch apply, availability query
 	$(GO) test -run '^$$' -bench 'Intake|BatchApply' -benchtime 5000x ./keyed
 	$(GO) test -run '^$$' -bench Availability31Nights -benchtime 300x ./stays
@@ -48,4 +52,4 @@ fuzz: ## Fuzz the request decoding path and every documented operation for FUZZT
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build run migrate test cluster bench streams benchgo fuzz clean
+.PHONY: help build run migrate test cluster bench streams soak benchgo fuzz clean

@@ -220,7 +220,7 @@ func TestLoadSoak(t *testing.T) {
 	require.NotNil(t, soak)
 	require.InDelta(t, 50, soak.WriteRate, 10)
 	samples := soak.Samples
-	require.GreaterOrEqual(t, len(samples), 5, "the baseline, one a second, the end of the writes and of the idle wait")
+	require.GreaterOrEqual(t, len(samples), 5, "the baseline, one a second, the end of the writes, and in the idle wait")
 	require.Equal(t, loadtest.PhaseBaseline, samples[0].Phase)
 	require.Zero(t, samples[0].Keys)
 	require.Equal(t, loadtest.PhaseIdle, samples[len(samples)-1].Phase)

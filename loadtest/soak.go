@@ -90,6 +90,13 @@ func (s *soak) record(ctx context.Context, phase string) {
 	s.mu.Unlock()
 }
 
+// lastAt is when the latest sample was taken.
+func (s *soak) lastAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.samples[len(s.samples)-1].at
+}
+
 // sample takes a sample every s.every from the first write until Check
 // stops it.
 func (s *soak) sample(ctx context.Context) {
@@ -169,7 +176,7 @@ func (s *soak) Check(ctx context.Context, e *Env) ([]string, error) {
 	}
 	close(s.stopped)
 	s.ticks.Wait()
-	if s.idle > 0 && err == nil {
+	if s.idle > 0 && err == nil && time.Since(s.lastAt()) > s.every/10 { // unless a tick just took it
 		s.record(ctx, PhaseIdle)
 	}
 	if err != nil {

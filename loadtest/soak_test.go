@@ -133,7 +133,7 @@ func TestSoakTableAndCharts(t *testing.T) {
 	require.Equal(t, []string{"t s", "phase", "keys", "api rss", "api heap", "worker rss", "worker heap",
 		"redis MiB", "redis keys", "requests rows", "requests MiB", "key_fences rows", "key_fences MiB"}, tab.Header)
 	require.Len(t, tab.Rows, 4)
-	require.Equal(t, []string{"10", "writes", "3000", "30.0", "15.0", "–", "5.0", "1.30", "3040", "100", "0.10", "3000", "0.60"}, tab.Rows[1])
+	require.Equal(t, []string{"10.0", "writes", "3000", "30.0", "15.0", "–", "5.0", "1.30", "3040", "100", "0.10", "3000", "0.60"}, tab.Rows[1])
 	var text bytes.Buffer
 	r.writeText(&text)
 	require.Contains(t, text.String(), "at 10 s, not read: worker: connection refused")

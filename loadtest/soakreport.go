@@ -247,7 +247,7 @@ func (r *SoakReport) Table() soakTable {
 		cell func(SoakSample) string
 	}
 	cols := []col{
-		{"t s", func(s SoakSample) string { return fmt.Sprintf("%.0f", s.Seconds) }},
+		{"t s", func(s SoakSample) string { return fmt.Sprintf("%.1f", s.Seconds) }},
 		{"phase", func(s SoakSample) string { return s.Phase }},
 		{"keys", func(s SoakSample) string { return fmt.Sprint(s.Keys) }},
 	}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `make soak`: run holdfast as an operator would for SOAK_DURATION (5m) at
+# SOAK_RATE (300) probe writes/s, each on a new serialization key, then
+# SOAK_IDLE (2m) with no writes, and check that what it keeps is bounded by
+# what is live (issue 20; bin/load soak): the API's and the worker's RSS
+# hold after warm-up, Redis returns to its baseline once the keys are idle,
+# and the requests rows stay under rate × REQUEST_RETENTION. A sample every
+# SOAK_SAMPLE (30s). The run's retention is shortened to SOAK_RETENTION
+# (60s) so it passes within the idle wait. Its own database (holdfast_soak,
+# wiped first) and redis-server on a spare port (SOAK_REDIS_PORT, 16397), so
+# a running `make run` or `make test` is not disturbed. The report lands in
+# bin/soak/<time>/report.txt and report.html; a failed check exits 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+duration="${SOAK_DURATION:-5m}" rate="${SOAK_RATE:-300}" sample="${SOAK_SAMPLE:-30s}" idle="${SOAK_IDLE:-2m}"
+export REQUEST_RETENTION="${SOAK_RETENTION:-60s}"
+pg_base="${SOAK_PG:-postgres://postgres@127.0.0.1:5432}"
+export DATABASE_URL="$pg_base/holdfast_soak?sslmode=disable"
+redis_port="${SOAK_REDIS_PORT:-16397}"
+export REDIS_URL="redis://127.0.0.1:$redis_port/0"
+export JWT_SECRET="soak-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export LOG_LEVEL=warn HOLDFAST_PROBE=true
+api_addr=127.0.0.1:18184 worker_addr=127.0.0.1:19194
+out="bin/soak/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+
+fresh_stores holdfast_soak "$redis_port"
+start_holdfast
+step "soak: $rate probe writes/s on new keys for $duration, then $idle idle (REQUEST_RETENTION=$REQUEST_RETENTION, a sample every $sample)"
+bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -database-url "$DATABASE_URL" \
+  -rate "$rate" -duration "$duration" -sample-every "$sample" -idle "$idle" -retention "$REQUEST_RETENTION" \
+  -html "$out/report.html" soak | tee "$out/report.txt"
