@@ -6,7 +6,9 @@
 # hold after warm-up, Redis returns to its baseline once the keys are idle,
 # and the requests rows stay under rate × REQUEST_RETENTION. A sample every
 # SOAK_SAMPLE (30s). The run's retention is shortened to SOAK_RETENTION
-# (60s) so it passes within the idle wait. Its own database (holdfast_soak,
+# (60s), and the time after which an idle key's fencing state is forgotten
+# to SOAK_FORGET_AFTER (KEY_FORGET_AFTER, 60s, its least with the default
+# LEASE_TTL), so both pass within the idle wait. Its own database (holdfast_soak,
 # wiped first) and redis-server on a spare port (SOAK_REDIS_PORT, 16397), so
 # a running `make run` or `make test` is not disturbed. The report lands in
 # bin/soak/<time>/report.txt and report.html; a failed check exits 1.
@@ -14,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 duration="${SOAK_DURATION:-5m}" rate="${SOAK_RATE:-300}" sample="${SOAK_SAMPLE:-30s}" idle="${SOAK_IDLE:-2m}"
-export REQUEST_RETENTION="${SOAK_RETENTION:-60s}"
+export REQUEST_RETENTION="${SOAK_RETENTION:-60s}" KEY_FORGET_AFTER="${SOAK_FORGET_AFTER:-60s}"
 pg_base="${SOAK_PG:-postgres://postgres@127.0.0.1:5432}"
 export DATABASE_URL="$pg_base/holdfast_soak?sslmode=disable"
 redis_port="${SOAK_REDIS_PORT:-16397}"
@@ -30,7 +32,7 @@ mkdir -p "$out"
 
 fresh_stores holdfast_soak "$redis_port"
 start_holdfast
-step "soak: $rate probe writes/s on new keys for $duration, then $idle idle (REQUEST_RETENTION=$REQUEST_RETENTION, a sample every $sample)"
+step "soak: $rate probe writes/s on new keys for $duration, then $idle idle (REQUEST_RETENTION=$REQUEST_RETENTION, KEY_FORGET_AFTER=$KEY_FORGET_AFTER, a sample every $sample)"
 bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -database-url "$DATABASE_URL" \
   -rate "$rate" -duration "$duration" -sample-every "$sample" -idle "$idle" -retention "$REQUEST_RETENTION" \
   -html "$out/report.html" soak | tee "$out/report.txt"
