@@ -53,6 +53,7 @@ type Options struct {
 	// when empty).
 	Rate        int
 	SampleEvery time.Duration
+	WarmUp      time.Duration // soak: memory must hold after this (0: a fifth of Duration)
 	Idle        time.Duration
 	Retention   time.Duration
 	DatabaseURL string

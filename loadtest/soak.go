@@ -30,6 +30,7 @@ type soak struct {
 	every     time.Duration
 	idle      time.Duration
 	retention time.Duration
+	warmUp    time.Duration
 	total     int
 	sampler   *soakSampler
 
@@ -67,7 +68,7 @@ func (s *soak) Setup(ctx context.Context, e *Env) (int, error) {
 	if s.every <= 0 {
 		s.every = 30 * time.Second
 	}
-	s.idle, s.retention = max(e.Opt.Idle, 0), max(e.Opt.Retention, 0)
+	s.idle, s.retention, s.warmUp = max(e.Opt.Idle, 0), max(e.Opt.Retention, 0), max(e.Opt.WarmUp, 0)
 	s.total = int(float64(s.rate) * s.duration.Seconds())
 	if s.total < 1 {
 		return 0, fmt.Errorf("soak: -rate %d for -duration %s is not one write", s.rate, s.duration)
@@ -196,7 +197,7 @@ func (s *soak) build(writes time.Duration) *SoakReport {
 		t0 = s.samples[0].at
 	}
 	r := &SoakReport{Rate: s.rate, WriteSeconds: round(writes.Seconds(), 1), IdleSeconds: s.idle.Seconds(),
-		SampleEverySeconds: s.every.Seconds(), RetentionSeconds: s.retention.Seconds()}
+		SampleEverySeconds: s.every.Seconds(), RetentionSeconds: s.retention.Seconds(), WarmUpSeconds: s.warmUp.Seconds()}
 	for _, ts := range s.samples {
 		ts.s.Seconds = round(ts.at.Sub(t0).Seconds(), 1)
 		r.Samples = append(r.Samples, ts.s)

@@ -163,3 +163,17 @@ func TestSoakTableAndCharts(t *testing.T) {
 	require.Equal(t, int64(3040), got.Soak.Samples[1].Redis.Keys)
 	require.NotEmpty(t, got.Soak.Checks)
 }
+
+// A warm-up given in seconds replaces the fifth of the write phase: memory
+// is held to its first sample after it, here over the whole tenfold
+// growth of the keys.
+func TestSoakWarmUpGiven(t *testing.T) {
+	r := soakRun([]float64{30, 31, 32, 33, 34, 33, 32, 33, 34, 34}, RedisSample{Keys: 300, UsedMemoryMiB: 2.5}, 18000)
+	r.WarmUpSeconds = 5
+	r.Checks = r.check()
+	require.Empty(t, r.Violations())
+	require.Equal(t, "30.0 MiB at 10 s, then 30.0–34.0 MiB (+13.3%) while keys grew 3000 → 30000 (×10.0)", checkNamed(t, r, "api RSS").Measured)
+	r.WarmUpSeconds = 0
+	r.Checks = r.check()
+	require.Equal(t, "32.0 MiB at 30 s, then 32.0–34.0 MiB (+6.2%) while keys grew 9000 → 30000 (×3.3)", checkNamed(t, r, "api RSS").Measured)
+}

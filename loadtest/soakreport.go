@@ -22,9 +22,12 @@ type SoakReport struct {
 	SampleEverySeconds float64 `json:"sampleEverySeconds"`
 	// RetentionSeconds is the run's REQUEST_RETENTION, as the caller said
 	// (Options.Retention); 0 when not given.
-	RetentionSeconds float64      `json:"retentionSeconds,omitempty"`
-	Samples          []SoakSample `json:"samples"`
-	Checks           []SoakCheck  `json:"checks"`
+	RetentionSeconds float64 `json:"retentionSeconds,omitempty"`
+	// WarmUpSeconds is when memory must start to hold (Options.WarmUp); 0
+	// takes soakWarmUp of the write phase.
+	WarmUpSeconds float64      `json:"warmUpSeconds,omitempty"`
+	Samples       []SoakSample `json:"samples"`
+	Checks        []SoakCheck  `json:"checks"`
 }
 
 // SoakCheck is one check: what was measured, against what, and the verdict.
@@ -105,12 +108,12 @@ func (r *SoakReport) checkRSS(p string) SoakCheck {
 	c := SoakCheck{Name: p + " RSS after warm-up", Bound: fmt.Sprintf("within ±%.0f%% of its first sample after warm-up", soakRSSBand*100)}
 	var after []SoakSample
 	for _, s := range r.Samples {
-		if _, ok := s.RSSMiB[p]; ok && s.Phase == PhaseWrites && s.Seconds > soakWarmUp*r.WriteSeconds {
+		if _, ok := s.RSSMiB[p]; ok && s.Phase == PhaseWrites && s.Seconds > r.warmUp() {
 			after = append(after, s)
 		}
 	}
 	if len(after) < 2 {
-		c.Verdict, c.Measured = VerdictSkipped, fmt.Sprintf("%d samples of %s's RSS after warm-up (%.0f s), need 2", len(after), p, soakWarmUp*r.WriteSeconds)
+		c.Verdict, c.Measured = VerdictSkipped, fmt.Sprintf("%d samples of %s's RSS after warm-up (%.0f s), need 2", len(after), p, r.warmUp())
 		return c
 	}
 	first, last := after[0], after[len(after)-1]
@@ -126,6 +129,14 @@ func (r *SoakReport) checkRSS(p string) SoakCheck {
 		ref, first.Seconds, lo, hi, worst*100, first.Keys, last.Keys, growth(first.Keys, last.Keys))
 	c.Verdict = verdict(math.Abs(worst) <= soakRSSBand)
 	return c
+}
+
+// warmUp is the second of the write phase after which memory must hold.
+func (r *SoakReport) warmUp() float64 {
+	if r.WarmUpSeconds > 0 {
+		return r.WarmUpSeconds
+	}
+	return soakWarmUp * r.WriteSeconds
 }
 
 func growth(from, to int) string {

@@ -16,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 duration="${SOAK_DURATION:-5m}" rate="${SOAK_RATE:-300}" sample="${SOAK_SAMPLE:-30s}" idle="${SOAK_IDLE:-2m}"
+warmup="${SOAK_WARMUP:-0}" # memory must hold from this far into the writes (0: a fifth of them)
 export REQUEST_RETENTION="${SOAK_RETENTION:-60s}" KEY_FORGET_AFTER="${SOAK_FORGET_AFTER:-60s}"
 pg_base="${SOAK_PG:-postgres://postgres@127.0.0.1:5432}"
 export DATABASE_URL="$pg_base/holdfast_soak?sslmode=disable"
@@ -34,5 +35,5 @@ fresh_stores holdfast_soak "$redis_port"
 start_holdfast
 step "soak: $rate probe writes/s on new keys for $duration, then $idle idle (REQUEST_RETENTION=$REQUEST_RETENTION, KEY_FORGET_AFTER=$KEY_FORGET_AFTER, a sample every $sample)"
 bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -database-url "$DATABASE_URL" \
-  -rate "$rate" -duration "$duration" -sample-every "$sample" -idle "$idle" -retention "$REQUEST_RETENTION" \
+  -rate "$rate" -duration "$duration" -sample-every "$sample" -idle "$idle" -warm-up "$warmup" -retention "$REQUEST_RETENTION" \
   -html "$out/report.html" soak | tee "$out/report.txt"

@@ -83,6 +83,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.DurationVar(&opt.Duration, "duration", 0, "soak: how long to write (0: 5m)")
 	fs.IntVar(&opt.Rate, "rate", 300, "soak: writes per second, each on a new key")
 	fs.DurationVar(&opt.SampleEvery, "sample-every", 30*time.Second, "soak: how often to sample memory, Redis and table sizes")
+	fs.DurationVar(&opt.WarmUp, "warm-up", 0, "soak: memory must hold from this far into the writes on (0: a fifth of -duration)")
 	fs.DurationVar(&opt.Idle, "idle", 0, "soak: keep sampling this long after the last write, then check Redis against its baseline")
 	fs.DurationVar(&opt.Retention, "retention", 0, "soak: the system's REQUEST_RETENTION, to check the requests rows against (0: not checked)")
 	fs.StringVar(&opt.DatabaseURL, "database-url", "", "soak: holdfast's Postgres, to sample its table sizes ('' to skip)")
