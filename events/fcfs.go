@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/recent"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/requests"
 )
@@ -54,13 +54,15 @@ type FCFS struct {
 	// vacuum, and walking past them from the start costs a rush more with
 	// every batch. Any process's value is safe to use, however old. A
 	// feature that frees a seat must also forget this, or FCFS never offers
-	// that seat again.
-	passed sync.Map // event id → seat id
+	// that seat again. It remembers the events granted in the last one to
+	// two hours, at most 2,000 of them: a forgotten event's next batch
+	// starts from its lowest seat again, as after a restart.
+	passed *recent.Map[int64, int64] // event id → seat id
 }
 
 // NewFCFS returns the FCFS writer with its counter.
 func NewFCFS(lockWait time.Duration) *FCFS {
-	return &FCFS{LockWait: lockWait, Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &FCFS{LockWait: lockWait, passed: recent.New[int64, int64](time.Hour, 1000), Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdfast_fcfs_total", Help: "FCFS seat requests by outcome: success, sold_out, already_reserved, contention.",
 	}, []string{"outcome"})}
 }
@@ -183,7 +185,7 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	}
 	if len(seats) > 0 {
 		last := seats[len(seats)-1]
-		b.AfterCommit(func(context.Context) { f.passed.Store(eventID, last) })
+		b.AfterCommit(func(context.Context) { f.passed.Put(eventID, last) })
 	}
 	return nil
 }
@@ -215,8 +217,8 @@ func (f *FCFS) load(ctx context.Context, tx pgx.Tx, eventID int64, users []strin
 		return nil, nil, err
 	}
 	var after int64
-	if v, ok := f.passed.Load(eventID); ok {
-		after = v.(int64)
+	if v, ok := f.passed.Get(eventID); ok {
+		after = v
 	}
 	rows, err := tx.Query(ctx, freeSeatsSQL, eventID, len(users), after)
 	if err != nil {
