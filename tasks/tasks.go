@@ -28,6 +28,14 @@ const (
 // MaintenanceQueue carries the periodic tasks.
 const MaintenanceQueue = "maintenance"
 
+// PeriodicRetries is how often a periodic task that failed is tried again
+// before it is archived: with the worker's backoff (0.2 s doubling) its
+// tries span about 12 s, so a blip of Postgres or Redis (a restart, a
+// failover) does not archive it and fire HoldfastTasksArchived. Periodic
+// tasks are idempotent, and a retry that overlaps the next period's copy is
+// harmless.
+const PeriodicRetries = 6
+
 // RequestPayload is the payload of a write task.
 type RequestPayload struct {
 	RequestID string   `json:"requestId"`
@@ -67,7 +75,7 @@ func NewDrain(queue, key, id string, delay time.Duration) (*asynq.Task, error) {
 
 // NewReconcile builds the periodic reconcile task.
 func NewReconcile(every time.Duration) *asynq.Task {
-	return asynq.NewTask(TypeReconcile, nil, asynq.Queue(MaintenanceQueue), asynq.MaxRetry(0),
+	return asynq.NewTask(TypeReconcile, nil, asynq.Queue(MaintenanceQueue), asynq.MaxRetry(PeriodicRetries),
 		asynq.Unique(max(every-500*time.Millisecond, time.Second)))
 }
 

@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		return fmt.Errorf("worker: schedule reconcile: %w", err)
 	}
 	for _, p := range periodic {
-		task := asynq.NewTask(p.Type, nil, asynq.Queue(tasks.MaintenanceQueue), asynq.MaxRetry(0),
+		task := asynq.NewTask(p.Type, nil, asynq.Queue(tasks.MaintenanceQueue), asynq.MaxRetry(tasks.PeriodicRetries),
 			asynq.Unique(max(p.Every-500*time.Millisecond, time.Second)))
 		if _, err := sched.Register(fmt.Sprintf("@every %s", p.Every), task); err != nil {
 			srv.shutdown()
