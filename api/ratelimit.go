@@ -53,7 +53,7 @@ func LimitPerIP(s *Server) fiber.Handler { return RateLimit(s.Redis, s.Log, PerI
 // GCRA script call per limit. go-redis/redis_rate, which holdfast used
 // before, runs one limit per round trip; in a rush each write passes two
 // limits, and their separate round trips cost the API and Redis more CPU
-// than the scripts themselves (README, Benchmarks). A request is counted
+// than the scripts themselves (docs/benchmarks.md). A request is counted
 // against every limit, including one it is refused by another. In Redis
 // Cluster the pipeline sends each key to its own shard.
 func RateLimit(rdb redis.UniversalClient, log *slog.Logger, limits ...Limit) fiber.Handler {

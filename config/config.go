@@ -17,7 +17,7 @@ import (
 // only; both binaries log a warning when they run with it.
 const DefaultJWTSecret = "holdfast-dev-secret-change-me"
 
-// Config is every setting of both binaries. The README's configuration table
+// Config is every setting of both binaries. The configuration table in docs/configuration.md
 // lists the same names and defaults.
 type Config struct {
 	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"`

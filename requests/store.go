@@ -329,7 +329,7 @@ func (s *Store) OpenOnKey(ctx context.Context, key string, after int64, limit in
 	return collect(rows, "requests: open on key")
 }
 
-// Retention (SPEC §7, README "Configuration"): a terminal request is kept
+// Retention (SPEC §7, docs/configuration.md): a terminal request is kept
 // for the retention period after its acceptance and completion, then
 // deleted, so the requests table is bounded by rate × retention. Its outcome
 // can be read, and its Idempotency-Key replayed, until then; a replay after
