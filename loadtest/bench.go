@@ -113,10 +113,7 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	fmt.Fprintf(w, "| floor: Asynq enqueue + no-op processing | %d tasks, %d workers | %.0f processed | – | %d duplicates |\n",
 		b.AsynqFloor.Tasks, b.AsynqFloor.Concurrency, b.AsynqFloor.ProcessedPerSec, b.AsynqFloor.Duplicates)
 	row := func(name, what string, r *Report, rate float64, lat Percentiles) {
-		verdict := "OK"
-		if !r.OK {
-			verdict = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
-		}
+		verdict := verdictOf(r)
 		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f / %.1f | %s |\n", name, what, rate, lat.P50, lat.P99, verdict)
 	}
 	load := func(r *Report) string {
@@ -205,10 +202,7 @@ func (b *Bench) writeCart(w io.Writer) (ok bool) {
 		if c == nil {
 			c = &CartReport{}
 		}
-		verdict := "OK"
-		if !r.OK {
-			verdict = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
-		}
+		verdict := verdictOf(r)
 		fmt.Fprintf(w, "| %s | %.0f | %.1f / %.1f | %d / %d | %d of %d | %d | %d | %s |\n", name, r.CompletedPerSec,
 			r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.CartsReserved, c.CartsRefused, c.UnitsReserved,
 			c.Options*c.StockPerOption, c.OversoldUnits, c.Duplicates, verdict)
@@ -221,12 +215,7 @@ func (b *Bench) writeCart(w io.Writer) (ok bool) {
 	c.check("cart-rush reserves/s ÷ synchronous", ratio(h.CompletedPerSec, s.CompletedPerSec), targetCartOfSync, true, "×")
 	c.check("cart-rush accept→terminal p99", h.AcceptToDone.P99, targetCartP99Ms, false, " ms")
 	fmt.Fprintf(w, "| (no target) cart-rush p99 ÷ synchronous p99 | %.2f× | – | – |\n", ratio(h.ClientRoundTrip.P99, s.ClientRoundTrip.P99))
-	for _, p := range []string{"api", "worker"} {
-		if v, found := h.PeakRSSMiB[p]; found {
-			c.check(p+" peak resident memory, cart-rush", v, targetRSSMiB, false, " MiB")
-		}
-	}
-	c.check("invariant violations (cart-rush, synchronous cart)", float64(len(h.Violations)+len(s.Violations)), 1, false, "")
+	c.sideBySide("cart-rush", "synchronous cart", h, s)
 	return c.ok
 }
 
@@ -243,10 +232,7 @@ func (b *Bench) writeHold(w io.Writer) (ok bool) {
 		if c == nil {
 			c = &HoldReport{}
 		}
-		verdict := "OK"
-		if !r.OK {
-			verdict = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
-		}
+		verdict := verdictOf(r)
 		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.1f / %.1f | %d / %d | %d / %d | %d / %d | %d | %d | %d | %s |\n", name, journeysPerSec(r),
 			r.CompletedPerSec, r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.HoldsGranted, c.HoldsRefused, c.Confirmed, c.ConfirmsRefused,
 			c.Cancelled, c.Abandoned, c.RoomNightsBooked, c.OversoldNights, c.DoubleBooked, verdict)
@@ -263,13 +249,28 @@ func (b *Bench) writeHold(w io.Writer) (ok bool) {
 			fmt.Fprintf(w, "| (no target) %s: held nights the clients still hold / the API counts | %d / %d | – | – |\n", r.Scenario, c.HeldNightsTold, c.HeldNightsSeen)
 		}
 	}
+	c.sideBySide("hold-storm", "synchronous hold", h, s)
+	return c.ok
+}
+
+// sideBySide checks what every holdfast-beside-a-baseline section holds
+// holdfast's run h to: the API's and the worker's peak memory, and no
+// invariant violation in h or the baseline's run s.
+func (c *checker) sideBySide(name, baseline string, h, s *Report) {
 	for _, p := range []string{"api", "worker"} {
 		if v, found := h.PeakRSSMiB[p]; found {
-			c.check(p+" peak resident memory, hold-storm", v, targetRSSMiB, false, " MiB")
+			c.check(p+" peak resident memory, "+name, v, targetRSSMiB, false, " MiB")
 		}
 	}
-	c.check("invariant violations (hold-storm, synchronous hold)", float64(len(h.Violations)+len(s.Violations)), 1, false, "")
-	return c.ok
+	c.check(fmt.Sprintf("invariant violations (%s, %s)", name, baseline), float64(len(h.Violations)+len(s.Violations)), 1, false, "")
+}
+
+// verdictOf is a run's invariants column: OK, or how many were violated.
+func verdictOf(r *Report) string {
+	if !r.OK {
+		return fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
+	}
+	return "OK"
 }
 
 // journeysPerSec is a run's journeys over its measured phase.
