@@ -317,10 +317,10 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	// held once it was in the mailboxes; one read per key serves all of a
 	// batch's requests on it.
 	held := map[string]*redis.IntCmd{}
-	watched := func(*requests.Request) bool { return !e.opt.Unguarded }
+	watched := !e.opt.Unguarded
 	if e.leaseFirst != nil {
 		for _, r := range rs {
-			if watched(r) {
+			if watched {
 				held[r.Keys[0]] = e.rdb.Exists(ctx, leaseKey(r.Keys[0]))
 			}
 		}
@@ -344,7 +344,7 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	// then waits for the reconciler, not forever.
 	if e.leaseFirst == nil {
 		for _, r := range rs {
-			if k := r.Keys[0]; watched(r) && held[k] == nil {
+			if k := r.Keys[0]; watched && held[k] == nil {
 				held[k] = pipe.Exists(ctx, leaseKey(k))
 			}
 		}
@@ -360,7 +360,7 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 			e.backlog.Put(k, backlogSample{n, now})
 			postings[i].Backlog = max(postings[i].Backlog, n)
 		}
-		postings[i].Held = watched(r) && held[r.Keys[0]].Val() == 1
+		postings[i].Held = watched && held[r.Keys[0]].Val() == 1
 	}
 	return postings, nil
 }
