@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/storage"
 )
 
 // envelope is the body of every synchronous error (SPEC §2).
@@ -22,6 +23,11 @@ type envelopeError struct {
 	TraceID string         `json:"traceId"`
 	Meta    map[string]any `json:"meta"`
 }
+
+// unavailableRetryAfter is the Retry-After, in seconds, of a 503 for a
+// dependency that could not serve: long enough for a restarting Postgres or
+// a failing-over Redis not to be hammered, short enough to feel live.
+const unavailableRetryAfter = 2
 
 // problemFor maps any error to the problem a client sees. Only this function
 // decides status codes; only 5xx are logged as errors.
@@ -46,6 +52,10 @@ func problemFor(err error) *domain.Problem {
 		if fe.Code >= 400 && fe.Code < 500 {
 			return domain.NewProblem(fe.Code, domain.CodeInvalidInput, "%s", fe.Message)
 		}
+	}
+	if storage.Unavailable(err) {
+		return domain.NewProblem(http.StatusServiceUnavailable, domain.CodeUnavailable,
+			"the service cannot reach its database or queue right now; retry shortly").WithMeta("retryAfterSeconds", unavailableRetryAfter)
 	}
 	if errors.Is(err, domain.ErrNotFound) {
 		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such resource")

@@ -141,8 +141,10 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 // began listening (nil if it was not read: the request was accepted here and
 // not yet announced). It wakes on the worker's announcement, which carries
 // the terminal view (returned as view), and also reads Postgres every
-// second, so a lost announcement costs at most 1 s.
+// second, so a lost announcement costs at most 1 s. The wait outlasts the
+// request's DEPENDENCY_TIMEOUT; each read is bounded by it instead.
 func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Request, done <-chan []byte, wait time.Duration) (*requests.Request, []byte, error) {
+	ctx = context.WithoutCancel(ctx)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Second)
@@ -153,15 +155,17 @@ func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Req
 			if view != nil {
 				return r, view, nil
 			}
-			next, err := s.Store.Get(ctx, id)
+			next, err := s.read(ctx, id)
 			return next, nil, err
 		case <-tick.C:
 		case <-deadline.C:
-			return s.current(ctx, id, r)
-		case <-ctx.Done():
-			return s.current(ctx, id, r)
+			if r != nil {
+				return r, nil, nil
+			}
+			r, err := s.read(ctx, id)
+			return r, nil, err
 		}
-		next, err := s.Store.Get(ctx, id)
+		next, err := s.read(ctx, id)
 		if err != nil || next.Status.Terminal() {
 			return next, nil, err
 		}
@@ -169,13 +173,11 @@ func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Req
 	}
 }
 
-// current is r, or the request as Postgres has it if it was never read.
-func (s *Server) current(ctx context.Context, id uuid.UUID, r *requests.Request) (*requests.Request, []byte, error) {
-	if r != nil {
-		return r, nil, nil
-	}
-	r, err := s.Store.Get(context.WithoutCancel(ctx), id)
-	return r, nil, err
+// read reads request id within DEPENDENCY_TIMEOUT.
+func (s *Server) read(ctx context.Context, id uuid.UUID) (*requests.Request, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.DependencyTimeout)
+	defer cancel()
+	return s.Store.Get(ctx, id)
 }
 
 // parseWait reads ?wait= as a Go duration ("10s", "1500ms") or whole seconds.

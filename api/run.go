@@ -25,7 +25,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	if cfg.JWTSecret == config.DefaultJWTSecret {
 		log.Warn("JWT_SECRET is the development default; set it in production")
 	}
-	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns)
+	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.IdleTimeout(cfg.PGIdleTimeout))
 	if err != nil {
 		if ctx.Err() != nil { // told to stop while it started (waiting on the migration lock, say)
 			return nil
@@ -35,6 +35,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	defer st.Close()
 	storage.ServePprof(ctx, cfg.PprofAddr, log)
 	pool, rdb := st.Pool, st.Redis
+	go storage.WatchPool(ctx, pool, "api", storage.PoolWatchInterval, log)
 
 	reg := metrics.NewRegistry()
 	m := metrics.NewPipeline(reg)
@@ -62,6 +63,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	defer mon.Close()
 
 	intake := requests.NewIntake(store, engine, log)
+	intake.SetTimeout(cfg.DependencyTimeout)
 	intake.Tracker = notifier
 	srv := New(cfg, Deps{
 		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,

@@ -4,8 +4,10 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"regexp"
@@ -58,20 +60,25 @@ type Server struct {
 
 // New builds the server and its routes.
 func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
+	cfg.DependencyTimeout = cmp.Or(cfg.DependencyTimeout, defaultDependencyTimeout)
 	s := &Server{Deps: d, cfg: cfg}
 	s.app = fiber.New(fiber.Config{
-		AppName:               "holdfast",
-		BodyLimit:             cfg.BodyLimit,
-		ErrorHandler:          s.errorHandler,
-		DisableStartupMessage: true,
-		ReadTimeout:           60 * time.Second,
-		WriteTimeout:          60 * time.Second,
-		IdleTimeout:           120 * time.Second,
+		AppName:   "holdfast",
+		BodyLimit: cfg.BodyLimit,
+		// readBody enforces BodyLimit itself, on the streamed body (see
+		// there); holdfast takes JSON only, so multipart is never parsed.
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ErrorHandler:                 s.errorHandler,
+		DisableStartupMessage:        true,
+		ReadTimeout:                  60 * time.Second,
+		WriteTimeout:                 60 * time.Second,
+		IdleTimeout:                  120 * time.Second,
 	})
 	// The inner recover turns a handler's panic into an error that the
 	// access log and the latency metric see as a 500; the outer one guards
 	// the middleware itself.
-	s.app.Use(recover.New(), s.trace, s.accessLog, recover.New())
+	s.app.Use(recover.New(), s.trace, s.accessLog, recover.New(), s.readBody, s.bounded)
 	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	s.app.Get("/readyz", s.ready)
 	s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{})))
@@ -128,6 +135,58 @@ func (s *Server) trace(c *fiber.Ctx) error {
 	}
 	c.Locals(localTrace, id)
 	c.Set(fiber.HeaderXRequestID, id)
+	return c.Next()
+}
+
+// defaultDependencyTimeout is DEPENDENCY_TIMEOUT's default, for a
+// configuration built in code without it.
+const defaultDependencyTimeout = 2 * time.Second
+
+// drainLimit is how much of an oversized body the API reads and throws
+// away before it answers 413 and closes the connection.
+const drainLimit = 16 << 20
+
+// readBody reads the request's body whole before any handler runs, up to
+// BODY_LIMIT. fasthttp's own limit closed the connection while the client
+// was still sending an oversized body, and a client that writes the whole
+// body before it reads (Go's, at 5 MB every time) saw a reset, never the
+// 413. Here an oversized body is read and discarded, up to drainLimit, so
+// the client can read its 413; the connection is then closed. Reading
+// every body whole also means bytes a handler did not read are never taken
+// for the connection's next request.
+func (s *Server) readBody(c *fiber.Ctx) error {
+	stream := c.Context().RequestBodyStream()
+	if stream == nil {
+		return c.Next()
+	}
+	limit := s.cfg.BodyLimit
+	req := c.Request()
+	if n := req.Header.ContentLength(); n >= 0 && n <= limit {
+		req.Body() // exactly n bytes, into the request's pooled buffer
+		return c.Next()
+	}
+	// Too long for its Content-Length, or chunked with no length given.
+	body, err := io.ReadAll(io.LimitReader(stream, int64(limit)+1))
+	if err == nil && len(body) <= limit {
+		req.SetBody(body)
+		return c.Next()
+	}
+	c.Context().SetConnectionClose()
+	if err != nil {
+		return fiber.NewError(fiber.StatusBadRequest, "the request body could not be read")
+	}
+	_, _ = io.CopyN(io.Discard, stream, drainLimit)
+	return fiber.ErrRequestEntityTooLarge
+}
+
+// bounded gives each request DEPENDENCY_TIMEOUT for its calls to Postgres
+// and Redis, so an outage, a slow query or a full pool is a quick 503 and
+// never a hang. A long poll's waiting and a stream's events run past it on
+// contexts of their own.
+func (s *Server) bounded(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.DependencyTimeout)
+	defer cancel()
+	c.SetUserContext(ctx)
 	return c.Next()
 }
 

@@ -27,14 +27,20 @@ type Config struct {
 	JWTSecret   string `env:"JWT_SECRET" envDefault:"holdfast-dev-secret-change-me"`
 	LogLevel    string `env:"LOG_LEVEL" envDefault:"info"`
 	PGMaxConns  int32  `env:"PG_MAX_CONNS" envDefault:"20"`
-	PprofAddr   string `env:"PPROF_ADDR"` // empty: no profiling endpoint
+	// PGIdleTimeout closes a pooled Postgres connection idle this long.
+	PGIdleTimeout time.Duration `env:"PG_IDLE_TIMEOUT" envDefault:"1m"`
+	PprofAddr     string        `env:"PPROF_ADDR"` // empty: no profiling endpoint
 
 	// API
 	BodyLimit   int           `env:"BODY_LIMIT" envDefault:"65536"`
 	PollMaxWait time.Duration `env:"POLL_MAX_WAIT" envDefault:"30s"`
-	QueueCap    int           `env:"QUEUE_CAP" envDefault:"1000000"`
-	KeyCap      int           `env:"KEY_BACKLOG_CAP" envDefault:"200000"`
-	EnableProbe bool          `env:"HOLDFAST_PROBE" envDefault:"false"`
+	// DependencyTimeout bounds how long an API answer waits on Postgres or
+	// Redis (a slow query, a full pool): past it the client gets 503
+	// UNAVAILABLE with Retry-After. A long poll's reads are bounded each.
+	DependencyTimeout time.Duration `env:"DEPENDENCY_TIMEOUT" envDefault:"2s"`
+	QueueCap          int           `env:"QUEUE_CAP" envDefault:"1000000"`
+	KeyCap            int           `env:"KEY_BACKLOG_CAP" envDefault:"200000"`
+	EnableProbe       bool          `env:"HOLDFAST_PROBE" envDefault:"false"`
 	// RateLimitPerIP and RateLimitPerUser are requests per second; 0 turns a limit off.
 	RateLimitPerIP   float64 `env:"RATE_LIMIT_PER_IP" envDefault:"20000"`
 	RateLimitPerUser float64 `env:"RATE_LIMIT_PER_USER" envDefault:"20"`
@@ -186,6 +192,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.BodyLimit < 1024:
 		return fmt.Errorf("config: BODY_LIMIT must be at least 1024 bytes")
+	case c.DependencyTimeout < 100*time.Millisecond:
+		return fmt.Errorf("config: DEPENDENCY_TIMEOUT must be at least 100ms")
+	case c.PGIdleTimeout < time.Second:
+		return fmt.Errorf("config: PG_IDLE_TIMEOUT must be at least 1s")
 	case c.PGMaxConns < 2:
 		return fmt.Errorf("config: PG_MAX_CONNS must be at least 2")
 	case c.Concurrency < 1:

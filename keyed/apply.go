@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/storage"
 )
 
 // result is what one apply transaction did.
@@ -109,21 +108,16 @@ var errUnknownType = errors.New("keyed: no applier for this type here")
 // transient reports whether err is worth retrying later as it is, rather
 // than a sign that a request cannot be applied.
 func transient(err error) bool {
-	if errors.Is(err, errUnknownType) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, errUnknownType) || storage.Unavailable(err) || pgconn.SafeToRetry(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code[:2] {
-		case "08", "40", "53", "55", "57", "58": // connection, rollback (serialization, deadlock), resources, lock, operator, system
+		case "40", "55": // rollback (serialization, deadlock), lock not available
 			return true
 		}
 		return false
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
-		return true
 	}
 	var redisErr redis.Error
 	return errors.As(err, &redisErr)

@@ -1,6 +1,7 @@
 package requests
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 type groupCommit struct {
 	store   *Store
 	post    func(context.Context, []*Request) ([]Posting, error) // Intake.postBatch; nil: callers post their own
+	timeout time.Duration                                        // bound on a batch's INSERT, and on reading back what it stored
 	mu      sync.Mutex
 	queue   []*pending
 	leaders int
@@ -114,7 +116,8 @@ func (g *groupCommit) lead(ctx context.Context, first *pending) {
 // the returned channel closes when that is done. A Redis round trip thus
 // never holds up the next INSERT.
 func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending) <-chan struct{} {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	timeout := cmp.Or(g.timeout, storeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	rs, err := g.store.insertMany(ctx, batch)
 	var stored map[uuid.UUID]int64
 	if err != nil {
@@ -122,7 +125,7 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending
 		// connection dropped during the commit): whatever is stored under
 		// the batch's fresh ids is accepted, so no caller is told to retry a
 		// write that will be applied anyway. Only the rest get the error.
-		stored = g.store.storedSeqs(context.WithoutCancel(ctx), batch)
+		stored = g.store.storedSeqs(context.WithoutCancel(ctx), batch, timeout)
 	}
 	var post []*pending
 	for i, p := range batch {
@@ -187,8 +190,8 @@ func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
 
 // storedSeqs returns the seq of each of batch's ids that is stored; nil if
 // that cannot be read either.
-func (s *Store) storedSeqs(ctx context.Context, batch []*pending) map[uuid.UUID]int64 {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+func (s *Store) storedSeqs(ctx context.Context, batch []*pending, timeout time.Duration) map[uuid.UUID]int64 {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ids := make([]uuid.UUID, len(batch))
 	for i, p := range batch {

@@ -73,10 +73,18 @@ type Intake struct {
 	}
 }
 
+// storeTimeout bounds a group commit's INSERT unless SetTimeout says less.
+const storeTimeout = 30 * time.Second
+
+// SetTimeout bounds how long making a write durable may wait on Postgres
+// (the API's DEPENDENCY_TIMEOUT). A write that outlasts it fails with
+// context.DeadlineExceeded unless its INSERT is found to have committed.
+func (in *Intake) SetTimeout(d time.Duration) { in.group.timeout = d }
+
 // NewIntake wires intake.
 func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
 	in := &Intake{store: store, disp: disp, log: log, now: time.Now}
-	in.group = &groupCommit{store: store, post: in.postBatch}
+	in.group = &groupCommit{store: store, post: in.postBatch, timeout: storeTimeout}
 	return in
 }
 

@@ -68,7 +68,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		opt.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	log = log.With("worker", opt.Name)
-	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.CustomPlans)
+	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.CustomPlans, storage.IdleTimeout(cfg.PGIdleTimeout))
 	if err != nil {
 		if ctx.Err() != nil { // told to stop while it started (waiting on the migration lock, say)
 			return nil
@@ -78,6 +78,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	defer st.Close()
 	storage.ServePprof(ctx, cfg.PprofAddr, log)
 	pool, rdb := st.Pool, st.Redis
+	go storage.WatchPool(ctx, pool, "worker", storage.PoolWatchInterval, log)
 
 	reg := metrics.NewRegistry()
 	m := metrics.NewPipeline(reg)

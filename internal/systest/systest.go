@@ -43,6 +43,9 @@ type Options struct {
 	NoAPI     bool     // do not start the API
 	Overrides []string // config name, value pairs
 	RedisURL  string   // use this Redis instead of a reserved test database
+	// Postgres is the URL of a Postgres server (testenv.PGServer) to use
+	// instead of the shared one; the system gets a schema of its own there.
+	Postgres string
 	// Redis runs the system on this Redis Cluster or Sentinel deployment
 	// (testenv.RedisCluster, testenv.RedisSentinel) instead: it reaches the
 	// API and every worker, in process or not, as REDIS_CLUSTER_ADDRS or
@@ -69,7 +72,11 @@ type System struct {
 // Start brings a system up; everything stops when the test ends.
 func Start(t testing.TB, opts Options) *System {
 	t.Helper()
-	pgURL, pool := testenv.Postgres(t)
+	pgServer := opts.Postgres
+	if pgServer == "" {
+		pgServer = testenv.PGServerURL()
+	}
+	pgURL, pool := testenv.PostgresOn(t, pgServer)
 	redisURL, rdb := opts.RedisURL, redis.UniversalClient(nil)
 	overrides := opts.Overrides
 	switch {

@@ -32,6 +32,9 @@ const (
 	envRedis = "HOLDFAST_TEST_REDIS"    // host:port, default 127.0.0.1:6379
 )
 
+// PGServerURL is the shared Postgres server's URL, without a database.
+func PGServerURL() string { return pgServer() }
+
 func pgServer() string {
 	if v := os.Getenv(envPG); v != "" {
 		return v
@@ -57,8 +60,14 @@ func randomName() string {
 // The schema is dropped when the test ends.
 func Postgres(t testing.TB) (string, *pgxpool.Pool) {
 	t.Helper()
+	return PostgresOn(t, pgServer())
+}
+
+// PostgresOn is Postgres on another server (a PGServer's URL).
+func PostgresOn(t testing.TB, server string) (string, *pgxpool.Pool) {
+	t.Helper()
 	ctx := context.Background()
-	base := pgServer() + "/holdfast_test?sslmode=disable"
+	base := server + "/holdfast_test?sslmode=disable"
 	require.NoError(t, storage.EnsureDatabase(ctx, base))
 	admin, err := storage.OpenPostgres(ctx, base, 2)
 	require.NoError(t, err)
