@@ -21,8 +21,11 @@ test: ## Run every test with -race against real Postgres and Redis
 	$(GO) vet ./...
 	@# e2e runs after the other packages, not beside them: its K4 and K5 bars are
 	@# latencies on two cores, measured while no other package's tests share them.
-	$(GO) test -race -count=1 -timeout 12m $$($(GO) list ./... | grep -v '/e2e$$')
-	$(GO) test -race -count=1 -timeout 12m ./e2e
+	@# e2e runs even when another package fails, and the target fails if either did.
+	@$(GO) test -race -count=1 -timeout 12m $$($(GO) list ./... | grep -v '/e2e$$'); units=$$?; \
+	$(GO) test -race -count=1 -timeout 12m ./e2e; e2e=$$?; \
+	echo "make test: packages $$([ $$units = 0 ] && echo passed || echo FAILED), e2e $$([ $$e2e = 0 ] && echo passed || echo FAILED)"; \
+	[ $$units = 0 ] && [ $$e2e = 0 ]
 
 cluster: ## Run holdfast on a private 3-master Redis Cluster and via a Sentinel (also part of make test)
 	$(GO) test -race -count=1 -run '^TestRedis(Cluster|Sentinel)$$' -v ./e2e/

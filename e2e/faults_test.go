@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -231,4 +233,143 @@ func TestPostgresFullAnswers503(t *testing.T) {
 	wait()
 	o.check(t, c, 4*time.Second)
 	require.Positive(t, o.statuses[http.StatusServiceUnavailable], "Postgres being full was not felt")
+}
+
+// sweepCalls are calls of every documented operation but the streams, with
+// ids of the fixtures sweepFixtures makes (each the first of its kind, so
+// 1) and bodies that pass input checks, so they reach the stores.
+var sweepCalls = []operationSeed{
+	{"GET /readyz", "", "", "", "", false},
+	{"GET /api/v1/requests/{id}", "0192f5a0-0000-7000-8000-000000000000", "", "", "", false},
+	{"GET /api/v1/requests/{id}", "0192f5a0-0000-7000-8000-000000000000", "wait=1s", "", "", false},
+	{"POST /api/v1/probe", "", "", `{"keys":["a"]}`, "", false},
+	{"POST /api/v1/probe", "", "", `{"keys":["a"]}`, "idem-1", false},
+	{"POST /api/v1/hotels", "", "", `{"name":"h2","timezone":"Asia/Seoul","currency":"KRW"}`, "", true},
+	{"PATCH /api/v1/hotels/{hotelId}", "1", "", `{"status":"Active"}`, "", true},
+	{"POST /api/v1/hotels/{hotelId}/room-types", "1", "", `{"name":"twin"}`, "", true},
+	{"PATCH /api/v1/room-types/{roomTypeId}", "1", "", `{"status":"Active"}`, "", true},
+	{"POST /api/v1/hotels/{hotelId}/rooms", "1", "", `{"roomTypeId":1,"number":"102"}`, "", true},
+	{"PATCH /api/v1/rooms/{roomId}", "1", "", `{"housekeepingStatus":"Clean"}`, "", true},
+	{"GET /api/v1/hotels/{hotelId}/reservations", "1", "", "", "", true},
+	{"POST /api/v1/reservations/{reservationId}/check-in", "1", "", "", "", true},
+	{"POST /api/v1/reservations/{reservationId}/check-out", "1", "", "", "", true},
+	{"POST /api/v1/reservations/{reservationId}/cancel", "1", "", "", "", true},
+	{"POST /api/v1/holds", "", "", `{"roomTypeId":1,"checkIn":"2031-01-01","checkOut":"2031-01-02","clientHoldKey":"6f1c2a8e-1111-4222-8333-444455556666"}`, "", false},
+	{"GET /api/v1/holds/{holdId}", "HOLD", "", "", "", false},
+	{"DELETE /api/v1/holds/{holdId}", "HOLD", "", "", "", false},
+	{"POST /api/v1/holds/{holdId}/confirm", "HOLD", "", "", "", false},
+	{"GET /api/v1/hotels/{hotelId}/availability", "1", "from=2031-01-01&to=2031-01-05", "", "", true},
+	{"GET /api/v1/public/hotels/{hotelId}/availability", "1", "from=2031-01-01&to=2031-01-05", "", "", false},
+	{"GET /api/v1/hotels/{hotelId}/availability/rooms", "1", "from=2031-01-01&to=2031-01-02", "", "", true},
+	{"GET /api/v1/hotels/{hotelId}/availability/check", "1", "roomTypeId=1&from=2031-01-01&to=2031-01-02", "", "", true},
+	{"POST /api/v1/users", "", "", `{"name":"n"}`, "", true},
+	{"POST /api/v1/products", "", "", `{"name":"p2","options":[{"optionCode":"o2","stockQuantity":3}]}`, "", true},
+	{"PATCH /api/v1/product-options/{productOptionId}", "1", "", `{"isActive":true}`, "", true},
+	{"GET /api/v1/product-options/{productOptionId}/stock", "1", "", "", "", false},
+	{"GET /api/v1/cart", "", "", "", "", false},
+	{"PUT /api/v1/cart/items/{productOptionId}", "1", "", `{"quantity":1}`, "", false},
+	{"POST /api/v1/orders/reserve", "", "", "", "", false},
+	{"DELETE /api/v1/orders/reserve", "", "", "", "", false},
+	{"POST /api/v1/orders", "", "", "", "", false},
+	{"POST /api/v1/events", "", "", `{"name":"e2","seatCount":2}`, "", true},
+	{"PATCH /api/v1/events/{eventId}", "1", "", `{"maxConcurrent":5}`, "", true},
+	{"GET /api/v1/events/{eventId}/seats", "1", "", "", "", false},
+	{"POST /api/v1/events/{eventId}/seats/fcfs", "1", "", `{"phone":"+821012345678"}`, "", false},
+	{"POST /api/v1/events/{eventId}/seats/{seatId}/reservation", "1", "", "", "", false},
+	{"GET /api/v1/public/events/{eventId}", "1", "", "", "", false},
+	{"GET /api/v1/public/events/{eventId}/prequeue", "1", "", "", "", false},
+	{"POST /api/v1/events/{eventId}/queue", "1", "", "", "", false},
+	{"GET /api/v1/events/{eventId}/queue/status", "1", "", "", "", false},
+	{"POST /api/v1/events/{eventId}/queue/token", "1", "", "", "", false},
+	{"DELETE /api/v1/events/{eventId}/queue/token", "1", "", "", "", false},
+	{"POST /api/v1/events/{eventId}/queue/ticket", "1", "", "", "", false},
+}
+
+// sweepFixtures makes one of each thing sweepCalls names, through the API,
+// and returns the id of a live hold of user's (sweepCalls' HOLD).
+func sweepFixtures(t *testing.T, user, admin *systest.Client) (holdID string) {
+	t.Helper()
+	for _, f := range []struct{ path, body string }{
+		{"/api/v1/hotels", `{"name":"h","timezone":"Asia/Seoul","currency":"KRW"}`},
+		{"/api/v1/hotels/1/room-types", `{"name":"double"}`},
+		{"/api/v1/hotels/1/rooms", `{"roomTypeId":1,"number":"101"}`},
+		{"/api/v1/users", `{"name":"u"}`},
+		{"/api/v1/products", `{"name":"p","options":[{"optionCode":"o1","stockQuantity":5}]}`},
+		{"/api/v1/events", `{"name":"e","seatCount":3,"entryTokenRequired":false}`},
+	} {
+		r := admin.Do("POST", f.path, f.body)
+		require.Less(t, r.Status, 300, "%s: %s", f.path, r.Body)
+	}
+	r := user.Do("POST", "/api/v1/holds", `{"roomTypeId":1,"checkIn":"2031-02-01","checkOut":"2031-02-02","clientHoldKey":"0b6a4c1e-2f3d-4e5f-8a9b-0c1d2e3f4a5b"}`)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	var a systest.Accepted
+	r.JSON(t, &a)
+	v := user.Wait(a.RequestID, 30*time.Second)
+	require.Equal(t, domain.StatusSucceeded, v.Status, "%s", v.Result)
+	var hold struct {
+		HoldID string `json:"holdId"`
+	}
+	require.NoError(t, json.Unmarshal(v.Result, &hold))
+	require.NotEmpty(t, hold.HoldID)
+	return hold.HoldID
+}
+
+// Every documented operation, called while Postgres is stopped and then
+// while Redis is stopped, answers within the bound with a 2xx, a 4xx or a
+// 503 with Retry-After: never another 5xx. Its answers per operation are
+// the table in docs/operations.md.
+func TestEveryOperationWithADependencyDown(t *testing.T) {
+	t.Parallel()
+	pg := testenv.PostgresServer(t)
+	port := testenv.FreePort(t)
+	stopRedis := redisAt(t, port)
+	s := systest.Start(t, systest.Options{Workers: 1, Postgres: pg.URL, RedisURL: fmt.Sprintf("redis://127.0.0.1:%d/0", port),
+		Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
+	user, admin := s.Client("1", domain.RoleUser), s.Client("sweep-admin", domain.RoleAdmin)
+	holdID := sweepFixtures(t, user, admin)
+	sweep := func(down string) {
+		for _, call := range sweepCalls {
+			method, path, _ := strings.Cut(call.op, " ")
+			path = pathParam.ReplaceAllLiteralString(path, strings.ReplaceAll(call.param, "HOLD", holdID))
+			if call.query != "" {
+				path += "?" + call.query
+			}
+			c := user
+			if call.staff {
+				c = admin
+			}
+			var body any
+			if call.body != "" {
+				body = call.body
+			}
+			var headers []string
+			if call.header != "" {
+				headers = []string{"Idempotency-Key", call.header}
+			}
+			start := time.Now()
+			r, err := c.TryDo(method, path, body, headers...)
+			took := time.Since(start)
+			require.NoError(t, err, "%s down: %s %s", down, method, path)
+			t.Logf("%s down: %-55s %d %s", down, call.op, r.Status, errorCodeOf(r))
+			require.Less(t, took, 4*time.Second, "%s down: %s %s waited", down, method, path)
+			if r.Status >= 500 {
+				require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s down: %s %s: %s", down, method, path, r.Body)
+				require.NotEmpty(t, r.Header.Get("Retry-After"), "%s down: %s %s", down, method, path)
+			}
+		}
+	}
+	pg.Stop()
+	sweep("postgres")
+	pg.Start()
+	stopRedis()
+	sweep("redis")
+}
+
+// errorCodeOf is the error envelope's code, if the body is one.
+func errorCodeOf(r systest.Response) string {
+	var e systest.Envelope
+	if json.Unmarshal(r.Body, &e) != nil {
+		return ""
+	}
+	return e.Error.Code
 }

@@ -57,6 +57,31 @@ func unsent(t *testing.T, err error) {
 	t.Skip("net/http refuses to send this input:", err)
 }
 
+// operationSeed is one call of a documented operation.
+type operationSeed struct {
+	op, param, query, body, header string
+	staff                          bool
+}
+
+// operationSeeds are calls that reach past input checks into the stores.
+var operationSeeds = []operationSeed{
+	{"POST /api/v1/hotels", "", "", `{"name":"h","timezone":"Asia/Seoul","currency":"KRW"}`, "", true},
+	{"POST /api/v1/hotels/{hotelId}/room-types", "1", "", `{"name":"double"}`, "", true},
+	{"POST /api/v1/holds", "", "", `{"roomTypeId":1,"checkIn":"2030-02-30","checkOut":"2030-03-01","clientHoldKey":"k"}`, "", false},
+	{"GET /api/v1/hotels/{hotelId}/availability", "1", "from=2030-01-31&to=2029-01-01", "", "", true},
+	{"GET /api/v1/hotels/{hotelId}/reservations", "1", "limit=0&status=nope", "", "", true},
+	{"POST /api/v1/events", "", "", `{"name":"e","seatCount":3,"fcfsEntryTokenRequired":true}`, "", true},
+	{"POST /api/v1/events", "", "", `{"name":"e","seatCount":3,"seats":["a"]}`, "", true},
+	{"POST /api/v1/events/{eventId}/seats/fcfs", "1", "", `{"phone":"+82 10\u0000"}`, "tok", false},
+	{"POST /api/v1/events/{eventId}/seats/{seatId}/reservation", "-1", "", "", "not-a-token", false},
+	{"PUT /api/v1/cart/items/{productOptionId}", "99999999999999999999", "", `{"quantity":1e3}`, "", false},
+	{"GET /api/v1/requests/{id}", "0192f5a0-0000-7000-8000-000000000000", "wait=-1s", "", "", false},
+	{"PATCH /api/v1/rooms/{roomId}", "1", "", `{"status":"ACTIVE","housekeepingStatus":null}`, "", true},
+	{"PATCH /api/v1/events/{eventId}", "1", "", `{"salesStartAt":null,"admitPerMinute":null,"returnUrl":"//x"}`, "", true},
+	{"POST /api/v1/events", "", "", `{"name":"e","seatCount":1,"queueOpensAt":"2030-01-01T00:00:00Z","salesStartAt":"2029-01-01T00:00:00Z"}`, "", true},
+	{"GET /api/v1/public/events/{eventId}/prequeue", "1", "offset=99999999999999999999&limit=-", "", "", false},
+}
+
 // pathParam matches a parameter of a path template, such as {hotelId}.
 var pathParam = regexp.MustCompile(`\{[^}]+\}`)
 
@@ -79,26 +104,7 @@ func FuzzEveryOperationOverHTTP(f *testing.F) {
 		f.Add(uint8(i), "1", "", []byte(`{}`), "", true)
 		f.Add(uint8(i), "1", "", []byte(nil), "", false)
 	}
-	for _, seed := range []struct {
-		op, param, query, body, header string
-		staff                          bool
-	}{
-		{"POST /api/v1/hotels", "", "", `{"name":"h","timezone":"Asia/Seoul","currency":"KRW"}`, "", true},
-		{"POST /api/v1/hotels/{hotelId}/room-types", "1", "", `{"name":"double"}`, "", true},
-		{"POST /api/v1/holds", "", "", `{"roomTypeId":1,"checkIn":"2030-02-30","checkOut":"2030-03-01","clientHoldKey":"k"}`, "", false},
-		{"GET /api/v1/hotels/{hotelId}/availability", "1", "from=2030-01-31&to=2029-01-01", "", "", true},
-		{"GET /api/v1/hotels/{hotelId}/reservations", "1", "limit=0&status=nope", "", "", true},
-		{"POST /api/v1/events", "", "", `{"name":"e","seatCount":3,"fcfsEntryTokenRequired":true}`, "", true},
-		{"POST /api/v1/events", "", "", `{"name":"e","seatCount":3,"seats":["a"]}`, "", true},
-		{"POST /api/v1/events/{eventId}/seats/fcfs", "1", "", `{"phone":"+82 10\u0000"}`, "tok", false},
-		{"POST /api/v1/events/{eventId}/seats/{seatId}/reservation", "-1", "", "", "not-a-token", false},
-		{"PUT /api/v1/cart/items/{productOptionId}", "99999999999999999999", "", `{"quantity":1e3}`, "", false},
-		{"GET /api/v1/requests/{id}", "0192f5a0-0000-7000-8000-000000000000", "wait=-1s", "", "", false},
-		{"PATCH /api/v1/rooms/{roomId}", "1", "", `{"status":"ACTIVE","housekeepingStatus":null}`, "", true},
-		{"PATCH /api/v1/events/{eventId}", "1", "", `{"salesStartAt":null,"admitPerMinute":null,"returnUrl":"//x"}`, "", true},
-		{"POST /api/v1/events", "", "", `{"name":"e","seatCount":1,"queueOpensAt":"2030-01-01T00:00:00Z","salesStartAt":"2029-01-01T00:00:00Z"}`, "", true},
-		{"GET /api/v1/public/events/{eventId}/prequeue", "1", "offset=99999999999999999999&limit=-", "", "", false},
-	} {
+	for _, seed := range operationSeeds {
 		i := slices.Index(ops, seed.op)
 		require.GreaterOrEqual(f, i, 0, "the document has no %s", seed.op)
 		f.Add(uint8(i), seed.param, seed.query, []byte(seed.body), seed.header, seed.staff)

@@ -242,3 +242,30 @@ func TestBenchCartTable(t *testing.T) {
 	require.False(t, b.WriteTable(&out), "a violation fails the table")
 	require.Contains(t, out.String(), "| 1001 / 0 | 0 of 1500 | 1 | 0 | 1 VIOLATIONS |")
 }
+
+// The order check must be able to fail, and must not flag requests that
+// overlapped in time.
+func TestOrderBookFindsRealTimeInversions(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	var ok orderBook
+	ok.add(ordered{user: "a", sent: at(0), acked: at(10), seat: 1})
+	ok.add(ordered{user: "b", sent: at(20), acked: at(30), seat: 2})
+	ok.add(ordered{user: "c", sent: at(5), acked: at(40), seat: 3})  // after a, concurrent with b
+	ok.add(ordered{user: "d", sent: at(25), acked: at(26), seat: 2}) // concurrent with b: no order between them
+	ok.add(ordered{user: "e", sent: at(50), acked: at(60), soldOut: true})
+	v, pairs, checked := ok.violations()
+	require.Empty(t, v)
+	require.Zero(t, pairs)
+	require.EqualValues(t, 1+2+1, checked, "b after a; c after none; d after a") // and e has no seat
+
+	var bad orderBook
+	bad.add(ordered{user: "a", sent: at(0), acked: at(10), seat: 5})
+	bad.add(ordered{user: "b", sent: at(20), acked: at(30), seat: 4}) // sent after a's 202, lower seat
+	bad.add(ordered{user: "c", sent: at(0), acked: at(12), soldOut: true})
+	bad.add(ordered{user: "d", sent: at(13), acked: at(35), seat: 9}) // sent after c was told SOLD_OUT
+	v, pairs, _ = bad.violations()
+	require.Equal(t, 2, pairs, "%v", v)
+	all := strings.Join(v, "\n")
+	require.Contains(t, all, "a had its 202 before b sent its request, but got seat 5 against its 4")
+	require.Contains(t, all, "c had its 202 before d sent its request, but was told SOLD_OUT while it got seat 9")
+}

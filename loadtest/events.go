@@ -97,20 +97,22 @@ func (b *seatBook) check(ctx context.Context, e *Env, eventID int64, seats, user
 // fcfsRush: Users users grab the next free seat of one event with Seats
 // seats, each exactly once.
 type fcfsRush struct {
-	eventID int64
-	seats   int
-	users   int
-	book    *seatBook
+	eventID    int64
+	seats      int
+	users      int
+	book       *seatBook
+	order      orderBook
+	orderFound *OrderReport
 	// pending holds the accepted requests of an intake-only run.
 	mu      sync.Mutex
 	pending []pendingWrite
 }
 
 type pendingWrite struct {
-	c    *client.Client
-	user string
-	acc  client.Accepted
-	at   time.Time
+	c         *client.Client
+	user      string
+	acc       client.Accepted
+	at, acked time.Time
 }
 
 func (s *fcfsRush) Setup(ctx context.Context, e *Env) (int, error) {
@@ -138,30 +140,34 @@ func (s *fcfsRush) Journey(ctx context.Context, e *Env, i int) error {
 	}
 	phone := fmt.Sprintf("+8210%08d", i%100_000_000)
 	submit := func(ctx context.Context) (client.Accepted, error) { return c.FCFS(ctx, s.eventID, phone) }
-	if e.Opt.Intake {
-		acc, at, err := e.submit(ctx, "fcfs", submit)
-		if err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.pending = append(s.pending, pendingWrite{c: c, user: user, acc: acc, at: at})
-		s.mu.Unlock()
-		return nil
-	}
-	out, err := e.Write(ctx, c, "fcfs", submit)
+	acc, at, err := e.submit(ctx, "fcfs", submit)
 	if err != nil {
 		return err
 	}
-	return s.record(user, out)
+	p := pendingWrite{c: c, user: user, acc: acc, at: at, acked: time.Now()}
+	if e.Opt.Intake {
+		s.mu.Lock()
+		s.pending = append(s.pending, p)
+		s.mu.Unlock()
+		return nil
+	}
+	out, err := e.await(ctx, c, "fcfs", acc, at)
+	if err != nil {
+		return err
+	}
+	return s.record(p, out)
 }
 
-func (s *fcfsRush) record(user string, out client.Outcome) error {
+func (s *fcfsRush) record(p pendingWrite, out client.Outcome) error {
 	var r client.FCFSResult
+	user := p.user
 	switch err := out.Decode(&r); {
 	case err == nil:
 		s.book.won(user, r.SeatID)
+		s.order.add(ordered{user: user, sent: p.at, acked: p.acked, seat: r.SeatID})
 	case client.IsCode(err, "SOLD_OUT"):
 		s.book.sold()
+		s.order.add(ordered{user: user, sent: p.at, acked: p.acked, soldOut: true})
 	case client.IsCode(err, "CONTENTION"):
 	default:
 		return fmt.Errorf("fcfs for %s: %w", user, err)
@@ -180,13 +186,21 @@ func (s *fcfsRush) Finish(ctx context.Context, e *Env) error {
 		if err != nil {
 			return err
 		}
-		return s.record(p.user, out)
+		return s.record(p, out)
 	})
 }
 
 func (s *fcfsRush) Check(ctx context.Context, e *Env) ([]string, error) {
-	return s.book.check(ctx, e, s.eventID, s.seats, s.users)
+	out, err := s.book.check(ctx, e, s.eventID, s.seats, s.users)
+	if err != nil {
+		return nil, err
+	}
+	bad, pairs, checked := s.order.violations()
+	s.orderFound = &OrderReport{PairsChecked: checked, OutOfOrder: pairs}
+	return append(out, bad...), nil
 }
+
+func (s *fcfsRush) orderReport() *OrderReport { return s.orderFound }
 
 // forEach runs f(0..n-1) on up to workers goroutines and returns the first
 // error.

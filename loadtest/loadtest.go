@@ -31,6 +31,9 @@ import (
 // Options configure a run. Zero values take the scenario's defaults.
 type Options struct {
 	BaseURL     string // the API, e.g. http://127.0.0.1:8080
+	// MoreAPIs are more API processes of the same system: user i's journey
+	// calls API i mod (1 + len(MoreAPIs)), BaseURL being the first.
+	MoreAPIs []string
 	Secret      string // JWT_SECRET of the API, to mint tokens
 	Concurrency int    // virtual clients running at once
 	Users       int    // journeys in all
@@ -131,6 +134,7 @@ type Env struct {
 	// under package client and the baselines' plain posts alike.
 	hc     *http.Client
 	base   *client.Client
+	users  []*client.Client // base and one per MoreAPIs
 	signer *auth.Signer
 	tokens []string // users' tokens, issued before the run (signIn)
 	rngMu  sync.Mutex
@@ -149,11 +153,15 @@ func (e *Env) As(sub string, role domain.Role) (*client.Client, error) {
 // User returns a client for the run's user i (a role "user" principal).
 func (e *Env) User(i int) (*client.Client, string, error) {
 	sub := e.userID(i)
+	base := e.users[i%len(e.users)]
 	if i < len(e.tokens) {
-		return e.base.WithToken(e.tokens[i]), sub, nil
+		return base.WithToken(e.tokens[i]), sub, nil
 	}
-	c, err := e.As(sub, domain.RoleUser)
-	return c, sub, err
+	tok, err := e.signer.Issue(sub, domain.RoleUser, time.Now(), 2*time.Hour)
+	if err != nil {
+		return nil, sub, err
+	}
+	return base.WithToken(tok), sub, nil
 }
 
 func (e *Env) userID(i int) string { return fmt.Sprintf("%s-%d", e.RunID, i) }
@@ -247,6 +255,10 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	hc := &http.Client{Transport: newFastTransport()}
 	e := &Env{Opt: opt, Rec: NewRecorder(), RunID: fmt.Sprintf("lt%x", time.Now().UnixNano()&0xffffffffff),
 		hc: hc, base: client.NewWithHTTP(opt.BaseURL, "", hc), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
+	e.users = []*client.Client{e.base}
+	for _, url := range opt.MoreAPIs {
+		e.users = append(e.users, client.NewWithHTTP(url, "", hc))
+	}
 	var err error
 	if e.Admin, err = e.As(e.RunID+"-admin", domain.RoleAdmin); err != nil {
 		return nil, err
@@ -353,6 +365,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	}
 	if r, ok := sc.(interface{ soakReport() *SoakReport }); ok {
 		rep.Soak = r.soakReport()
+	}
+	if r, ok := sc.(interface{ orderReport() *OrderReport }); ok {
+		rep.Order = r.orderReport()
 	}
 	rep.SubmitCPUSeconds = submitCPUSeconds
 	if opt.RedisURL != "" {

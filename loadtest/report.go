@@ -62,9 +62,11 @@ type Report struct {
 	// stays.
 	Hold *HoldReport `json:"holdStorm,omitempty"`
 	// Soak is what soak sampled over its run, and its checks.
-	Soak       *SoakReport `json:"soak,omitempty"`
-	Violations []string    `json:"violations"`
-	OK         bool        `json:"ok"`
+	Soak *SoakReport `json:"soak,omitempty"`
+	// Order is fcfs-rush's check of the real-time order guarantee.
+	Order      *OrderReport `json:"order,omitempty"`
+	Violations []string     `json:"violations"`
+	OK         bool         `json:"ok"`
 
 	AcceptedSeries  []int     `json:"acceptedPerSecondSeries"`
 	CompletedSeries []int     `json:"completedPerSecondSeries"`
@@ -172,6 +174,10 @@ func (rep *Report) WriteText(w io.Writer) {
 	}
 	if s := rep.Soak; s != nil {
 		s.writeText(w)
+	}
+	if o := rep.Order; o != nil {
+		fmt.Fprintf(w, "  real-time order: %d pairs (one's 202 before the other was sent) checked, %d applied out of order\n",
+			o.PairsChecked, o.OutOfOrder)
 	}
 	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
 	if rep.SubmitCPUSeconds != nil {

@@ -52,6 +52,10 @@ type Options struct {
 	// REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER.
 	Redis     config.Redis
 	Unguarded bool // workers run the keyed engine without its guard (control cases)
+	// WrapApplier, when set, stands between in-process workers' engine
+	// and each write type's applier (a control case's misbehaving
+	// applier).
+	WrapApplier func(typeName string, a keyed.Applier) keyed.Applier
 }
 
 // System is a running holdfast: one API, any number of workers.
@@ -192,8 +196,7 @@ func (s *System) StartWorker(name string) *Worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name, Unguarded: s.opts.Unguarded},
-			probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait), shop.Worker(s.Cfg.ReservationTTL), events.Worker(s.Cfg.FCFSLockWait, s.Cfg.EventsReconcile, s.Cfg.JWTSecret))
+		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name, Unguarded: s.opts.Unguarded}, s.modules()...)
 	}()
 	var once sync.Once
 	w := &Worker{Name: name, URL: "http://" + ln.Addr().String()}
@@ -210,6 +213,27 @@ func (s *System) StartWorker(name string) *Worker {
 	}
 	t.Cleanup(w.stop)
 	return w
+}
+
+// modules are every vertical's write types, each applier wrapped in
+// Options.WrapApplier when that is set.
+func (s *System) modules() []worker.Types {
+	mods := []worker.Types{probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait), shop.Worker(s.Cfg.ReservationTTL),
+		events.Worker(s.Cfg.FCFSLockWait, s.Cfg.EventsReconcile, s.Cfg.JWTSecret)}
+	wrap := s.opts.WrapApplier
+	if wrap == nil {
+		return mods
+	}
+	for i, build := range mods {
+		mods[i] = func(st *storage.Stores) worker.Module {
+			m := build(st)
+			for j, t := range m.Types {
+				m.Types[j].Applier = wrap(t.Name, t.Applier)
+			}
+			return m
+		}
+	}
+	return mods
 }
 
 // EnvWorkerProcess is set in a re-executed test binary that must run a worker.
