@@ -72,7 +72,9 @@ func TestOversizedBodiesGetAReadable413(t *testing.T) {
 
 // A body that a route refuses without reading (no token: 401) is still
 // consumed whole, so its bytes are never read as the next request on the
-// same connection.
+// same connection. With the body streamed (as the API has it) and the API's
+// readBody taken out of the chain, this failed: the GET hidden at the start
+// of the body was answered as the connection's second request.
 func TestUnreadBodyIsNotTheNextRequest(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{})

@@ -31,7 +31,7 @@ func TestLoadScenarios(t *testing.T) {
 		t.Helper()
 		opt.BaseURL, opt.Secret = s.URL, s.Cfg.JWTSecret
 		opt.MetricsURLs = map[string]string{"api": s.URL + "/metrics"}
-		rep, err := loadtest.Run(context.Background(), name, opt)
+		rep, err := loadtest.Run(loadContext(t), name, opt)
 		require.NoError(t, err)
 		var text bytes.Buffer
 		rep.WriteText(&text)
@@ -66,7 +66,7 @@ func TestLoadScenarios(t *testing.T) {
 		info, err := asynq.NewInspectorFromRedisClient(s.Redis).GetQueueInfo(events.Queue)
 		require.NoError(t, err)
 		require.False(t, info.Paused, "the run resumed the queue")
-		_, err = loadtest.Run(context.Background(), "fcfs-rush", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
+		_, err = loadtest.Run(loadContext(t), "fcfs-rush", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
 			Users: 10, RedisURL: s.Cfg.Redis.URL, HoldApply: true})
 		require.ErrorContains(t, err, "needs an intake run", "holding the workers back while clients wait for outcomes would never end")
 	})
@@ -100,7 +100,7 @@ func TestLoadScenarios(t *testing.T) {
 		require.GreaterOrEqual(t, r.HoldSeconds, 8.0)
 		require.Positive(t, r.APIRSSMiB)
 		require.Contains(t, r.CPUPercent, "api")
-		_, err := loadtest.Run(context.Background(), "idle-streams", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
+		_, err := loadtest.Run(loadContext(t), "idle-streams", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
 			Concurrency: 10, Users: 20})
 		require.ErrorContains(t, err, "-concurrency", "fewer clients than streams would never open them all")
 	})
@@ -128,7 +128,7 @@ func TestLoadScenarios(t *testing.T) {
 	t.Run("baseline-cart, twice", func(t *testing.T) {
 		url := startCartBaseline(t)
 		for seed := range uint64(2) { // the same tables twice: each run has options of its own
-			rep, err := loadtest.Run(context.Background(), "baseline-cart", loadtest.Options{BaseURL: url,
+			rep, err := loadtest.Run(loadContext(t), "baseline-cart", loadtest.Options{BaseURL: url,
 				Concurrency: 30, Users: 150, Stock: 15, Seed: seed, MetricsURLs: map[string]string{"api": url + "/metrics"}})
 			require.NoError(t, err)
 			var text bytes.Buffer
@@ -202,7 +202,7 @@ func startCartBaseline(t *testing.T) string {
 func TestLoadSoak(t *testing.T) {
 	s := systest.Start(t, systest.Options{Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
 	w := s.StartWorker("w1")
-	rep, err := loadtest.Run(context.Background(), "soak", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
+	rep, err := loadtest.Run(loadContext(t), "soak", loadtest.Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret,
 		Concurrency: 20, Rate: 50, Duration: 3 * time.Second, SampleEvery: time.Second, Idle: time.Second,
 		Retention: s.Cfg.RequestRetention, RedisURL: s.Cfg.Redis.URL, DatabaseURL: s.Cfg.DatabaseURL,
 		MetricsURLs: map[string]string{"api": s.URL + "/metrics", "worker": w.URL + "/metrics"}})

@@ -4,8 +4,10 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/holdfast/holdfast/internal/systest"
 )
@@ -13,4 +15,16 @@ import (
 func TestMain(m *testing.M) {
 	systest.MaybeRunWorkerProcess()
 	os.Exit(m.Run())
+}
+
+// loadDeadline bounds one load-tool run in a test: a run that stops making
+// progress fails its test with the context's error, well inside the
+// package's 12-minute timeout, instead of hanging until it.
+const loadDeadline = 4 * time.Minute
+
+// loadContext is a context that ends loadDeadline from now, or with the test.
+func loadContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), loadDeadline)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -45,7 +45,7 @@ func orderRush(t *testing.T, users int, wrap func(string, keyed.Applier) keyed.A
 	t.Helper()
 	s := systest.Start(t, systest.Options{Workers: 2, WrapApplier: wrap, Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
 	second := s.StartExtraAPI()
-	rep, err := loadtest.Run(context.Background(), "fcfs-rush", loadtest.Options{
+	rep, err := loadtest.Run(loadContext(t), "fcfs-rush", loadtest.Options{
 		BaseURL: s.URL, MoreAPIs: []string{second}, Secret: s.Cfg.JWTSecret,
 		Users: users, Seats: users / 2, Concurrency: 200,
 	})
