@@ -17,8 +17,10 @@ run: build ## Start API + worker on local Postgres/Redis, print a token and curl
 migrate: build ## Create the database if missing and apply migrations (DATABASE_URL)
 	bin/api migrate
 
-test: ## Run every test with -race against real Postgres and Redis
+test: ## Run every test with -race against real Postgres and Redis (and the pages in headless Chromium)
 	$(GO) vet ./...
+	@# axe-core, which the browser tests run inside the pages, pinned by e2e/browser/package-lock.json.
+	@[ -f e2e/browser/node_modules/axe-core/axe.min.js ] || npm ci --prefix e2e/browser --no-audit --no-fund --silent
 	@# e2e runs after the other packages, not beside them: its K4 and K5 bars are
 	@# latencies on two cores, measured while no other package's tests share them.
 	@# e2e runs even when another package fails, and the target fails if either did.

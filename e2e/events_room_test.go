@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/requests"
 )
 
 // queueUsers puts n users in an event's waiting room and returns their
@@ -308,9 +311,37 @@ func TestBookingRaceForOneSeat(t *testing.T) {
 // The control: without per-key serialization the bookings run at once and
 // collide in Postgres — task runs fail on the unique index and are retried;
 // only that index and the retries keep the seat from going twice.
+//
+// The collision is forced, not hoped for: the first booking to apply
+// waits, its transaction open, until another transaction waits on one of
+// its locks (the second booking, which read the seat free and now inserts
+// it), and only then commits.
 func TestBookingRaceControlWithoutGuard(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1, Unguarded: true})
+	var s *systest.System
+	var first atomic.Bool
+	s = systest.Start(t, systest.Options{Workers: 1, Unguarded: true, WrapApplier: func(name string, a keyed.Applier) keyed.Applier {
+		if name != events.TypeSeatBook {
+			return a
+		}
+		return keyed.ApplierFunc(func(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
+			outs, err := a.Apply(ctx, tx, b)
+			if err != nil || !first.CompareAndSwap(false, true) {
+				return outs, err
+			}
+			var pid int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return nil, err
+			}
+			for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+				var blocked int
+				if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&blocked); err == nil && blocked > 0 {
+					break
+				}
+			}
+			return outs, nil
+		})
+	}})
 	winners, outcomes, failedRuns := bookingRace(t, s, true)
 	t.Logf("unguarded: %d winner, outcomes %v, %d failed task runs", winners, outcomes, failedRuns)
 	require.Equal(t, 1, winners)

@@ -12,7 +12,8 @@ import (
 // DemoEvent is the name of the event SeedDemo creates.
 const DemoEvent = "holdfast Demo Concert"
 
-// SeedDemo creates the demo event (100 seats, no entry token for FCFS)
+// SeedDemo creates the demo event (100 seats, one person choosing at a
+// time so that two browser tabs show a line, no entry token for FCFS)
 // unless it exists and returns its id; running it again changes nothing.
 func SeedDemo(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	var id int64
@@ -25,7 +26,7 @@ func SeedDemo(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 			return err
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO events (name, total_seats, max_concurrent, token_ttl_seconds)
-			VALUES ($1, 100, 50, 300) RETURNING id`, DemoEvent).Scan(&id); err != nil {
+			VALUES ($1, 100, 1, 300) RETURNING id`, DemoEvent).Scan(&id); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO seats (event_id, label) SELECT $1, 'R' || g FROM generate_series(1, 100) g ORDER BY g`, id)

@@ -61,6 +61,7 @@ func API(duplicateWindow time.Duration) api.Mount {
 		v1.Post("/events/:eventId/queue/token", h.issueToken)
 		v1.Delete("/events/:eventId/queue/token", h.leave)
 		v1.Post("/events/:eventId/seats/:seatId/reservation", writes, h.book)
+		Pages(s.Root())
 	}
 }
 

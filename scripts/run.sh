@@ -47,6 +47,8 @@ user_token=$("$bin/api" token -sub demo-user -role user)
 admin_token=$("$bin/api" token -sub demo-admin -role admin)
 staff_token=$("$bin/api" token -sub demo-staff -role staff)
 shopper_token=$("$bin/api" token -sub "$DEMO_SHOP_USER_ID" -role user)
+guest1_token=$("$bin/api" token -sub demo-guest-1 -role user)
+guest2_token=$("$bin/api" token -sub demo-guest-2 -role user)
 check_in=$(date -u -d '+7 days' +%F); check_out=$(date -u -d '+9 days' +%F)
 hold_body="{\"roomTypeId\":$DEMO_ROOM_TYPE_ID,\"checkIn\":\"$check_in\",\"checkOut\":\"$check_out\",\"clientHoldKey\":\"6f1c1f9e-3c7a-4d2b-9a51-2f0a6f2b8c11\"}"
 first=$(curl -s -X POST "$api/api/v1/holds" -H "Authorization: Bearer $user_token" \
@@ -80,6 +82,13 @@ Shop (seed 002): put an item in the demo shopper's cart, reserve the cart for 30
   curl -s $api/api/v1/product-options/$DEMO_OPTION_ID/stock -H "Authorization: Bearer \$SHOPPER_TOKEN"
 
 Then POST $api/api/v1/orders (confirm, same body) or DELETE $api/api/v1/orders/reserve (release); poll each requestId as above.
+
+The waiting-room page as two people see it (open each in a tab of its own; the sign-in is in the
+fragment, which never reaches a server). One person chooses a seat at a time: the second waits
+until the first has booked.
+
+  $api/events/$DEMO_EVENT_ID/waiting-room#token=$guest1_token
+  $api/events/$DEMO_EVENT_ID/waiting-room#token=$guest2_token
 
 Events (seeds 003, 004): the public seat count, a first-come-first-served seat, the waiting room:
 

@@ -54,6 +54,14 @@ var loadOnce = sync.OnceValues(func() (*Document, error) { return Parse(api.Open
 // Load returns the API's own document, parsed and validated once per process.
 func Load() (*Document, error) { return loadOnce() }
 
+// The pages and their assets are text bodies (a string schema), as
+// /metrics is.
+func init() {
+	for _, t := range []string{"text/html", "text/javascript", "text/css"} {
+		openapi3filter.RegisterBodyDecoder(t, openapi3filter.PlainBodyDecoder)
+	}
+}
+
 // Parse loads an OpenAPI document, validates it and builds its router.
 func Parse(data []byte) (*Document, error) {
 	loader := openapi3.NewLoader()
@@ -157,4 +165,15 @@ func (d *Document) checkUnrouted(method, path string, status int, header http.He
 // whose body never ends and so cannot be read whole.
 func IsEventStream(header http.Header) bool {
 	return strings.HasPrefix(header.Get("Content-Type"), "text/event-stream")
+}
+
+// Describes reports whether the document has an operation for method and
+// the path of requestURI.
+func (d *Document) Describes(method, requestURI string) bool {
+	u, err := url.ParseRequestURI(requestURI)
+	if err != nil {
+		return false
+	}
+	_, _, err = d.router.FindRoute(&http.Request{Method: method, URL: u, Host: "holdfast", Header: http.Header{}})
+	return err == nil
 }

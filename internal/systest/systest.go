@@ -147,8 +147,20 @@ func (s *System) StartExtraAPI() string {
 	return s.runAPI()
 }
 
+// StartStoppableAPI runs one more API, as StartExtraAPI does, and returns
+// its base URL and a function that shuts it down gracefully (a restart).
+func (s *System) StartStoppableAPI() (url string, stop func()) {
+	return s.startAPI()
+}
+
 // runAPI runs an API until the test ends and returns its base URL.
 func (s *System) runAPI() string {
+	url, _ := s.startAPI()
+	return url
+}
+
+// startAPI runs an API until stop is called or the test ends.
+func (s *System) startAPI() (string, func()) {
 	t := s.t
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -158,18 +170,22 @@ func (s *System) runAPI() string {
 		done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount, stays.API(s.Cfg.HoldTTL), shop.API(), events.API(s.Cfg.DuplicateWindow))
 	}()
 	url := "http://" + ln.Addr().String()
-	t.Cleanup(func() {
-		// A connection the client dialled but never used would hold up the
-		// server's graceful shutdown until its timeout.
-		transport.CloseIdleConnections()
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("api did not stop")
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			// A connection the client dialled but never used would hold up
+			// the server's graceful shutdown until its timeout.
+			transport.CloseIdleConnections()
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Error("api did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
 	require.Eventually(t, func() bool {
 		resp, err := http.Get(url + "/readyz")
 		if err != nil {
@@ -178,7 +194,7 @@ func (s *System) runAPI() string {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	}, 20*time.Second, 20*time.Millisecond)
-	return url
+	return url, stop
 }
 
 // Worker is an in-process worker.

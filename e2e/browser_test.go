@@ -1,0 +1,386 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/apispec"
+	"github.com/holdfast/holdfast/internal/systest"
+)
+
+// pageProxy stands between the browser and the API. It checks every answer
+// a page gets against the OpenAPI document, and records any request the
+// document does not describe; it can be pointed at another API (a
+// restart), and while none answers it says 502, as a load balancer would.
+type pageProxy struct {
+	URL    string
+	doc    *apispec.Document
+	mu     sync.Mutex
+	target *url.URL
+	bad    []string
+	calls  int
+}
+
+func newPageProxy(t *testing.T, api string) *pageProxy {
+	t.Helper()
+	doc, err := apispec.Load()
+	require.NoError(t, err)
+	p := &pageProxy{doc: doc}
+	p.point(t, api)
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			p.mu.Lock()
+			target := p.target
+			p.mu.Unlock()
+			r.SetURL(target)
+		},
+		FlushInterval:  -1,
+		ModifyResponse: p.check,
+		ErrorHandler:   func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) },
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	p.URL = srv.URL
+	return p
+}
+
+// point sends the proxy's requests to the API at api from now on.
+func (p *pageProxy) point(t *testing.T, api string) {
+	u, err := url.Parse(api)
+	require.NoError(t, err)
+	p.mu.Lock()
+	p.target = u
+	p.mu.Unlock()
+}
+
+func (p *pageProxy) check(resp *http.Response) error {
+	req := resp.Request
+	uri := req.URL.RequestURI()
+	var body []byte
+	if !apispec.IsEventStream(resp.Header) {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		body = b
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls++
+	if !p.doc.Describes(req.Method, uri) {
+		p.bad = append(p.bad, fmt.Sprintf("%s %s is not in the OpenAPI document", req.Method, uri))
+	} else if err := p.doc.Check(req.Method, uri, resp.StatusCode, resp.Header, body); err != nil {
+		p.bad = append(p.bad, err.Error())
+	}
+	return nil
+}
+
+// described fails the test if a page sent a request the document does not
+// describe or got an answer that does not match it.
+func (p *pageProxy) described(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Positive(t, p.calls)
+	require.Empty(t, p.bad)
+}
+
+// browser starts a headless Chromium for the test and returns its context;
+// each chromedp.NewContext of it is a tab of its own (own sessionStorage).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	require.NoError(t, err, "no chromium: apt-get install chromium (.ci/run does)")
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(420, 900)) // a phone's width
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancelBrowser := chromedp.NewContext(alloc)
+	t.Cleanup(cancelBrowser)
+	require.NoError(t, chromedp.Do(ctx)) // starts the browser
+	return ctx
+}
+
+// tab is one browser tab on a page, with the test's helpers.
+type tab struct {
+	t      *testing.T
+	name   string
+	ctx    context.Context
+	close  context.CancelFunc
+	shots  string // directory for screenshots
+	nshots int
+}
+
+func openTab(t *testing.T, b context.Context, name, url string) *tab {
+	t.Helper()
+	return openTabWith(t, b, name, url, "")
+}
+
+// openTabWith is openTab with a script that runs before the page's own
+// (noEventSource takes EventSource away, as some browsers and proxies do).
+func openTabWith(t *testing.T, b context.Context, name, url, before string) *tab {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(b)
+	dir := os.Getenv("HOLDFAST_SCREENSHOTS") // keep them (docs/screenshots was made so)
+	if dir == "" {
+		dir = filepath.Join(t.TempDir(), "screenshots")
+	}
+	tb := &tab{t: t, name: name, ctx: ctx, close: cancel, shots: dir}
+	t.Cleanup(cancel)
+	require.NoError(t, os.MkdirAll(tb.shots, 0o755))
+	if before != "" {
+		require.NoError(t, chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+			_, err := cdp.Call(ctx, target, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: before})
+			return err
+		})))
+	}
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url)))
+	return tb
+}
+
+// noEventSource is a script that takes EventSource away from a page.
+const noEventSource = `delete window.EventSource;`
+
+// text is the text of the element with id.
+func (tb *tab) text(id string) string {
+	tb.t.Helper()
+	s, err := chromedp.Run(tb.ctx, chromedp.Evaluate[string](
+		fmt.Sprintf(`(document.getElementById(%q) || {}).textContent || ""`, id)))
+	require.NoError(tb.t, err)
+	return s
+}
+
+// waitFor waits until the element with id says want, and returns its text.
+func (tb *tab) waitFor(id, want string, within time.Duration) string {
+	tb.t.Helper()
+	var got string
+	require.Eventually(tb.t, func() bool {
+		got = tb.text(id)
+		return strings.Contains(got, want)
+	}, within, 50*time.Millisecond, "%s: #%s never said %q (last: %q)", tb.name, id, want, got)
+	return got
+}
+
+// click clicks the element the CSS selector names.
+func (tb *tab) click(sel string) {
+	tb.t.Helper()
+	require.NoError(tb.t, chromedp.Do(tb.ctx, chromedp.Click(chromedp.CSS(sel))))
+}
+
+// shot saves a screenshot of the tab as <name>-<n>-<state>.png.
+func (tb *tab) shot(state string) {
+	tb.t.Helper()
+	png, err := chromedp.Run(tb.ctx, chromedp.CaptureScreenshot())
+	require.NoError(tb.t, err)
+	tb.nshots++
+	require.NoError(tb.t, os.WriteFile(filepath.Join(tb.shots, fmt.Sprintf("%s-%d-%s.png", tb.name, tb.nshots, state)), png, 0o644))
+}
+
+// axeSource is axe-core's script, installed by make test (npm ci in
+// e2e/browser).
+func axeSource(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("browser", "node_modules", "axe-core", "axe.min.js"))
+	require.NoError(t, err, "axe-core is missing: npm ci --prefix e2e/browser (make test does)")
+	return string(b)
+}
+
+// accessible runs axe-core in the tab's page as it is now and fails on any
+// serious or critical violation. DevTools evaluates the script, so the
+// page's Content-Security-Policy stays as strict as it is.
+func (tb *tab) accessible(axe, state string) {
+	tb.t.Helper()
+	_, err := chromedp.Run(tb.ctx, chromedp.Evaluate[*runtime.RemoteObject](axe))
+	require.NoError(tb.t, err)
+	found, err := chromedp.Run(tb.ctx, chromedp.Evaluate[[]string](`axe.run(document, {resultTypes: ["violations"]}).then(r => r.violations
+		.filter(v => v.impact === "serious" || v.impact === "critical")
+		.map(v => v.id + " (" + v.impact + "): " + v.help + " — " + v.nodes.map(n => n.target.join(" ")).join(", ")))`,
+		chromedp.EvalAwaitPromise))
+	require.NoError(tb.t, err)
+	require.Empty(tb.t, found, "%s, %s: axe-core found serious or critical violations", tb.name, state)
+}
+
+// createRoomEvent makes an event behind a waiting room and returns its id.
+func createRoomEvent(t *testing.T, admin *systest.Client, settings string) int64 {
+	t.Helper()
+	r := admin.Do("POST", "/api/v1/events", `{"name":"Spring concert","seatCount":6,`+settings+`}`)
+	require.Equal(t, 201, r.Status, "%s", r.Body)
+	var e struct {
+		EventID int64 `json:"eventId"`
+	}
+	require.NoError(t, json.Unmarshal(r.Body, &e))
+	return e.EventID
+}
+
+// Four people queue in real browsers for an event with maxConcurrent 1.
+// The first sees its turn, enters, picks a seat and sees it booked; the
+// second sees its place fall to the front and then its turn, without a
+// reload; the third closes its tab, and once presenceTimeout has passed
+// the fourth, who waited behind it, gets its turn. axe-core finds no
+// serious or critical violation in any of the states.
+func TestWaitingRoomPagesInABrowser(t *testing.T) {
+	s := systest.Start(t, systest.Options{Workers: 1})
+	admin := s.Client("admin", domain.RoleAdmin)
+	id := createRoomEvent(t, admin, `"maxConcurrent":1,"presenceTimeoutSeconds":3,"claimWindowSeconds":120`)
+	axe := axeSource(t)
+	b := browser(t)
+	proxy := newPageProxy(t, s.URL)
+	page := func(user string) string { return roomURL(s, proxy, id, user) }
+
+	first := openTab(t, b, "first", page("ana"))
+	first.waitFor("state", "It's your turn!", 20*time.Second)
+	first.shot("your-turn")
+	first.accessible(axe, "your turn")
+	second := openTab(t, b, "second", page("ben"))
+	second.waitFor("state", "You are number 2 in line.", 20*time.Second)
+	second.shot("waiting")
+	second.accessible(axe, "waiting")
+	third := openTab(t, b, "third", page("cho"))
+	third.waitFor("state", "You are number 3 in line.", 20*time.Second)
+	fourth := openTab(t, b, "fourth", page("dan"))
+	fourth.waitFor("state", "You are number 4 in line.", 20*time.Second)
+
+	third.close() // the tab is gone: no polls, no stream
+	first.click("#action")
+	first.waitFor("state", "free. Pick one.", 20*time.Second)
+	first.shot("seats")
+	first.accessible(axe, "seat list")
+	first.click(`#seats button[data-seat]`)
+	booked := first.waitFor("state", "Booked: seat", 20*time.Second)
+	first.shot("booked")
+	first.accessible(axe, "booked")
+	t.Log(booked)
+
+	second.waitFor("state", "It's your turn!", 20*time.Second) // no reload: the stream or the polls brought it
+	second.click("#action")
+	second.waitFor("state", "free. Pick one.", 20*time.Second)
+	second.click(`#seats button[data-seat]`)
+	second.waitFor("state", "Booked: seat", 20*time.Second)
+
+	fourth.waitFor("state", "It's your turn!", 30*time.Second) // the third lost its place
+	fourth.shot("your-turn")
+	proxy.described(t)
+}
+
+// roomURL is user's waiting-room address for event id, through proxy.
+func roomURL(s *systest.System, proxy *pageProxy, id int64, user string) string {
+	return fmt.Sprintf("%s/events/%d/waiting-room#token=%s", proxy.URL, id, s.Token(user, domain.RoleUser))
+}
+
+// In the pre-queue the page counts down to the sale, then shows its place
+// in line by itself once the order is drawn at salesStartAt.
+func TestPrequeuePageCountsDownThenShowsThePlace(t *testing.T) {
+	s := systest.Start(t, systest.Options{Workers: 1})
+	admin := s.Client("admin", domain.RoleAdmin)
+	start := time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339)
+	id := createRoomEvent(t, admin, `"maxConcurrent":1,"admissionPaused":true,"salesStartAt":"`+start+`"`)
+	axe := axeSource(t)
+	b := browser(t)
+	proxy := newPageProxy(t, s.URL)
+	tb := openTab(t, b, "prequeue", roomURL(s, proxy, id, "eve"))
+	tb.waitFor("state", "You are in the pre-queue.", 20*time.Second)
+	tb.waitFor("deadline", "The sale starts in", 5*time.Second)
+	tb.shot("prequeue")
+	tb.accessible(axe, "pre-queue")
+	tb.waitFor("state", "Admissions are paused. You keep your place: number 1 in line.", 30*time.Second)
+	tb.shot("paused")
+	tb.accessible(axe, "paused")
+	proxy.described(t)
+}
+
+// Two people pick the same seat: the first books it; the second, whose
+// list still showed it, is told someone was faster, gets a fresh list
+// and books another.
+func TestSeatPageSomeoneWasFaster(t *testing.T) {
+	s := systest.Start(t, systest.Options{Workers: 1})
+	admin := s.Client("admin", domain.RoleAdmin)
+	id := createRoomEvent(t, admin, `"maxConcurrent":2`)
+	axe := axeSource(t)
+	b := browser(t)
+	proxy := newPageProxy(t, s.URL)
+	one := openTab(t, b, "one", roomURL(s, proxy, id, "fay"))
+	two := openTab(t, b, "two", roomURL(s, proxy, id, "gus"))
+	for _, tb := range []*tab{one, two} {
+		tb.waitFor("state", "It's your turn!", 20*time.Second)
+		tb.click("#action")
+		tb.waitFor("state", "6 seats are free. Pick one.", 20*time.Second)
+	}
+	one.click(`#seats button[data-seat="1"]`)
+	one.waitFor("state", "Booked: seat 1 is yours.", 20*time.Second)
+	two.click(`#seats button[data-seat="1"]`) // its list is from before
+	two.waitFor("state", "Someone was faster: seat 1 is taken. Pick another. 5 seats are free.", 20*time.Second)
+	two.shot("someone-was-faster")
+	two.accessible(axe, "someone was faster")
+	two.click(`#seats button[data-seat="2"]`)
+	two.waitFor("state", "Booked: seat 2 is yours.", 20*time.Second)
+	proxy.described(t)
+}
+
+// The API behind the page is stopped and another started while the page
+// waits (through a proxy that answers 502 meanwhile, as a load balancer
+// would): the page says it is reconnecting, then shows its place and its
+// turn again without a reload. A page without EventSource polls instead.
+func TestWaitingRoomPageSurvivesAnAPIRestart(t *testing.T) {
+	s := systest.Start(t, systest.Options{Workers: 1, NoAPI: true})
+	apiURL, stopAPI := s.StartStoppableAPI()
+	admin := s.Client("admin", domain.RoleAdmin).At(apiURL)
+	id := createRoomEvent(t, admin, `"maxConcurrent":1`)
+	axe := axeSource(t)
+	b := browser(t)
+	proxy := newPageProxy(t, apiURL)
+	ahead := s.Client("hal", domain.RoleUser).At(apiURL)
+	enterRoom(t, ahead, id)
+	live := openTab(t, b, "live", roomURL(s, proxy, id, "ida"))
+	polling := openTabWith(t, b, "polling", roomURL(s, proxy, id, "jon"), noEventSource)
+	live.waitFor("state", "You are number 2 in line.", 20*time.Second)
+	polling.waitFor("state", "You are number 3 in line.", 20*time.Second)
+	noES, err := chromedp.Run(polling.ctx, chromedp.Evaluate[string](`typeof window.EventSource`))
+	require.NoError(t, err)
+	require.Equal(t, "undefined", noES, "the polling tab has EventSource")
+
+	stopAPI()
+	live.waitFor("connection", "Connection lost. Reconnecting by itself…", 20*time.Second)
+	live.shot("reconnecting")
+	live.accessible(axe, "reconnecting")
+	apiURL, _ = s.StartStoppableAPI()
+	proxy.point(t, apiURL)
+	ahead = ahead.At(apiURL)
+	require.Equal(t, http.StatusOK, ahead.Do("DELETE", fmt.Sprintf("/api/v1/events/%d/queue/token", id), nil).Status) // leaves the line
+	live.waitFor("state", "It's your turn!", 30*time.Second)
+	require.Empty(t, live.text("connection"), "the page still says it is reconnecting")
+	polling.waitFor("state", "You are number 2 in line.", 30*time.Second)
+	proxy.described(t)
+}
+
+// enterRoom puts c's user in event id's line and waits until it is there.
+func enterRoom(t *testing.T, c *systest.Client, id int64) {
+	t.Helper()
+	r := c.Do("POST", fmt.Sprintf("/api/v1/events/%d/queue", id), nil)
+	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
+	var a systest.Accepted
+	r.JSON(t, &a)
+	require.Equal(t, domain.StatusSucceeded, c.Wait(a.RequestID, 20*time.Second).Status)
+}
