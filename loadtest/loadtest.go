@@ -30,10 +30,10 @@ import (
 
 // Options configure a run. Zero values take the scenario's defaults.
 type Options struct {
-	BaseURL     string // the API, e.g. http://127.0.0.1:8080
+	BaseURL string // the API, e.g. http://127.0.0.1:8080
 	// MoreAPIs are more API processes of the same system: user i's journey
 	// calls API i mod (1 + len(MoreAPIs)), BaseURL being the first.
-	MoreAPIs []string
+	MoreAPIs    []string
 	Secret      string // JWT_SECRET of the API, to mint tokens
 	Concurrency int    // virtual clients running at once
 	Users       int    // journeys in all
