@@ -384,3 +384,35 @@ func enterRoom(t *testing.T, c *systest.Client, id int64) {
 	r.JSON(t, &a)
 	require.Equal(t, domain.StatusSucceeded, c.Wait(a.RequestID, 20*time.Second).Status)
 }
+
+// The pages and their assets carry a strict CSP and cache headers fit for
+// a crowd (public, short); an unknown asset and a malformed event id are
+// 404 error envelopes.
+func TestPagesHeaders(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	anon := s.Client("x", domain.RoleUser)
+	anon.Token = ""
+	for path, want := range map[string]string{
+		"/events/7/waiting-room":         "text/html",
+		"/events/7/seats-page":           "text/html",
+		"/events/assets/waiting-room.js": "text/javascript",
+		"/events/assets/page.css":        "text/css",
+	} {
+		r := anon.Do("GET", path, nil)
+		require.Equal(t, http.StatusOK, r.Status, path)
+		require.True(t, strings.HasPrefix(r.Header.Get("Content-Type"), want), "%s: %s", path, r.Header.Get("Content-Type"))
+		require.Contains(t, r.Header.Get("Content-Security-Policy"), "default-src 'none'", path)
+		require.Contains(t, r.Header.Get("Content-Security-Policy"), "script-src 'self'", path)
+		require.True(t, strings.HasPrefix(r.Header.Get("Cache-Control"), "public, max-age="), path)
+		require.Equal(t, "nosniff", r.Header.Get("X-Content-Type-Options"), path)
+	}
+	page := anon.Do("GET", "/events/7/waiting-room", nil)
+	require.NotContains(t, string(page.Body), "<script>", "no inline script")
+	require.NotContains(t, string(page.Body), "http", "nothing from other hosts")
+	require.Equal(t, http.StatusNotFound, anon.Do("GET", "/events/assets/nope.js", nil).Status)
+	require.Equal(t, http.StatusNotFound, anon.Do("GET", "/events/assets/..%2fpages.go", nil).Status)
+	r := anon.Do("GET", "/events/x/waiting-room", nil)
+	require.Equal(t, http.StatusNotFound, r.Status)
+	r.ErrorCode(t)
+}
