@@ -22,9 +22,6 @@ import (
 // Run is the API binary: it connects, migrates, serves on ln (or HTTP_ADDR
 // when ln is nil) until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listener, mounts ...Mount) error {
-	if cfg.JWTSecret == config.DefaultJWTSecret {
-		log.Warn("JWT_SECRET is the development default; set it in production")
-	}
 	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.IdleTimeout(cfg.PGIdleTimeout))
 	if err != nil {
 		if ctx.Err() != nil { // told to stop while it started (waiting on the migration lock, say)

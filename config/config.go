@@ -13,10 +13,6 @@ import (
 	"github.com/caarlos0/env/v11"
 )
 
-// DefaultJWTSecret is used when JWT_SECRET is unset, for local development
-// only; both binaries log a warning when they run with it.
-const DefaultJWTSecret = "holdfast-dev-secret-change-me"
-
 // Config is every setting of both binaries. The configuration table in docs/configuration.md
 // lists the same names and defaults.
 type Config struct {
@@ -24,9 +20,11 @@ type Config struct {
 	Redis       Redis
 	HTTPAddr    string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
 	WorkerAddr  string `env:"WORKER_ADDR" envDefault:"127.0.0.1:9090"`
-	JWTSecret   string `env:"JWT_SECRET" envDefault:"holdfast-dev-secret-change-me"`
-	LogLevel    string `env:"LOG_LEVEL" envDefault:"info"`
-	PGMaxConns  int32  `env:"PG_MAX_CONNS" envDefault:"20"`
+	// JWTSecret signs and checks every token. It has no default: a
+	// deployment that forgot it refuses to start (make run makes one).
+	JWTSecret  string `env:"JWT_SECRET"`
+	LogLevel   string `env:"LOG_LEVEL" envDefault:"info"`
+	PGMaxConns int32  `env:"PG_MAX_CONNS" envDefault:"20"`
 	// PGIdleTimeout closes a pooled Postgres connection idle this long.
 	PGIdleTimeout time.Duration `env:"PG_IDLE_TIMEOUT" envDefault:"1m"`
 	PprofAddr     string        `env:"PPROF_ADDR"` // empty: no profiling endpoint
@@ -214,6 +212,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: HOLD_TTL must be at least 1s")
 	case !(c.RateLimitPerIP >= 0 && c.RateLimitPerUser >= 0) || math.IsInf(c.RateLimitPerIP+c.RateLimitPerUser, 0):
 		return fmt.Errorf("config: rate limits must be finite and not negative")
+	case c.JWTSecret == "":
+		return fmt.Errorf("config: JWT_SECRET is required: the secret that signs and checks every token, at least 16 random bytes (make run makes one for development)")
 	case len(c.JWTSecret) < 16:
 		return fmt.Errorf("config: JWT_SECRET must be at least 16 bytes")
 	}

@@ -8,6 +8,15 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/holdfast
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 export HTTP_ADDR="${HTTP_ADDR:-127.0.0.1:8080}"
 export WORKER_ADDR="${WORKER_ADDR:-127.0.0.1:9090}"
+# JWT_SECRET has no default (a deployment without one refuses to start):
+# development gets a random one, made once per checkout and kept in bin/.
+secret_file="${BIN:-bin}/.dev-jwt-secret"
+if [ -z "${JWT_SECRET:-}" ]; then
+  mkdir -p "$(dirname "$secret_file")"
+  [ -s "$secret_file" ] || { umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret_file"; }
+  JWT_SECRET="$(cat "$secret_file")"
+fi
+export JWT_SECRET
 # The probe write type shows the request lifecycle end to end (see README).
 export HOLDFAST_PROBE="${HOLDFAST_PROBE:-true}"
 api="http://${HTTP_ADDR}"
@@ -113,7 +122,7 @@ Asynqmon (any user name, the admin token as password):
   $api/monitoring/
   admin token: $admin_token
 
-More tokens: bin/api token -sub 42 -role user|staff|admin
+More tokens: JWT_SECRET=\$(cat $secret_file) bin/api token -sub 42 -role user|staff|admin
 Press Ctrl-C to stop.
 MSG
 wait "$api_pid" "$worker_pid"
