@@ -45,6 +45,7 @@ func TestRedisTopology(t *testing.T) {
 			err: "REDIS_SENTINEL_PASSWORD needs REDIS_SENTINEL_ADDRS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.vars["JWT_SECRET"] = testSecret
 			c, err := FromMap(tc.vars)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
@@ -55,6 +56,20 @@ func TestRedisTopology(t *testing.T) {
 			require.Equal(t, tc.topology, c.Redis.Topology())
 		})
 	}
+}
+
+const testSecret = "0123456789abcdef0123"
+
+// JWT_SECRET has no default: without it, or with a short one, the
+// configuration is refused, so no deployment runs with a known secret.
+func TestJWTSecretIsRequired(t *testing.T) {
+	_, err := FromMap(map[string]string{})
+	require.ErrorContains(t, err, "JWT_SECRET is required")
+	_, err = FromMap(map[string]string{"JWT_SECRET": "short"})
+	require.ErrorContains(t, err, "at least 16 bytes")
+	c, err := FromMap(map[string]string{"JWT_SECRET": testSecret})
+	require.NoError(t, err)
+	require.Equal(t, testSecret, c.JWTSecret)
 }
 
 // Rate limits are requests per second: 0 turns one off; negative, infinite
