@@ -387,3 +387,37 @@ var sendTwice = testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder,
 	}
 	return next(ctx, cmds)
 })
+
+// perIP serves GET /api/v1/public/limited behind a per-IP limit of one
+// request per second, on a server that trusts the given proxies.
+func perIP(t *testing.T, rdb redis.UniversalClient, trusted ...string) string {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := api.New(config.Config{ShutdownTimeout: time.Second, TrustedProxies: trusted}, api.Deps{Redis: rdb, Registry: prometheus.NewRegistry(), Log: log},
+		func(v1 fiber.Router, s *api.Server) {
+			v1.Get("/public/limited", api.RateLimit(rdb, log, api.Limit{Scope: scope(t), PerSecond: 1, Key: api.ClientIP}),
+				func(c *fiber.Ctx) error { return c.SendStatus(http.StatusNoContent) })
+		})
+	return testenv.Serve(t, s.Serve) + "/api/v1/public/limited"
+}
+
+// Behind a trusted load balancer the per-IP limit counts the clients that
+// X-Forwarded-For names; the control, with no proxy trusted, ignores the
+// header, so every client behind the balancer shares one limit.
+func TestTrustedProxyNamesTheClient(t *testing.T) {
+	t.Parallel()
+	_, rdb := testenv.Redis(t)
+	behind := perIP(t, rdb, "127.0.0.1")
+	for _, client := range []string{"203.0.113.7", "203.0.113.8"} {
+		st, _, _ := send(t, behind, "X-Forwarded-For", client+", 10.0.0.1")
+		require.Equal(t, http.StatusNoContent, st, client)
+	}
+	st, _, _ := send(t, behind, "X-Forwarded-For", "203.0.113.7")
+	require.Equal(t, http.StatusTooManyRequests, st, "the same client again")
+
+	direct := perIP(t, rdb)
+	st, _, _ = send(t, direct, "X-Forwarded-For", "203.0.113.9")
+	require.Equal(t, http.StatusNoContent, st)
+	st, _, _ = send(t, direct, "X-Forwarded-For", "203.0.113.10")
+	require.Equal(t, http.StatusTooManyRequests, st, "an untrusted header must not name the client")
+}

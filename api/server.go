@@ -69,11 +69,18 @@ func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
 		// there); holdfast takes JSON only, so multipart is never parsed.
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
-		ErrorHandler:                 s.errorHandler,
-		DisableStartupMessage:        true,
-		ReadTimeout:                  60 * time.Second,
-		WriteTimeout:                 60 * time.Second,
-		IdleTimeout:                  120 * time.Second,
+		// Behind TRUSTED_PROXIES the client is the first valid address of
+		// X-Forwarded-For, so per-IP limits count clients, not the
+		// balancer; any other sender's header is ignored.
+		EnableTrustedProxyCheck: len(cfg.TrustedProxies) > 0,
+		TrustedProxies:          cfg.TrustedProxies,
+		ProxyHeader:             proxyHeader(cfg.TrustedProxies),
+		EnableIPValidation:      true,
+		ErrorHandler:            s.errorHandler,
+		DisableStartupMessage:   true,
+		ReadTimeout:             60 * time.Second,
+		WriteTimeout:            60 * time.Second,
+		IdleTimeout:             120 * time.Second,
 	})
 	// The inner recover turns a handler's panic into an error that the
 	// access log and the latency metric see as a 500; the outer one guards
@@ -136,6 +143,14 @@ func (s *Server) trace(c *fiber.Ctx) error {
 	c.Locals(localTrace, id)
 	c.Set(fiber.HeaderXRequestID, id)
 	return c.Next()
+}
+
+// proxyHeader is the header that names the client when proxies are trusted.
+func proxyHeader(trusted []string) string {
+	if len(trusted) == 0 {
+		return ""
+	}
+	return fiber.HeaderXForwardedFor
 }
 
 // defaultDependencyTimeout is DEPENDENCY_TIMEOUT's default, for a

@@ -19,7 +19,7 @@ type Config struct {
 	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"`
 	Redis       Redis
 	HTTPAddr    string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
-	WorkerAddr  string `env:"WORKER_ADDR" envDefault:"127.0.0.1:9090"`
+	WorkerAddr  string `env:"WORKER_ADDR" envDefault:"127.0.0.1:8081"`
 	// JWTSecret signs and checks every token. It has no default: a
 	// deployment that forgot it refuses to start (make run makes one).
 	JWTSecret  string `env:"JWT_SECRET"`
@@ -42,6 +42,9 @@ type Config struct {
 	// RateLimitPerIP and RateLimitPerUser are requests per second; 0 turns a limit off.
 	RateLimitPerIP   float64 `env:"RATE_LIMIT_PER_IP" envDefault:"20000"`
 	RateLimitPerUser float64 `env:"RATE_LIMIT_PER_USER" envDefault:"20"`
+	// TrustedProxies are the load balancers (IPs or CIDR ranges) whose
+	// X-Forwarded-For names the client; from anyone else it is ignored.
+	TrustedProxies []string `env:"TRUSTED_PROXIES" envSeparator:","`
 
 	// Stays
 	HoldTTL      time.Duration `env:"HOLD_TTL" envDefault:"10m"`

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 export HTTP_ADDR="${HTTP_ADDR:-127.0.0.1:8080}"
-export WORKER_ADDR="${WORKER_ADDR:-127.0.0.1:9090}"
+export WORKER_ADDR="${WORKER_ADDR:-127.0.0.1:8081}"
 # JWT_SECRET has no default (a deployment without one refuses to start):
 # development gets a random one, made once per checkout and kept in bin/.
 secret_file="${BIN:-bin}/.dev-jwt-secret"

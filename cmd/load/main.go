@@ -90,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")
 	fs.BoolVar(&opt.HoldApply, "hold-apply", false, "with -intake and -redis: pause holdfast's queues until every client has submitted (the API's intake with the workers idle; never on a live system)")
 	apiMetrics := fs.String("api-metrics", "auto", "the API's /metrics for peak memory ('auto': URL/metrics, '' to skip)")
-	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:9090/metrics"), "the worker's /metrics for peak memory ('' to skip)")
+	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:8081/metrics"), "the worker's /metrics for peak memory ('' to skip)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	htmlFile := fs.String("html", "", "also write an HTML report with charts to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (go tool pprof)")
