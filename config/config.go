@@ -216,9 +216,9 @@ func (c Config) Validate() error {
 	case !(c.RateLimitPerIP >= 0 && c.RateLimitPerUser >= 0) || math.IsInf(c.RateLimitPerIP+c.RateLimitPerUser, 0):
 		return fmt.Errorf("config: rate limits must be finite and not negative")
 	case c.JWTSecret == "":
-		return fmt.Errorf("config: JWT_SECRET is required: the secret that signs and checks every token, at least 16 random bytes (make run makes one for development)")
-	case len(c.JWTSecret) < 16:
-		return fmt.Errorf("config: JWT_SECRET must be at least 16 bytes")
+		return fmt.Errorf("config: JWT_SECRET is required: the secret that signs and checks every token, at least 32 random bytes (make run makes one for development)")
+	case len(c.JWTSecret) < 32:
+		return fmt.Errorf("config: JWT_SECRET must be at least 32 bytes")
 	}
 	return nil
 }

@@ -58,7 +58,7 @@ func TestRedisTopology(t *testing.T) {
 	}
 }
 
-const testSecret = "0123456789abcdef0123"
+const testSecret = "0123456789abcdef0123456789abcdef"
 
 // JWT_SECRET has no default: without it, or with a short one, the
 // configuration is refused, so no deployment runs with a known secret.
@@ -66,7 +66,7 @@ func TestJWTSecretIsRequired(t *testing.T) {
 	_, err := FromMap(map[string]string{})
 	require.ErrorContains(t, err, "JWT_SECRET is required")
 	_, err = FromMap(map[string]string{"JWT_SECRET": "short"})
-	require.ErrorContains(t, err, "at least 16 bytes")
+	require.ErrorContains(t, err, "at least 32 bytes")
 	c, err := FromMap(map[string]string{"JWT_SECRET": testSecret})
 	require.NoError(t, err)
 	require.Equal(t, testSecret, c.JWTSecret)
@@ -78,11 +78,11 @@ func TestJWTSecretIsRequired(t *testing.T) {
 func TestRateLimitsMustBeFinite(t *testing.T) {
 	for _, v := range []string{"-1", "Inf", "+Inf", "NaN"} {
 		for _, name := range []string{"RATE_LIMIT_PER_IP", "RATE_LIMIT_PER_USER"} {
-			_, err := FromMap(map[string]string{name: v, "JWT_SECRET": "0123456789abcdef0123"})
+			_, err := FromMap(map[string]string{name: v, "JWT_SECRET": "0123456789abcdef0123456789abcdef"})
 			require.ErrorContains(t, err, "rate limits must be finite", "%s=%s", name, v)
 		}
 	}
-	c, err := FromMap(map[string]string{"RATE_LIMIT_PER_IP": "0", "RATE_LIMIT_PER_USER": "0.5", "JWT_SECRET": "0123456789abcdef0123"})
+	c, err := FromMap(map[string]string{"RATE_LIMIT_PER_IP": "0", "RATE_LIMIT_PER_USER": "0.5", "JWT_SECRET": "0123456789abcdef0123456789abcdef"})
 	require.NoError(t, err)
 	require.Equal(t, []float64{0, 0.5}, []float64{c.RateLimitPerIP, c.RateLimitPerUser})
 }
@@ -90,7 +90,7 @@ func TestRateLimitsMustBeFinite(t *testing.T) {
 // Requests are kept a week unless told otherwise; 0 keeps them forever and
 // a negative retention is refused.
 func TestRequestRetention(t *testing.T) {
-	secret := "0123456789abcdef0123"
+	secret := "0123456789abcdef0123456789abcdef"
 	c, err := FromMap(map[string]string{"JWT_SECRET": secret})
 	require.NoError(t, err)
 	require.Equal(t, 7*24*time.Hour, c.RequestRetention)

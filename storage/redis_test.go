@@ -16,7 +16,7 @@ import (
 // or the queue and the mailboxes would live on different deployments.
 func TestRedisSelectionBuildsBothClients(t *testing.T) {
 	load := func(vars map[string]string) config.Redis {
-		vars["JWT_SECRET"] = "0123456789abcdef0123"
+		vars["JWT_SECRET"] = "0123456789abcdef0123456789abcdef"
 		c, err := config.FromMap(vars)
 		require.NoError(t, err)
 		return c.Redis

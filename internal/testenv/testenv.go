@@ -342,7 +342,7 @@ func baseVars(pgURL, redisURL string) map[string]string {
 }
 
 // Secret is the JWT secret of test configurations.
-const Secret = "holdfast-test-secret-0123456789"
+const Secret = "holdfast-test-secret-0123456789abcdef"
 
 // Vars is the environment form of Config, for worker processes.
 func Vars(pgURL, redisURL string, overrides ...string) map[string]string {
