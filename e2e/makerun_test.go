@@ -53,7 +53,7 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 		if v, ok := strings.CutPrefix(line, "export "); ok {
 			exports = append(exports, v)
 		}
-		if strings.HasPrefix(line, "curl ") {
+		if strings.HasPrefix(line, "curl ") || strings.HasPrefix(line, "rid=$(curl ") {
 			curls = append(curls, line)
 		}
 		if strings.HasPrefix(line, "Press Ctrl-C") {
@@ -62,12 +62,24 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 	}
 	require.NotEmpty(t, exports, "make run printed no token")
 	require.GreaterOrEqual(t, len(curls), 5)
+	polled := false
 	for _, line := range curls {
 		sh := exec.Command("bash", "-o", "pipefail", "-c", line)
 		sh.Env = append(os.Environ(), exports...)
 		out, err := sh.CombinedOutput()
 		require.NoError(t, err, "%s\n%s", line, out)
 		require.NotEmpty(t, out, line)
+		if rid, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "requestId "); ok {
+			// The next lines poll the request this line submitted, as they
+			// would in the user's shell: not one of make run's own.
+			require.Regexp(t, `^[0-9a-f-]{36}$`, rid, line)
+			exports = append(exports, "rid="+rid)
+			continue
+		}
+		if strings.Contains(line, "$rid") {
+			polled = true
+			require.Contains(t, string(out), exports[len(exports)-1][len("rid="):], "the poll is of the user's own request")
+		}
 		require.NotContains(t, string(out), `{"error":{`, line)
 		if strings.Contains(line, "wait=10s") {
 			require.Contains(t, string(out), `"status":"succeeded"`)
@@ -76,6 +88,8 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 			require.Contains(t, string(out), `"requestId"`)
 		}
 	}
+
+	require.True(t, polled, "make run printed no poll of the user's own request")
 
 	// Ctrl-C stops both cleanly.
 	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))

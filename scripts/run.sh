@@ -60,9 +60,6 @@ guest1_token=$("$bin/api" token -sub demo-guest-1 -role user)
 guest2_token=$("$bin/api" token -sub demo-guest-2 -role user)
 check_in=$(date -u -d '+7 days' +%F); check_out=$(date -u -d '+9 days' +%F)
 hold_body="{\"roomTypeId\":$DEMO_ROOM_TYPE_ID,\"checkIn\":\"$check_in\",\"checkOut\":\"$check_out\",\"clientHoldKey\":\"6f1c1f9e-3c7a-4d2b-9a51-2f0a6f2b8c11\"}"
-first=$(curl -s -X POST "$api/api/v1/holds" -H "Authorization: Bearer $user_token" \
-  -H 'Content-Type: application/json' -d "$hold_body")
-request_id=$(sed -n 's/.*"requestId":"\([^"]*\)".*/\1/p' <<<"$first")
 
 cat <<MSG
 
@@ -77,10 +74,10 @@ Demo hotel $DEMO_HOTEL_ID, room type $DEMO_ROOM_TYPE_ID. Availability (staff), a
   curl -s "$api/api/v1/hotels/$DEMO_HOTEL_ID/availability?from=$check_in&to=$check_out" -H "Authorization: Bearer \$STAFF_TOKEN"
   curl -s "$api/api/v1/public/hotels/$DEMO_HOTEL_ID/availability?from=$check_in&to=$check_out"
 
-Hold a room (answers 202 with a requestId), then long-poll its outcome — the holdId to confirm:
+Hold a room (answers 202 with a requestId), then long-poll that request's outcome — the holdId to confirm:
 
-  curl -s -X POST $api/api/v1/holds -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -d '$hold_body'
-  curl -s "$api/api/v1/requests/$request_id?wait=10s" -H "Authorization: Bearer \$TOKEN"
+  rid=\$(curl -s -X POST $api/api/v1/holds -H "Authorization: Bearer \$TOKEN" -H 'Content-Type: application/json' -d '$hold_body' | sed -n 's/.*"requestId":"\\([^"]*\\)".*/\\1/p'); echo "requestId \$rid"
+  curl -s "$api/api/v1/requests/\$rid?wait=10s" -H "Authorization: Bearer \$TOKEN"
 
 Then: curl -s -X POST $api/api/v1/holds/<holdId>/confirm -H "Authorization: Bearer \$TOKEN"   (or DELETE …/holds/<holdId>)
 
