@@ -433,8 +433,12 @@ func (h *handlers) issueToken(c *fiber.Ctx) error {
 
 // notYourTurn says why a user in line may not take a token yet.
 func notYourTurn(st Status) *domain.Problem {
+	full := "it is not your turn yet: every admission slot is taken, and the users ahead of you go first"
+	if st.Rank != nil && *st.Rank == 0 {
+		full = "you are first in line: your turn comes when an admitted user books a seat, leaves or lets the entry lapse (every admission slot is taken)"
+	}
 	msg := map[string]string{
-		"full":     "it is not your turn yet: every admission slot is taken, and the users ahead of you go first",
+		"full":     full,
 		"rate":     "it is not your turn yet: the admission rate of this minute is reached",
 		"paused":   "admissions are paused; you keep your place",
 		"prequeue": "the sale has not started; your place is drawn at the start",

@@ -111,3 +111,15 @@ func TestSettingsRefuseUnknownFields(t *testing.T) {
 	require.Equal(t, "name", p.Meta["field"])
 	require.Error(t, json.Unmarshal([]byte(`{"admitPerMinute": "many"}`), &in))
 }
+
+// NOT_YOUR_TURN says why: at the head of the line with every slot taken it
+// does not speak of users ahead (rank 0 read as a contradiction).
+func TestNotYourTurnSaysWhy(t *testing.T) {
+	zero, two := int64(0), int64(2)
+	head := notYourTurn(Status{Status: "waiting", Rank: &zero, AheadCount: &zero, reason: "full"})
+	require.Contains(t, head.Message, "you are first in line")
+	require.NotContains(t, head.Message, "ahead of you")
+	behind := notYourTurn(Status{Status: "waiting", Rank: &two, AheadCount: &two, reason: "full"})
+	require.Contains(t, behind.Message, "the users ahead of you go first")
+	require.Equal(t, int64(2), behind.Meta["aheadCount"])
+}
