@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"time"
 
 	"github.com/hibiken/asynq"
 	asynqmetrics "github.com/hibiken/asynq/x/metrics"
 	"github.com/hibiken/asynqmon"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/config"
@@ -68,6 +72,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 		Signer:   auth.NewSigner(cfg.JWTSecret),
 		Registry: reg, Metrics: m, HTTP: metrics.NewHTTP(reg), Log: log, Monitoring: mon,
 	}, mounts...)
+	if cfg.MetricsAddr != "" {
+		if err := serveMetrics(ctx, cfg.MetricsAddr, reg, log); err != nil {
+			return err
+		}
+	}
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return fmt.Errorf("api: listen: %w", err)
@@ -80,4 +89,27 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	}
 	log.Info("api stopped")
 	return err
+}
+
+// serveMetrics serves the API's /metrics on addr (METRICS_ADDR) until ctx
+// ends, for deployments that keep them off the public address.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("api: listen for metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics server", "err", err)
+		}
+	}()
+	log.Info("api metrics listening", "addr", ln.Addr().String())
+	return nil
 }

@@ -88,7 +88,9 @@ func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
 	s.app.Use(recover.New(), s.trace, s.accessLog, recover.New(), s.readBody, s.bounded)
 	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	s.app.Get("/readyz", s.ready)
-	s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{})))
+	if cfg.MetricsAddr == "" { // else Run serves them on METRICS_ADDR
+		s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{})))
+	}
 	s.app.Get(OpenAPIPath, serveOpenAPI)
 	if d.Monitoring != nil {
 		s.app.Use("/monitoring", s.adminOnly, adaptor.HTTPHandler(d.Monitoring))

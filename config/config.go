@@ -28,6 +28,9 @@ type Config struct {
 	// PGIdleTimeout closes a pooled Postgres connection idle this long.
 	PGIdleTimeout time.Duration `env:"PG_IDLE_TIMEOUT" envDefault:"1m"`
 	PprofAddr     string        `env:"PPROF_ADDR"` // empty: no profiling endpoint
+	// MetricsAddr, when set, moves the API's /metrics off its public
+	// address to this one (the worker's are on WORKER_ADDR anyway).
+	MetricsAddr string `env:"METRICS_ADDR"`
 
 	// API
 	BodyLimit   int           `env:"BODY_LIMIT" envDefault:"65536"`

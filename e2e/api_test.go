@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -209,4 +210,22 @@ func TestHealthAndReadiness(t *testing.T) {
 	require.NoError(t, err)
 	wr.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, wr.StatusCode)
+}
+
+// METRICS_ADDR moves the API's /metrics off its public address.
+func TestMetricsOnTheirOwnAddress(t *testing.T) {
+	t.Parallel()
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	s := systest.Start(t, systest.Options{Overrides: []string{"METRICS_ADDR", addr}})
+	public, err := http.Get(s.URL + "/metrics")
+	require.NoError(t, err)
+	public.Body.Close()
+	require.Equal(t, http.StatusNotFound, public.StatusCode, "metrics still on the public address")
+	private, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	b, err := io.ReadAll(private.Body)
+	private.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, private.StatusCode)
+	require.Contains(t, string(b), "holdfast_requests_oldest_open_seconds")
 }
