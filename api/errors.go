@@ -30,7 +30,7 @@ type envelopeError struct {
 const unavailableRetryAfter = 2
 
 // problemFor maps any error to the problem a client sees. Only this function
-// decides status codes; only 5xx are logged as errors.
+// decides status codes; only 5xx are logged as errors (503, a store's outage, as a warning).
 func problemFor(err error) *domain.Problem {
 	if p, ok := domain.AsProblem(err); ok {
 		return p
@@ -72,7 +72,10 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	if traceID(c) == "" { // rejected by the server before any middleware ran (413)
 		c.Locals(localTrace, uuid.NewString())
 	}
-	if p.HTTPStatus >= 500 {
+	switch {
+	case p.Code == domain.CodeUnavailable: // an outage, not a defect: see the stores' own health
+		s.Log.WarnContext(c.UserContext(), "request refused: a store is unavailable", "traceId", traceID(c), "path", c.Path(), "err", err)
+	case p.HTTPStatus >= 500:
 		s.Log.ErrorContext(c.UserContext(), "request failed", "traceId", traceID(c), "path", c.Path(), "err", err)
 	}
 	if ra, ok := p.Meta["retryAfterSeconds"]; ok {

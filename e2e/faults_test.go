@@ -242,6 +242,9 @@ func TestPostgresFullAnswers503(t *testing.T) {
 // 1) and bodies that pass input checks, so they reach the stores.
 var sweepCalls = []operationSeed{
 	{"GET /readyz", "", "", "", "", false},
+	{"GET /events/{eventId}/waiting-room", "1", "", "", "", false},
+	{"GET /events/{eventId}/seats-page", "1", "", "", "", false},
+	{"GET /events/assets/{name}", "waiting-room.js", "", "", "", false},
 	{"GET /api/v1/requests/{id}", "0192f5a0-0000-7000-8000-000000000000", "", "", "", false},
 	{"GET /api/v1/requests/{id}", "0192f5a0-0000-7000-8000-000000000000", "wait=1s", "", "", false},
 	{"POST /api/v1/probe", "", "", `{"keys":["a"]}`, "", false},
