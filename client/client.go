@@ -12,7 +12,7 @@
 //	var seat client.FCFSResult
 //	if err := out.Decode(&seat); err != nil {
 //		// out.Err() is a *client.Error carrying the business code,
-//		// e.g. client.IsCode(err, "SOLD_OUT")
+//		// e.g. client.IsCode(err, CodeSoldOut)
 //	}
 //
 // A Client is safe for concurrent use. WithToken returns a copy acting as

@@ -165,10 +165,10 @@ func (s *fcfsRush) record(p pendingWrite, out client.Outcome) error {
 	case err == nil:
 		s.book.won(user, r.SeatID)
 		s.order.add(ordered{user: user, sent: p.at, acked: p.acked, seat: r.SeatID})
-	case client.IsCode(err, "SOLD_OUT"):
+	case client.IsCode(err, client.CodeSoldOut):
 		s.book.sold()
 		s.order.add(ordered{user: user, sent: p.at, acked: p.acked, soldOut: true})
-	case client.IsCode(err, "CONTENTION"):
+	case client.IsCode(err, client.CodeContention):
 	default:
 		return fmt.Errorf("fcfs for %s: %w", user, err)
 	}

@@ -113,7 +113,7 @@ func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user strin
 	}
 	var h client.Hold
 	switch err := out.Decode(&h); {
-	case client.IsCode(err, "NOT_AVAILABLE"):
+	case client.IsCode(err, client.CodeNotAvailable):
 		b.count(&b.report.HoldsRefused)
 		return nil
 	case err != nil:
@@ -130,7 +130,7 @@ func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user strin
 		switch err := out.Decode(&res); {
 		case err == nil:
 			b.confirmed(res)
-		case client.IsCode(err, "NOT_AVAILABLE"), client.IsCode(err, "HOLD_EXPIRED"):
+		case client.IsCode(err, client.CodeNotAvailable), client.IsCode(err, client.CodeHoldExpired):
 			b.count(&b.report.ConfirmsRefused)
 			b.stillHeld(h)
 		default:

@@ -137,7 +137,7 @@ func (s *waitingRoomRush) wait(ctx context.Context, e *Env, c *client.Client, v 
 				v.seen, v.expires, v.granted = time.Now(), tok.ExpiresAt, tok.ExpiresAt.Add(-s.tokenTTL)
 				return tok, nil
 			}
-			if !client.IsCode(err, "NOT_YOUR_TURN") {
+			if !client.IsCode(err, client.CodeNotYourTurn) {
 				return client.EntryToken{}, fmt.Errorf("token for %s: %w", v.user, err)
 			}
 		}
@@ -174,8 +174,8 @@ func (s *waitingRoomRush) bookSeat(ctx context.Context, e *Env, c *client.Client
 			s.book.won(v.user, b.SeatID)
 			v.released = sent
 			return nil
-		case client.IsCode(err, "SEAT_TAKEN"):
-		case client.IsCode(err, "SOLD_OUT"):
+		case client.IsCode(err, client.CodeSeatTaken):
+		case client.IsCode(err, client.CodeSoldOut):
 			free = nil
 		default:
 			return fmt.Errorf("booking for %s: %w", v.user, err)

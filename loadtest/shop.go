@@ -70,7 +70,7 @@ func (s *cartCheckout) Journey(ctx context.Context, e *Env, i int) error {
 		return err
 	}
 	switch err := out.Err(); {
-	case client.IsCode(err, "INSUFFICIENT_AVAILABLE_STOCK"):
+	case client.IsCode(err, client.CodeInsufficientAvailableStock):
 		return nil
 	case err != nil:
 		return fmt.Errorf("reserve for %d: %w", uid, err)

@@ -177,3 +177,16 @@ func declaredErrorCodes(t *testing.T, root string) []string {
 	slices.Sort(codes)
 	return slices.Compact(codes)
 }
+
+// The Go client declares a constant for every documented error code, and
+// none the document lacks.
+func TestGoClientDeclaresEveryErrorCode(t *testing.T) {
+	doc, err := apispec.Load()
+	require.NoError(t, err)
+	var documented []string
+	for _, v := range doc.T.Components.Schemas["ErrorCode"].Value.Enum {
+		documented = append(documented, v.(string))
+	}
+	slices.Sort(documented)
+	require.Equal(t, documented, declaredErrorCodes(t, filepath.Join(moduleRoot(t), "client")))
+}
