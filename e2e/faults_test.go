@@ -386,3 +386,46 @@ func errorCodeOf(r systest.Response) string {
 	}
 	return e.Error.Code
 }
+
+// A slow Postgres (here: the requests table locked by another session, so
+// every INSERT and read of it waits) costs a client DEPENDENCY_TIMEOUT, not
+// the length of the stall: writes and polls get 503 with Retry-After, and
+// nothing the API refused is stored.
+func TestSlowPostgresAnswers503WithinTheBound(t *testing.T) {
+	t.Parallel()
+	const bound = 500 * time.Millisecond
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"DEPENDENCY_TIMEOUT", bound.String()}})
+	c := s.Client("u", domain.RoleUser)
+	id := c.Probe(probe.Payload{Keys: []string{"before"}})
+	require.Equal(t, domain.StatusSucceeded, c.Wait(id, 30*time.Second).Status)
+
+	ctx := context.Background()
+	tx, err := s.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `LOCK TABLE requests IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	for _, call := range []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/api/v1/probe", probe.Payload{Keys: []string{"stalled"}}},
+		{"GET", "/api/v1/requests/" + id, nil},
+		{"GET", "/api/v1/requests/" + id + "?wait=5s", nil},
+	} {
+		start := time.Now()
+		r, err := c.TryDo(call.method, call.path, call.body)
+		took := time.Since(start)
+		require.NoError(t, err)
+		t.Logf("%s %s with Postgres stalled: %d in %v", call.method, call.path, r.Status, took.Round(time.Millisecond))
+		require.Equal(t, http.StatusServiceUnavailable, r.Status, "%s %s: %s", call.method, call.path, r.Body)
+		require.NotEmpty(t, r.Header.Get("Retry-After"))
+		// A write may wait twice: for its INSERT, then to read back whether
+		// it committed. Not a speed target: a bound on waiting for a stall.
+		require.Less(t, took, 3*bound+time.Second, "%s %s waited on the stall", call.method, call.path)
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	var stalled int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*) FROM requests WHERE keys @> ARRAY['stalled']`).Scan(&stalled))
+	require.Zero(t, stalled, "a write answered 503 was stored")
+}
