@@ -49,8 +49,7 @@ func Pages(root fiber.Router) {
 	root.Get("/events/:eventId/seats-page", page("seats.html"))
 	root.Get("/events/assets/:name", func(c *fiber.Ctx) error {
 		name := c.Params("name")
-		types := map[string]string{".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
-		typ, ok := types[path.Ext(name)]
+		typ, ok := assetTypes[path.Ext(name)]
 		if !ok || strings.ContainsAny(name, "/\\") {
 			return fiber.ErrNotFound
 		}
@@ -63,6 +62,9 @@ func Pages(root fiber.Router) {
 		return c.Status(http.StatusOK).Send(b)
 	})
 }
+
+// assetTypes are the content types of the pages' assets, by extension.
+var assetTypes = map[string]string{".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
 // secure sets the headers every page and asset carries.
 func secure(c *fiber.Ctx, cache string) {

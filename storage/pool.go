@@ -17,7 +17,6 @@ func IdleTimeout(d time.Duration) PGOption {
 	return func(c *pgxpool.Config) {
 		c.MaxConnIdleTime = d
 		c.HealthCheckPeriod = max(d/2, time.Second)
-		c.MinConns = 0
 	}
 }
 

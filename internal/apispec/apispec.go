@@ -119,8 +119,7 @@ func (d *Document) Check(method, requestURI string, status int, header http.Head
 	if IsUndocumented(u.Path) {
 		return nil
 	}
-	req := &http.Request{Method: method, URL: u, Host: "holdfast", Header: http.Header{}}
-	route, params, err := d.router.FindRoute(req)
+	req, route, params, err := d.find(method, u)
 	if errors.Is(err, routers.ErrPathNotFound) || errors.Is(err, routers.ErrMethodNotAllowed) {
 		return d.checkUnrouted(method, u.Path, status, header, body)
 	}
@@ -174,6 +173,14 @@ func (d *Document) Describes(method, requestURI string) bool {
 	if err != nil {
 		return false
 	}
-	_, _, err = d.router.FindRoute(&http.Request{Method: method, URL: u, Host: "holdfast", Header: http.Header{}})
+	_, _, _, err = d.find(method, u)
 	return err == nil
+}
+
+// find is the document's operation for method and u, with its path
+// parameters and the request it was matched as.
+func (d *Document) find(method string, u *url.URL) (*http.Request, *routers.Route, map[string]string, error) {
+	req := &http.Request{Method: method, URL: u, Host: "holdfast", Header: http.Header{}}
+	route, params, err := d.router.FindRoute(req)
+	return req, route, params, err
 }
