@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,7 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 
 	var exports []string
 	var curls []string
+	var pages []string // the waiting-room links, with a user's token in the fragment
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -55,6 +57,9 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 		}
 		if strings.HasPrefix(line, "curl ") || strings.HasPrefix(line, "rid=$(curl ") {
 			curls = append(curls, line)
+		}
+		if strings.Contains(line, "/waiting-room#token=") {
+			pages = append(pages, line)
 		}
 		if strings.HasPrefix(line, "Press Ctrl-C") {
 			break
@@ -90,6 +95,31 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 	}
 
 	require.True(t, polled, "make run printed no poll of the user's own request")
+
+	// Two ready-to-open waiting-room links, for two different users: the
+	// page loads, and its token is one the API accepts.
+	require.Len(t, pages, 2, "make run prints a waiting-room link for each of two users")
+	users := map[string]bool{}
+	for _, link := range pages {
+		page, token, ok := strings.Cut(link, "#token=")
+		require.True(t, ok, link)
+		resp, err := http.Get(page)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, page)
+		require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html"), page)
+		status := strings.Replace(page, "/events/", "/api/v1/events/", 1)
+		status = strings.Replace(status, "/waiting-room", "/queue/status", 1)
+		req, err := http.NewRequest("GET", status, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "the link's token: %s", status)
+		users[token] = true
+	}
+	require.Len(t, users, 2, "the two links are two users")
 
 	// Ctrl-C stops both cleanly.
 	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT))
