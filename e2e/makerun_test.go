@@ -17,10 +17,19 @@ import (
 	"github.com/holdfast/holdfast/internal/testenv"
 )
 
-// `make run` (scripts/run.sh) starts the system, and every curl line it
-// prints works when pasted into a shell; Ctrl-C stops both processes.
-func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
-	t.Parallel()
+// makeRun is `make run` (scripts/run.sh) started on a private database,
+// Redis and ports, with binaries built for the test.
+type makeRun struct {
+	cmd *exec.Cmd
+	out *bufio.Scanner // its stdout and stderr
+	bin string         // where its binaries and the dev secret are (BIN)
+	api string         // the API's address, host:port
+	db  string         // its database's URL
+	env []string       // the environment it ran with
+}
+
+func startMakeRun(t *testing.T) *makeRun {
+	t.Helper()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed")
 	}
@@ -35,21 +44,31 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 	t.Cleanup(func() {
 		_ = exec.Command("psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", "DROP DATABASE IF EXISTS "+dbName).Run()
 	})
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	cmd := exec.Command("../scripts/run.sh")
-	cmd.Env = append(os.Environ(), "PG_MAX_CONNS=4", "BIN="+bin, "LOG_DIR="+t.TempDir(), "DATABASE_URL="+pgURL, "REDIS_URL="+redisURL,
-		"HTTP_ADDR="+httpAddr, fmt.Sprintf("WORKER_ADDR=127.0.0.1:%d", testenv.FreePort(t)))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
+	m := &makeRun{bin: bin, api: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), db: pgURL}
+	m.env = append(os.Environ(), "PG_MAX_CONNS=4", "BIN="+bin, "LOG_DIR="+t.TempDir(), "DATABASE_URL="+pgURL, "REDIS_URL="+redisURL,
+		"HTTP_ADDR="+m.api, fmt.Sprintf("WORKER_ADDR=127.0.0.1:%d", testenv.FreePort(t)))
+	m.cmd = exec.Command("../scripts/run.sh")
+	m.cmd.Env = m.env
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := m.cmd.StdoutPipe()
 	require.NoError(t, err)
-	cmd.Stderr = cmd.Stdout
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	m.cmd.Stderr = m.cmd.Stdout
+	require.NoError(t, m.cmd.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL) })
+	m.out = bufio.NewScanner(stdout)
+	return m
+}
+
+// `make run` (scripts/run.sh) starts the system, and every curl line it
+// prints works when pasted into a shell; Ctrl-C stops both processes.
+func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
+	t.Parallel()
+	m := startMakeRun(t)
+	cmd, sc := m.cmd, m.out
 
 	var exports []string
 	var curls []string
 	var pages []string // the waiting-room links, with a user's token in the fragment
-	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if v, ok := strings.CutPrefix(line, "export "); ok {
