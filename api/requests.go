@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 
+	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/requests"
 )
@@ -57,7 +58,46 @@ func (s *Server) Accept(c *fiber.Ctx, sub requests.Submission) error {
 	c.Locals(localRequestID, id)
 	url := "/api/v1/requests/" + id
 	c.Set(fiber.HeaderLocation, url)
+	if wait := preferredWait(c.Request().Header.PeekAll("Prefer"), s.cfg.PollMaxWait); wait > 0 {
+		c.Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		c.Vary("Prefer")
+		// The write is durable already: a wait that cannot read its outcome
+		// (a store down, say) still answers 202, not an error.
+		if view, done, err := s.await(c.UserContext(), p, r.ID, wait); err == nil {
+			if view != nil {
+				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+				return c.Send(view)
+			}
+			if done.Status.Terminal() {
+				return c.JSON(done.View())
+			}
+			r = done
+		}
+	}
 	return c.Status(http.StatusAccepted).JSON(accepted{RequestID: id, Status: r.Status, StatusURL: url})
+}
+
+// preferredWait is RFC 7240's "wait" preference among a write's Prefer
+// headers ("Prefer: respond-async, wait=10"): whole seconds, at most
+// maxWait. The first "wait" counts; an absent or malformed one is 0, as
+// RFC 7240 asks a server to ignore a preference it does not understand.
+func preferredWait(headers [][]byte, maxWait time.Duration) time.Duration {
+	for _, h := range headers {
+		for _, pref := range strings.Split(string(h), ",") {
+			pref, _, _ = strings.Cut(pref, ";") // parameters: none defined for wait
+			name, value, _ := strings.Cut(pref, "=")
+			if !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			value = strings.Trim(strings.TrimSpace(value), `"`)
+			n, err := strconv.ParseUint(value, 10, 32)
+			if err != nil {
+				return 0
+			}
+			return min(time.Duration(n)*time.Second, maxWait.Truncate(time.Second))
+		}
+	}
+	return 0
 }
 
 func validIdemKey(k string) bool {
@@ -83,13 +123,28 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.UserContext()
-	p := Principal(c)
-	// A long poll listens before it looks, so an announcement made between
-	// the look and the wait is not missed, and the look need not be
-	// repeated once the wait begins. A request this process accepted and
-	// that is not announced yet is still open: it waits without a read;
-	// one announced already is answered with the view it was announced with.
+	view, r, err := s.await(c.UserContext(), Principal(c), id, wait)
+	if err != nil {
+		return err
+	}
+	if view != nil {
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		return c.Send(view)
+	}
+	return c.JSON(r.View())
+}
+
+// await reads request id for p, waiting up to wait for it to be terminal.
+// It returns the view the worker announced (JSON) when that is what ended
+// the wait, else the request as read: terminal, or still open when the
+// wait ran out. Someone else's request is errNotFound.
+//
+// A long poll listens before it looks, so an announcement made between the
+// look and the wait is not missed, and the look need not be repeated once
+// the wait begins. A request this process accepted and that is not
+// announced yet is still open: it waits without a read; one announced
+// already is answered with the view it was announced with.
+func (s *Server) await(ctx context.Context, p auth.Principal, id uuid.UUID, wait time.Duration) ([]byte, *requests.Request, error) {
 	var done <-chan []byte
 	var r *requests.Request // nil while not read
 	open := false
@@ -100,7 +155,7 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 		var t requests.Tracked
 		if t, open = s.Notifier.Local(id, p.CanActFor); open {
 			if !p.CanActFor(t.Owner) {
-				return errNotFound
+				return nil, nil, errNotFound
 			}
 			if t.View == nil && t.Announced {
 				select { // announced to this poll's own wait, just now
@@ -109,32 +164,25 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 				}
 			}
 			if t.View != nil {
-				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-				return c.Send(t.View)
+				return t.View, nil, nil
 			}
 			open = !t.Announced
 		}
 	}
 	if !open {
+		var err error
 		if r, err = s.Store.Get(ctx, id); err != nil {
-			return err
+			return nil, nil, err
 		}
 		if !p.CanActFor(r.UserID) {
-			return errNotFound
+			return nil, nil, errNotFound
 		}
 		open = !r.Status.Terminal()
 	}
 	if wait > 0 && open {
-		var view []byte
-		if r, view, err = s.waitTerminal(ctx, id, r, done, wait); err != nil {
-			return err
-		}
-		if view != nil {
-			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-			return c.Send(view)
-		}
+		return s.waitTerminal(ctx, id, r, done, wait)
 	}
-	return c.JSON(r.View())
+	return nil, r, nil
 }
 
 // waitTerminal long-polls request id, whose state r was read after done
@@ -143,7 +191,7 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 // the terminal view (returned as view), and also reads Postgres every
 // second, so a lost announcement costs at most 1 s. The wait outlasts the
 // request's DEPENDENCY_TIMEOUT; each read is bounded by it instead.
-func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Request, done <-chan []byte, wait time.Duration) (*requests.Request, []byte, error) {
+func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Request, done <-chan []byte, wait time.Duration) ([]byte, *requests.Request, error) {
 	ctx = context.WithoutCancel(ctx)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
@@ -153,21 +201,21 @@ func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Req
 		select {
 		case view := <-done:
 			if view != nil {
-				return r, view, nil
+				return view, nil, nil
 			}
 			next, err := s.read(ctx, id)
-			return next, nil, err
+			return nil, next, err
 		case <-tick.C:
 		case <-deadline.C:
 			if r != nil {
-				return r, nil, nil
+				return nil, r, nil
 			}
 			r, err := s.read(ctx, id)
-			return r, nil, err
+			return nil, r, err
 		}
 		next, err := s.read(ctx, id)
 		if err != nil || next.Status.Terminal() {
-			return next, nil, err
+			return nil, next, err
 		}
 		r = next
 	}

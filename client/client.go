@@ -7,13 +7,17 @@
 //	c := client.New("http://127.0.0.1:8080", token)
 //	acc, err := c.FCFS(ctx, eventID, "+821012345678")
 //	if err != nil { ... }                  // *client.Error: 4xx/5xx from the API (bad input, 429, ...)
-//	out, err := c.Wait(ctx, acc.RequestID) // long-polls until the request is terminal
+//	out, err := c.Await(ctx, acc)          // long-polls until the request is terminal
 //	if err != nil { ... }                  // transport failure, or ctx ended first
 //	var seat client.FCFSResult
 //	if err := out.Decode(&seat); err != nil {
 //		// out.Err() is a *client.Error carrying the business code,
 //		// e.g. client.IsCode(err, CodeSoldOut)
 //	}
+//
+// With PreferWait set, a write asks the API to hold its answer until the
+// outcome is known (Prefer: wait=N, RFC 7240): a write that finishes in time
+// is one HTTP exchange, and Await returns its outcome without another.
 //
 // A Client is safe for concurrent use. WithToken returns a copy acting as
 // another principal that shares the connection pool, so one process can drive
@@ -46,6 +50,9 @@ type Client struct {
 	// PollWait is how long one long-poll of Wait asks the API to hold the
 	// answer (the API's maximum is 30 s by default).
 	PollWait time.Duration
+	// PreferWait, when 1 s or more, is how long a write asks the API to
+	// hold its answer for the outcome (whole seconds; 0 asks for none).
+	PreferWait time.Duration
 }
 
 // New returns a client for the API at baseURL (for example
@@ -110,6 +117,9 @@ type Accepted struct {
 	StatusURL string `json:"statusUrl"`
 	// Replayed is true when an Idempotency-Key returned an earlier request.
 	Replayed bool `json:"-"`
+	// Outcome is the request's outcome when the API answered with it: the
+	// write was sent with PreferWait and finished in time (200).
+	Outcome *Outcome `json:"-"`
 }
 
 // Outcome is a request's state as GET /api/v1/requests/{id} shows it.
@@ -163,23 +173,43 @@ func Header(name, value string) WriteOption {
 	return func(h http.Header) { h.Set(name, value) }
 }
 
-// Submit sends a write (body may be nil) and returns the 202's request id.
-// Any other answer is an *Error.
+// Submit sends a write (body may be nil) and returns the 202's request id,
+// or, with PreferWait, the 200's outcome too. Any other answer is an *Error.
 func (c *Client) Submit(ctx context.Context, method, path string, body any, opts ...WriteOption) (Accepted, error) {
 	var a Accepted
+	if s := int(c.PreferWait / time.Second); s > 0 {
+		opts = append(opts, Header("Prefer", "wait="+strconv.Itoa(s)))
+	}
 	resp, err := c.send(ctx, method, path, body, opts)
 	if err != nil {
 		return a, err
 	}
 	defer drain(resp)
-	if resp.StatusCode != http.StatusAccepted {
+	switch resp.StatusCode {
+	case http.StatusAccepted:
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			return a, fmt.Errorf("holdfast: decode 202: %w", err)
+		}
+	case http.StatusOK:
+		var o Outcome
+		if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
+			return a, fmt.Errorf("holdfast: decode 200: %w", err)
+		}
+		a = Accepted{RequestID: o.RequestID, Status: o.Status, StatusURL: resp.Header.Get("Location"), Outcome: &o}
+	default:
 		return a, readError(resp)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-		return a, fmt.Errorf("holdfast: decode 202: %w", err)
 	}
 	a.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
 	return a, nil
+}
+
+// Await returns the outcome of an accepted write: the one its answer
+// carried, else what Wait long-polls.
+func (c *Client) Await(ctx context.Context, a Accepted) (Outcome, error) {
+	if a.Outcome != nil && a.Outcome.Terminal() {
+		return *a.Outcome, nil
+	}
+	return c.Wait(ctx, a.RequestID)
 }
 
 // Status reads a request's state once, without waiting.

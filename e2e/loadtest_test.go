@@ -44,7 +44,7 @@ func TestLoadScenarios(t *testing.T) {
 		return rep
 	}
 	t.Run("fcfs-rush", func(t *testing.T) {
-		rep := run("fcfs-rush", loadtest.Options{Concurrency: 20, Users: 120, Seats: 50})
+		rep := run("fcfs-rush", loadtest.Options{Concurrency: 20, Users: 120, Seats: 50, PreferWait: 10 * time.Second})
 		require.Equal(t, 50, rep.Outcomes["fcfs succeeded"])
 		require.Equal(t, 70, rep.Outcomes["fcfs rejected SOLD_OUT"])
 		require.Equal(t, 120, rep.Accepted)
@@ -105,7 +105,7 @@ func TestLoadScenarios(t *testing.T) {
 		require.ErrorContains(t, err, "-concurrency", "fewer clients than streams would never open them all")
 	})
 	t.Run("hold-storm", func(t *testing.T) {
-		rep := run("hold-storm", loadtest.Options{Concurrency: 20, Users: 150})
+		rep := run("hold-storm", loadtest.Options{Concurrency: 20, Users: 150, PreferWait: 10 * time.Second})
 		require.Equal(t, 150, rep.Outcomes["hold.create succeeded"]+rep.Outcomes["hold.create rejected NOT_AVAILABLE"])
 		require.Positive(t, rep.Outcomes["hold.confirm succeeded"])
 	})
@@ -119,8 +119,10 @@ func TestLoadScenarios(t *testing.T) {
 		}
 	})
 	t.Run("cart-rush, twice", func(t *testing.T) {
+		// Once with each write's outcome in its answer (Prefer: wait), once
+		// submitted and then polled.
 		for seed := range uint64(2) {
-			rep := run("cart-rush", loadtest.Options{Concurrency: 30, Users: 150, Stock: 15, Seed: seed})
+			rep := run("cart-rush", loadtest.Options{Concurrency: 30, Users: 150, Stock: 15, Seed: seed, PreferWait: time.Duration(1-seed) * 10 * time.Second})
 			requireCartRush(t, rep, "order.reserve", 150, 15)
 			require.Equal(t, 150, rep.AcceptToDone.Count, "every reserve followed to its outcome")
 		}

@@ -70,6 +70,10 @@ type Options struct {
 	// is the API's intake rate.
 	// Every request is still followed to its terminal state afterwards.
 	Intake bool
+	// PreferWait, when 1 s or more, has every write ask the API to answer
+	// with its outcome (Prefer: wait=N): a journey's write is then one HTTP
+	// exchange instead of a submit and a poll. Not with Intake.
+	PreferWait time.Duration
 	// RedisURL, when set, is the Redis holdfast's queues live on: after the
 	// run the tool fires the tasks the run left scheduled and measures them
 	// (Report.Deferred). With Intake, the report also counts the tasks the
@@ -226,7 +230,7 @@ func (e *Env) submit(ctx context.Context, kind string, submit func(context.Conte
 }
 
 func (e *Env) await(ctx context.Context, c *client.Client, kind string, acc client.Accepted, submitted time.Time) (client.Outcome, error) {
-	out, err := c.Wait(ctx, acc.RequestID)
+	out, err := c.Await(ctx, acc)
 	if err != nil {
 		e.Rec.Lost(kind, acc.RequestID, err)
 		return out, err
@@ -258,6 +262,11 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	e.users = []*client.Client{e.base}
 	for _, url := range opt.MoreAPIs {
 		e.users = append(e.users, client.NewWithHTTP(url, "", hc))
+	}
+	if !opt.Intake {
+		for _, c := range e.users {
+			c.PreferWait = opt.PreferWait
+		}
 	}
 	var err error
 	if e.Admin, err = e.As(e.RunID+"-admin", domain.RoleAdmin); err != nil {
