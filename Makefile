@@ -17,7 +17,19 @@ run: build ## Start API + worker on local Postgres/Redis, print a token and curl
 migrate: build ## Create the database if missing and apply migrations (DATABASE_URL)
 	bin/api migrate
 
-test: ## Run every test with -race against real Postgres and Redis (and the pages in headless Chromium)
+lint-api: ## Lint api/openapi.yaml with Redocly CLI and Spectral (pinned in api/lint); a warning fails too
+	@# Installed from api/lint/package-lock.json when missing or older than it. No install
+	@# scripts: the only one is Scarf's install analytics, which Spectral pulls in.
+	@[ api/lint/node_modules/.package-lock.json -nt api/lint/package-lock.json ] || \
+		npm ci --prefix api/lint --ignore-scripts --no-audit --no-fund --loglevel=error
+	@# Offline while linting: no usage data (REDOCLY_TELEMETRY), no version check.
+	@# Redocly's output is shown when it fails (on Node 20 it also prints a banner).
+	@cd api/lint && out=$$(REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+		node_modules/.bin/redocly lint --config redocly.yaml ../openapi.yaml 2>&1) || { echo "$$out"; exit 1; }
+	@cd api/lint && node_modules/.bin/spectral lint --ruleset .spectral.yaml --fail-severity=warn --quiet ../openapi.yaml
+	@echo "lint-api: api/openapi.yaml: no error or warning from Redocly (recommended) or Spectral (spectral:oas)"
+
+test: lint-api ## Lint the OpenAPI document, then run every test with -race against real Postgres and Redis (and the pages in headless Chromium)
 	$(GO) vet ./...
 	@# axe-core, which the browser tests run inside the pages, pinned by e2e/browser/package-lock.json.
 	@[ -f e2e/browser/node_modules/axe-core/axe.min.js ] || npm ci --prefix e2e/browser --no-audit --no-fund --silent
@@ -57,4 +69,4 @@ fuzz: ## Fuzz the request decoding path and every documented operation for FUZZT
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build run migrate test cluster bench streams soak benchgo fuzz clean
+.PHONY: help build run migrate lint-api test cluster bench streams soak benchgo fuzz clean

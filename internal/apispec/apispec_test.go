@@ -42,6 +42,21 @@ func requestView(typ, result string) string {
 		"acceptedAt":"2030-01-01T00:00:00Z","completedAt":"2030-01-01T00:00:01Z","result":` + result + `,"error":null}`
 }
 
+// queuedView is a request of typ with no outcome yet: result and error null.
+func queuedView(typ string) string {
+	return `{"requestId":"` + requestID + `","type":"` + typ + `","status":"queued",
+		"acceptedAt":"2030-01-01T00:00:00Z","completedAt":null,"result":null,"error":null}`
+}
+
+// rejectedView is a rejected request of typ: result null, error problem.
+func rejectedView(typ, problem string) string {
+	return `{"requestId":"` + requestID + `","type":"` + typ + `","status":"rejected",
+		"acceptedAt":"2030-01-01T00:00:00Z","completedAt":"2030-01-01T00:00:01Z","result":null,"error":` + problem + `}`
+}
+
+const stayReservation = `{"reservationId":1,"hotelId":1,"roomTypeId":7,"roomId":3,"userId":"u1","holdId":"` + holdID + `",
+	"checkIn":"2030-01-01","checkOut":"2030-01-03","status":"Confirmed","createdAt":"2030-01-01T00:00:01Z"}`
+
 func envelope(code string) string {
 	return `{"error":{"code":"` + code + `","message":"m","traceId":"t","meta":{}}}`
 }
@@ -77,6 +92,21 @@ func TestCheckAcceptsAndRejects(t *testing.T) {
 			requestView("hold.create", `{"values":{"a":1}}`), true},
 		{"request view, unknown type", "GET", "/api/v1/requests/" + requestID, 200, jsonHeader(),
 			requestView("hold.teleport", `null`), true},
+		// The nullable results, error and holdId: null passes, and a value
+		// must still match the schema it refers to.
+		{"request view, queued", "GET", "/api/v1/requests/" + requestID, 200, jsonHeader(), queuedView("hold.confirm"), false},
+		{"request view, a reservation", "GET", "/api/v1/requests/" + requestID, 200, jsonHeader(),
+			requestView("hold.confirm", stayReservation), false},
+		{"request view, a reservation without a hold", "GET", "/api/v1/requests/" + requestID, 200, jsonHeader(),
+			requestView("hold.confirm", strings.Replace(stayReservation, `"`+holdID+`"`, `null`, 1)), false},
+		{"request view, a reservation with a malformed holdId", "GET", "/api/v1/requests/" + requestID, 200, jsonHeader(),
+			requestView("hold.confirm", strings.Replace(stayReservation, holdID, "nope", 1)), true},
+		{"request view, a result that is not an object", "GET", "/api/v1/requests/" + requestID, 200, jsonHeader(),
+			requestView("hold.create", `"x"`), true},
+		{"request view, rejected", "GET", "/api/v1/requests/" + requestID, 200, jsonHeader(),
+			rejectedView("hold.create", `{"code":"NOT_AVAILABLE","message":"m","httpStatus":409}`), false},
+		{"request view, an error that is not a problem", "GET", "/api/v1/requests/" + requestID, 200, jsonHeader(),
+			rejectedView("hold.create", `{"code":"NOT_AVAILABLE"}`), true},
 		{"error envelope", "POST", "/api/v1/probe", 400, jsonHeader(), envelope("INVALID_INPUT"), false},
 		{"error envelope, code of another status", "POST", "/api/v1/probe", 400, jsonHeader(), envelope("NOT_FOUND"), true},
 		{"error envelope, unknown code", "POST", "/api/v1/probe", 400, jsonHeader(), envelope("OOPS"), true},
