@@ -61,8 +61,9 @@ benchgo: ## Go benchmarks of the hot paths: intake, keyed batch apply, availabil
 	$(GO) test -run '^$$' -bench 'Intake|BatchApply' -benchtime 5000x ./keyed
 	$(GO) test -run '^$$' -bench Availability31Nights -benchtime 300x ./stays
 
-fuzz: ## Fuzz the request decoding path and every documented operation for FUZZTIME (default 30s) per target
+fuzz: ## Fuzz the request decoding path, the Prefer header and every documented operation for FUZZTIME (default 30s) per target
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} ./probe
+	$(GO) test -run '^$$' -fuzz FuzzPreferredWait -fuzztime $${FUZZTIME:-30s} ./api
 	$(GO) test -run '^$$' -fuzz FuzzWriteOverHTTP -fuzztime $${FUZZTIME:-30s} ./e2e
 	$(GO) test -run '^$$' -fuzz FuzzEveryOperationOverHTTP -fuzztime $${FUZZTIME:-30s} ./e2e
 
