@@ -48,13 +48,12 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 	// A private Redis with a memory limit, to see the limit exported; a
 	// backlog cap of 2 so a third write on one key is refused with 429.
 	redisURL, rdb := testenv.RedisServer(t, "--maxmemory", "64mb")
-	promPort := testenv.FreePort(t)
-	s := systest.Start(t, systest.Options{RedisURL: redisURL,
-		Overrides: []string{"KEY_BACKLOG_CAP", "2", "EVENTS_RECONCILE_INTERVAL", "1s",
-			"PROMETHEUS_URL", fmt.Sprintf("http://127.0.0.1:%d", promPort)}})
-	apiMetrics := s.URL + "/metrics"
 	promStart := time.Now()
-	prom := startPrometheus(t, promPort, strings.TrimPrefix(s.URL, "http://"))
+	prom := startPrometheus(t)
+	s := systest.Start(t, systest.Options{RedisURL: redisURL,
+		Overrides: []string{"KEY_BACKLOG_CAP", "2", "EVENTS_RECONCILE_INTERVAL", "1s", "PROMETHEUS_URL", prom.URL}})
+	prom.Scrape("holdfast-api", strings.TrimPrefix(s.URL, "http://"))
+	apiMetrics := s.URL + "/metrics"
 	// Another application's Asynq queue in the same Redis database.
 	other := asynq.NewClientFromRedisClient(rdb)
 	_, err := other.Enqueue(asynq.NewTask("invoice:send", nil), asynq.Queue("billing"))
@@ -85,7 +84,7 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 		10*time.Second, 50*time.Millisecond, "the oldest open request ages while no worker runs")
 
 	w := s.StartWorker("dash-w")
-	prom.AddWorker(strings.TrimPrefix(w.URL, "http://"))
+	prom.Scrape("holdfast-worker", strings.TrimPrefix(w.URL, "http://"))
 	for _, id := range ids {
 		require.Equal(t, domain.StatusSucceeded, u.Wait(id, 30*time.Second).Status)
 	}
