@@ -69,6 +69,9 @@ func problemFor(err error) *domain.Problem {
 // errorHandler is Fiber's ErrorHandler: every error leaves as an envelope.
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	p := problemFor(err)
+	if s.HTTP != nil {
+		s.HTTP.ErrorAnswer(p.HTTPStatus, p.Code)
+	}
 	if traceID(c) == "" { // rejected by the server before any middleware ran (413)
 		c.Locals(localTrace, uuid.NewString())
 	}

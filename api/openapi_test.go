@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/apispec"
+	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
@@ -28,7 +29,8 @@ func fullServer(t *testing.T) *api.Server {
 	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: asynq.RedisClientOpt{Addr: "127.0.0.1:6379"}})
 	t.Cleanup(func() { _ = mon.Close() })
 	var cfg config.Config
-	return api.New(cfg, api.Deps{Registry: prometheus.NewRegistry(), Monitoring: mon},
+	reg := prometheus.NewRegistry()
+	return api.New(cfg, api.Deps{Registry: reg, Metrics: metrics.NewPipeline(reg), Monitoring: mon},
 		stays.API(cfg.HoldTTL), shop.API(), events.API(cfg.DuplicateWindow), probe.Mount)
 }
 

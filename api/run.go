@@ -60,7 +60,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	if err != nil {
 		return fmt.Errorf("api: redis for monitoring: %w", err)
 	}
-	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: redisOpt})
+	// With PROMETHEUS_URL its Metrics tab charts the queues from the
+	// Prometheus that scrapes this API's Asynq collector.
+	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: redisOpt, PrometheusAddress: cfg.PrometheusURL})
 	defer mon.Close()
 
 	intake := requests.NewIntake(store, engine, log)

@@ -109,6 +109,13 @@ func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
 	return s
 }
 
+// DeclareWrites names the write types a mount accepts and the queue they
+// go to, so that their counters (accepted by type, overloaded by queue) are
+// exported at 0 before the first write.
+func (s *Server) DeclareWrites(queue string, types ...string) {
+	s.Metrics.InitIntake(queue, types...)
+}
+
 func isPublic(path string) bool {
 	const p = "/api/v1/public"
 	return len(path) >= len(p) && path[:len(p)] == p && (len(path) == len(p) || path[len(p)] == '/')

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"strings"
 	"time"
 
@@ -31,6 +32,10 @@ type Config struct {
 	// MetricsAddr, when set, moves the API's /metrics off its public
 	// address to this one (the worker's are on WORKER_ADDR anyway).
 	MetricsAddr string `env:"METRICS_ADDR"`
+	// PrometheusURL is the Prometheus that scrapes the API's Asynq queue
+	// metrics; set, Asynqmon at /monitoring shows its Metrics tab, which
+	// the API fills by querying it. Empty: no Metrics tab.
+	PrometheusURL string `env:"PROMETHEUS_URL"`
 
 	// API
 	BodyLimit   int           `env:"BODY_LIMIT" envDefault:"65536"`
@@ -222,6 +227,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: JWT_SECRET is required: the secret that signs and checks every token, at least 32 random bytes (make run makes one for development)")
 	case len(c.JWTSecret) < 32:
 		return fmt.Errorf("config: JWT_SECRET must be at least 32 bytes")
+	}
+	return validPrometheusURL(c.PrometheusURL)
+}
+
+// validPrometheusURL accepts an empty PROMETHEUS_URL or an absolute http(s)
+// URL without query or fragment, to which Asynqmon appends /api/v1/query_range.
+func validPrometheusURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("config: PROMETHEUS_URL must be an http:// or https:// URL of a Prometheus server (like http://prometheus:9090), got %q", s)
 	}
 	return nil
 }

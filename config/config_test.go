@@ -100,3 +100,20 @@ func TestRequestRetention(t *testing.T) {
 	_, err = FromMap(map[string]string{"JWT_SECRET": secret, "REQUEST_RETENTION": "-1h"})
 	require.ErrorContains(t, err, "REQUEST_RETENTION")
 }
+
+// PROMETHEUS_URL is empty by default (Asynqmon without its Metrics tab); set,
+// it must be a Prometheus server's http(s) address.
+func TestPrometheusURL(t *testing.T) {
+	c, err := FromMap(map[string]string{"JWT_SECRET": testSecret})
+	require.NoError(t, err)
+	require.Empty(t, c.PrometheusURL)
+	for _, good := range []string{"http://127.0.0.1:9090", "https://prometheus.example:443/prom/"} {
+		c, err = FromMap(map[string]string{"JWT_SECRET": testSecret, "PROMETHEUS_URL": good})
+		require.NoError(t, err, good)
+		require.Equal(t, good, c.PrometheusURL)
+	}
+	for _, bad := range []string{"127.0.0.1:9090", "prometheus:9090", "ftp://p:9090", "http://", "http://p:9090/?x=1", "http://p:9090/#f"} {
+		_, err = FromMap(map[string]string{"JWT_SECRET": testSecret, "PROMETHEUS_URL": bad})
+		require.ErrorContains(t, err, "PROMETHEUS_URL", bad)
+	}
+}

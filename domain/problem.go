@@ -95,3 +95,8 @@ const (
 	CodeQueueNotOpen       = "QUEUE_NOT_OPEN" // 409: the event's queue opens later
 	CodeSettingLocked      = "SETTING_LOCKED" // 409: the moment a setting governs has passed
 )
+
+// TooManyRequestsCodes are the codes a 429 carries: a backlog over its cap, a
+// rate limit, a repeat within DUPLICATE_WINDOW (the OpenAPI document's
+// TooManyRequestsCode).
+var TooManyRequestsCodes = []string{CodeOverloaded, CodeRateLimited, CodeDuplicateRequest}

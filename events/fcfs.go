@@ -60,11 +60,18 @@ type FCFS struct {
 	passed *recent.Map[int64, int64] // event id → seat id
 }
 
-// NewFCFS returns the FCFS writer with its counter.
+// fcfsOutcomes are the outcome labels of holdfast_fcfs_total.
+var fcfsOutcomes = []string{"success", "sold_out", "already_reserved", "contention", "not_found"}
+
+// NewFCFS returns the FCFS writer with its counter, each outcome at 0.
 func NewFCFS(lockWait time.Duration) *FCFS {
-	return &FCFS{LockWait: lockWait, passed: recent.New[int64, int64](time.Hour, 1000), Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "holdfast_fcfs_total", Help: "FCFS seat requests by outcome: success, sold_out, already_reserved, contention.",
+	f := &FCFS{LockWait: lockWait, passed: recent.New[int64, int64](time.Hour, 1000), Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "holdfast_fcfs_total", Help: "FCFS seat requests by outcome: success, sold_out, already_reserved, contention, not_found.",
 	}, []string{"outcome"})}
+	for _, o := range fcfsOutcomes {
+		f.Outcomes.WithLabelValues(o)
+	}
+	return f
 }
 
 // Type is the FCFS write type.

@@ -34,6 +34,7 @@ var e164 = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
 // API returns the events routes as an api.Mount.
 func API(duplicateWindow time.Duration) api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
+		s.DeclareWrites(Queue, TypeFCFS, TypeQueueEnter, TypeSeatBook)
 		cfg := s.Config()
 		room := NewRoom(s.Redis, cfg.JWTSecret)
 		s.Registry.MustRegister(room.Collectors()...)

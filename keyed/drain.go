@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 )
 
@@ -152,7 +153,7 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes ma
 	e.m.BatchSize.WithLabelValues(queue).Observe(float64(len(res.applied)))
 	now := e.now()
 	for i, r := range res.applied {
-		code := "none"
+		code := metrics.NoCode
 		if p := res.outs[i].Problem; p != nil {
 			code = p.Code
 		}

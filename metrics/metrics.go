@@ -6,6 +6,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/holdfast/holdfast/domain"
 )
 
 // Pipeline holds the request pipeline's metrics.
@@ -26,15 +28,42 @@ type Pipeline struct {
 	AlreadyApplied *prometheus.CounterVec
 }
 
-// InitQueues creates the worker's per-queue counters at zero for each queue,
-// so they are exported before their first event: `increase()` over a series
-// that appears at 1 reports no increase, and an alert on the first takeover
-// or lost lease would otherwise never see it.
+// NoCode is the code label of a request that succeeded.
+const NoCode = "none"
+
+// Every counter a dashboard or an alert reads is exported at zero before its
+// first event, for the label values known at start: `increase()` over a
+// series that appears at 1 reports no increase, an alert on the first
+// takeover or lost lease would never see it, and a panel of a series that
+// does not exist yet shows "No data" instead of 0. The API calls InitIntake,
+// the worker InitQueues and InitType.
+
+// InitIntake creates the API's counters of one queue and its write types.
+func (p *Pipeline) InitIntake(queue string, types ...string) {
+	p.Overloaded.WithLabelValues(queue)
+	for _, t := range types {
+		p.Accepted.WithLabelValues(t)
+	}
+}
+
+// InitQueues creates the worker's per-queue counters and batch sizes.
 func (p *Pipeline) InitQueues(queues ...string) {
 	for _, q := range queues {
 		for _, c := range []*prometheus.CounterVec{p.LeaseBusy, p.LeaseLost, p.Takeovers, p.Redriven, p.HandOffs, p.AlreadyApplied} {
 			c.WithLabelValues(q)
 		}
+		p.BatchSize.WithLabelValues(q)
+	}
+}
+
+// InitType creates the worker's per-type outcomes and latency: succeeded,
+// and failed INTERNAL, which any type can end with; a rejection's codes are
+// the type's own and appear with the first.
+func (p *Pipeline) InitType(types ...string) {
+	for _, t := range types {
+		p.Completed.WithLabelValues(t, string(domain.StatusSucceeded), NoCode)
+		p.Completed.WithLabelValues(t, string(domain.StatusFailed), domain.CodeInternal)
+		p.Latency.WithLabelValues(t)
 	}
 }
 

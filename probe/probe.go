@@ -78,6 +78,7 @@ func (p *Payload) Validate() error {
 
 // Mount adds POST /api/v1/probe.
 func Mount(v1 fiber.Router, s *api.Server) {
+	s.DeclareWrites(Queue, TypeIncr)
 	v1.Post("/probe", func(c *fiber.Ctx) error {
 		var p Payload
 		if err := api.Decode(c, &p); err != nil {

@@ -16,6 +16,7 @@ import (
 // API returns the shop routes as an api.Mount.
 func API() api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
+		s.DeclareWrites(Queue, TypeReserve, TypeConfirm, TypeRelease)
 		h := &handlers{catalog: NewCatalog(s.Pool), s: s}
 		admin := api.RequireRole(domain.RoleAdmin)
 		v1.Post("/users", admin, h.createUser)

@@ -18,6 +18,7 @@ import (
 // API returns the stays routes as an api.Mount.
 func API(holdTTL time.Duration) api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
+		s.DeclareWrites(Queue, TypeHoldCreate, TypeHoldConfirm, TypeHoldCancel)
 		h := &HTTP{Catalog: NewCatalog(s.Pool), Holds: NewHoldStore(s.Redis), HoldTTL: holdTTL}
 		h.Mount(v1, s)
 	}
