@@ -210,6 +210,17 @@ func TestWaitingRoomStatusAndBooking(t *testing.T) {
 	require.Equal(t, domain.CodeEntryTokenRequired, r.ErrorCode(t))
 	r = second.Do("POST", book, nil, events.EntryTokenHeader, tok.EntryToken) // someone else's token
 	require.Equal(t, http.StatusForbidden, r.Status)
+	// Seat ids are global: another event's seat is refused at once, not
+	// accepted and rejected later.
+	other := newEvent(t, s, map[string]any{"name": "Other", "seatCount": 1})
+	var otherSeats struct{ Items []events.Seat }
+	first.Do("GET", fmt.Sprintf("/api/v1/events/%d/seats", other.EventID), nil).JSON(t, &otherSeats)
+	r = first.Do("POST", fmt.Sprintf("%s/seats/%d/reservation", base, otherSeats.Items[0].SeatID), nil, events.EntryTokenHeader, tok.EntryToken)
+	require.Equal(t, http.StatusNotFound, r.Status, "%s", r.Body)
+	require.Equal(t, domain.CodeNotFound, r.ErrorCode(t))
+	var stored int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM requests WHERE type = $1`, events.TypeSeatBook).Scan(&stored))
+	require.Zero(t, stored, "nothing refused is stored")
 
 	r = first.Do("POST", book, nil, events.EntryTokenHeader, tok.EntryToken)
 	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)

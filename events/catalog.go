@@ -202,6 +202,14 @@ func (c *Catalog) UpdateSettings(ctx context.Context, id int64, change func(Even
 	return e, storage.Translate("events: update settings", err)
 }
 
+// HasSeat reports whether seat is one of event's: seat ids are global, so a
+// booking names both.
+func (c *Catalog) HasSeat(ctx context.Context, event, seat int64) (bool, error) {
+	var ok bool
+	err := c.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE id = $1 AND event_id = $2)`, seat, event).Scan(&ok)
+	return ok, storage.Translate("events: seat", err)
+}
+
 // Seats lists an event's seats: status "" for all, or available/reserved.
 func (c *Catalog) Seats(ctx context.Context, id int64, status string) ([]Seat, error) {
 	if _, err := c.Event(ctx, id); err != nil {

@@ -528,6 +528,14 @@ func (h *handlers) book(c *fiber.Ctx) error {
 			return err
 		}
 	}
+	// Another event's seat is refused here, at once, rather than accepted
+	// and rejected by the worker. The worker checks again, in its
+	// transaction.
+	if ok, err := h.catalog.HasSeat(c.UserContext(), e.EventID, seat); err != nil {
+		return err
+	} else if !ok {
+		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "seat %d is not a seat of event %d", seat, e.EventID)
+	}
 	body, err := json.Marshal(BookPayload{EventID: e.EventID, SeatID: seat})
 	if err != nil {
 		return err
