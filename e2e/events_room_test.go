@@ -252,7 +252,26 @@ func TestWaitingRoomStatusAndBooking(t *testing.T) {
 
 // bookingRace has 50 admitted users book the same seat at once; it returns
 // the winners and how the others ended.
-func bookingRace(t *testing.T, s *systest.System, unguarded bool) (winners int, outcomes map[string]int, failedRuns int) {
+// bookingsHeld makes a WrapApplier hold seat bookings back until open is
+// closed: the API accepts them (reading seats to check each is the
+// event's) while the test's one worker, which must take the users into
+// the line, applies none before bookingRace locks the seats table.
+func bookingsHeld(open <-chan struct{}, next func(string, keyed.Applier) keyed.Applier) func(string, keyed.Applier) keyed.Applier {
+	return func(name string, a keyed.Applier) keyed.Applier {
+		if next != nil {
+			a = next(name, a)
+		}
+		if name != events.TypeSeatBook {
+			return a
+		}
+		return keyed.ApplierFunc(func(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
+			<-open
+			return a.Apply(ctx, tx, b)
+		})
+	}
+}
+
+func bookingRace(t *testing.T, s *systest.System, open chan struct{}, unguarded bool) (winners int, outcomes map[string]int, failedRuns int) {
 	e := newEvent(t, s, map[string]any{"name": "One seat", "seats": []string{"S1", "S2"}, "maxConcurrent": 50, "tokenTtlSeconds": 60})
 	users := queueUsers(t, s, e.EventID, 50)
 	base := fmt.Sprintf("/api/v1/events/%d", e.EventID)
@@ -267,7 +286,6 @@ func bookingRace(t *testing.T, s *systest.System, unguarded bool) (winners int, 
 	var seats struct{ Items []events.Seat }
 	users[0].Do("GET", base+"/seats", nil).JSON(t, &seats)
 	book := fmt.Sprintf("%s/seats/%d/reservation", base, seats.Items[0].SeatID)
-	b := holdTable(t, s, "seats") // every booking's first read waits here
 	ids := make([]string, len(users))
 	var wg sync.WaitGroup
 	for i, u := range users {
@@ -282,6 +300,10 @@ func bookingRace(t *testing.T, s *systest.System, unguarded bool) (winners int, 
 		}()
 	}
 	wg.Wait()
+	// Locked once every booking is accepted (the API reads seats to check
+	// the seat is the event's), before any worker applies one.
+	b := holdTable(t, s, "seats") // every booking's first read waits here
+	close(open)
 	for i := range 2 {
 		s.StartWorker(fmt.Sprintf("booker%d", i))
 	}
@@ -312,8 +334,9 @@ func bookingRace(t *testing.T, s *systest.System, unguarded bool) (winners int, 
 // SEAT_TAKEN, and no booking ever collides with another in Postgres.
 func TestBookingRaceForOneSeat(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1})
-	winners, outcomes, failedRuns := bookingRace(t, s, false)
+	open := make(chan struct{})
+	s := systest.Start(t, systest.Options{Workers: 1, WrapApplier: bookingsHeld(open, nil)})
+	winners, outcomes, failedRuns := bookingRace(t, s, open, false)
 	require.Equal(t, 1, winners)
 	require.Equal(t, map[string]int{domain.CodeSeatTaken: 49}, outcomes)
 	require.Zero(t, failedRuns)
@@ -331,7 +354,8 @@ func TestBookingRaceControlWithoutGuard(t *testing.T) {
 	t.Parallel()
 	var s *systest.System
 	var first atomic.Bool
-	s = systest.Start(t, systest.Options{Workers: 1, Unguarded: true, WrapApplier: func(name string, a keyed.Applier) keyed.Applier {
+	open := make(chan struct{})
+	s = systest.Start(t, systest.Options{Workers: 1, Unguarded: true, WrapApplier: bookingsHeld(open, func(name string, a keyed.Applier) keyed.Applier {
 		if name != events.TypeSeatBook {
 			return a
 		}
@@ -352,8 +376,8 @@ func TestBookingRaceControlWithoutGuard(t *testing.T) {
 			}
 			return outs, nil
 		})
-	}})
-	winners, outcomes, failedRuns := bookingRace(t, s, true)
+	})})
+	winners, outcomes, failedRuns := bookingRace(t, s, open, true)
 	t.Logf("unguarded: %d winner, outcomes %v, %d failed task runs", winners, outcomes, failedRuns)
 	require.Equal(t, 1, winners)
 	require.Positive(t, failedRuns, "concurrent bookings collide in the database")
