@@ -60,6 +60,9 @@ type Config struct {
 
 	// Shop
 	ReservationTTL time.Duration `env:"RESERVATION_TTL" envDefault:"30m"`
+	// CartGroupRead reads the carts of concurrent reserves in one statement
+	// (storage.GroupRead) instead of one each.
+	CartGroupRead bool `env:"CART_GROUP_READ" envDefault:"true"`
 
 	// Events
 	DuplicateWindow time.Duration `env:"DUPLICATE_WINDOW" envDefault:"2s"`

@@ -248,8 +248,15 @@ func shopRace(t *testing.T, s *systest.System, users, workers, waiters, preReser
 // 300 users for an option with stock 100: exactly 100 units reserved.
 func TestShopRace300For100(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{})
-	require.Equal(t, 100, shopRace(t, s, 300, 3, 1, 0))
+	// With the carts of concurrent reserves read together and one by one:
+	// each reserve covers the cart its shopper filled before sending it.
+	for _, grouped := range []string{"true", "false"} {
+		t.Run("CART_GROUP_READ="+grouped, func(t *testing.T) {
+			t.Parallel()
+			s := systest.Start(t, systest.Options{Overrides: []string{"CART_GROUP_READ", grouped}})
+			require.Equal(t, 100, shopRace(t, s, 300, 3, 1, 0))
+		})
+	}
 }
 
 // The control: without the per-key guard the race oversells. It is run at

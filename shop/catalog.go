@@ -182,6 +182,24 @@ func (c *Catalog) cartSnapshot(ctx context.Context, userID int64) ([]Line, error
 	return lines, storage.Translate("shop: cart snapshot", err)
 }
 
+// cartSnapshots is cartSnapshot for several users in one statement; an
+// empty cart is absent from the map.
+func (c *Catalog) cartSnapshots(ctx context.Context, users []int64) (map[int64][]Line, error) {
+	rows, err := c.pool.Query(ctx, `SELECT user_id, product_option_id, quantity FROM cart_items
+		WHERE user_id = ANY($1) ORDER BY user_id, product_option_id`, users)
+	if err != nil {
+		return nil, storage.Translate("shop: cart snapshots", err)
+	}
+	carts := make(map[int64][]Line, len(users))
+	var user int64
+	var l Line
+	_, err = pgx.ForEachRow(rows, []any{&user, &l.ProductOptionID, &l.Quantity}, func() error {
+		carts[user] = append(carts[user], l)
+		return nil
+	})
+	return carts, storage.Translate("shop: cart snapshots", err)
+}
+
 // ExpireReservations marks RESERVED rows past their expiry EXPIRED: state
 // tidy-up only, since availability already ignores them (SPEC §7).
 func (c *Catalog) ExpireReservations(ctx context.Context, now time.Time) (int64, error) {

@@ -1,6 +1,7 @@
 package shop
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/storage"
 )
 
 // API returns the shop routes as an api.Mount.
@@ -18,6 +20,13 @@ func API() api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
 		s.DeclareWrites(Queue, TypeReserve, TypeConfirm, TypeRelease)
 		h := &handlers{catalog: NewCatalog(s.Pool), s: s}
+		h.readCart = h.catalog.cartSnapshot
+		if cfg := s.Config(); cfg.CartGroupRead {
+			// In the cart rush of make bench (3,000 reserves, 200 clients),
+			// MEASURED-GAIN-HERE.
+			carts := storage.NewGroupRead(h.catalog.cartSnapshots, maxCartsARead, cfg.DependencyTimeout)
+			h.readCart = carts.Get
+		}
 		admin := api.RequireRole(domain.RoleAdmin)
 		v1.Post("/users", admin, h.createUser)
 		v1.Post("/products", admin, h.createProduct)
@@ -34,7 +43,13 @@ func API() api.Mount {
 type handlers struct {
 	catalog *Catalog
 	s       *api.Server
+	// readCart reads the cart a reserve covers, alone or with the carts of
+	// concurrent reserves (CART_GROUP_READ).
+	readCart func(ctx context.Context, user int64) ([]Line, error)
 }
+
+// maxCartsARead bounds the carts one grouped read asks for.
+const maxCartsARead = 256
 
 func (h *handlers) createUser(c *fiber.Ctx) error {
 	var in struct {
@@ -212,7 +227,7 @@ func (h *handlers) reserve(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	items, err := h.catalog.cartSnapshot(c.UserContext(), user)
+	items, err := h.readCart(c.UserContext(), user)
 	if err != nil {
 		return err
 	}
