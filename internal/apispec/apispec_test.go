@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/apispec"
 )
 
@@ -219,4 +222,49 @@ func TestGoClientDeclaresEveryErrorCode(t *testing.T) {
 	}
 	slices.Sort(documented)
 	require.Equal(t, documented, declaredErrorCodes(t, filepath.Join(moduleRoot(t), "client")))
+}
+
+// Every error code the README and the API docs name is one the OpenAPI
+// document declares, so the prose cannot drift from the contract: an
+// all-capitals word in backticks is an error code unless it is a setting
+// (an environment variable the config reads) or one of a few SQL words and
+// stored states the docs quote.
+func TestDocsNameOnlyDocumentedErrorCodes(t *testing.T) {
+	doc, err := apispec.Load()
+	require.NoError(t, err)
+	codes := map[string]bool{}
+	for _, v := range doc.T.Components.Schemas["ErrorCode"].Value.Enum {
+		codes[v.(string)] = true
+	}
+	settings := map[string]bool{}
+	for f := range reflect.TypeFor[config.Config]().Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" {
+			settings[name] = true
+		}
+	}
+	quoted := map[string]bool{ // SQL and the states of stored rows
+		"UPDATE": true, "TIME": true, "RESERVED": true, "CONFIRMED": true, "EXPIRED": true,
+	}
+	root := moduleRoot(t)
+	var files []string // what a client reads
+	for _, f := range []string{"README.md", "docs/api.md", "docs/stays.md", "docs/shop.md", "docs/events.md", "docs/waiting-room.md", "docs/pages.md"} {
+		files = append(files, filepath.Join(root, f))
+	}
+	span := regexp.MustCompile("`[^`\n]+`")
+	word := regexp.MustCompile(`\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*\b`)
+	seen := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, s := range span.FindAllString(string(b), -1) {
+			for _, w := range word.FindAllString(s, -1) {
+				if len(w) < 5 || settings[w] || quoted[w] || strings.ContainsAny(s, "/=$") { // a route, an assignment, a command line
+					continue
+				}
+				seen++
+				require.True(t, codes[w], "%s names %s (in %s), which the OpenAPI document's ErrorCode does not declare", filepath.Base(f), w, s)
+			}
+		}
+	}
+	require.Greater(t, seen, 40, "the check found the codes the docs name")
 }
