@@ -20,6 +20,10 @@ type Bench struct {
 	DurableFloor *Report
 	Literal      *Report // baseline-fcfs against the seed's literal UPDATE
 	SkipLocked   *Report // baseline-fcfs with FOR UPDATE SKIP LOCKED
+	// baseline-fcfs against the lean synchronous design: one UPDATE … SKIP
+	// LOCKED a request, no Redis, net/http, 32 connections. Nil in runs
+	// before it.
+	Lean *Report
 	Rush         *Report // fcfs-rush, clients waiting for each outcome
 	Intake       *Report // fcfs-rush -intake: submissions only, then outcomes
 	// fcfs-rush -intake -hold-apply: the same with the workers held back
@@ -47,6 +51,8 @@ type Bench struct {
 const (
 	targetOfAsynq      = 0.5  // fcfs-rush completed/s vs Asynq's no-op processing
 	targetOfSkipLocked = 5.0  // fcfs-rush completed/s vs the SKIP LOCKED baseline
+	targetOfLean       = 1.5  // fcfs-rush completed/s vs the lean synchronous design (issue 24)
+	targetStoresOfLean = 0.2  // holdfast's Postgres + Redis CPU per write vs the lean design's (issue 24)
 	targetOfEnqueue    = 0.5  // intake 202s/s vs the enqueue-only handler
 	targetSubmitP99Ms  = 50.0 // intake p99 submit latency
 	targetRSSMiB       = 150.0
@@ -135,6 +141,9 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	}
 	row("baseline: seed 004 UPDATE, synchronous", load(b.Literal)+soldOutNote(b.Literal), b.Literal, b.Literal.CompletedPerSec, b.Literal.Submit)
 	row("baseline: … FOR UPDATE SKIP LOCKED", load(b.SkipLocked), b.SkipLocked, b.SkipLocked.CompletedPerSec, b.SkipLocked.Submit)
+	if l := b.Lean; l != nil {
+		row("baseline: lean, one UPDATE … SKIP LOCKED a request (no Redis, net/http, 32 connections)", load(l), l, l.CompletedPerSec, l.Submit)
+	}
 	row("holdfast fcfs-rush: outcomes", load(b.Rush), b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
 	row("holdfast fcfs-rush -intake: 202s", load(b.Intake), b.Intake, b.Intake.AcceptedPerSec, b.Intake.Submit)
 	if h := b.HeldIntake; h != nil {
@@ -148,6 +157,10 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	check("fcfs-rush outcomes/s ÷ Asynq floor", ratio(b.Rush.CompletedPerSec, b.AsynqFloor.ProcessedPerSec), targetOfAsynq, true, "×")
 	check("fcfs-rush outcomes/s ÷ SKIP LOCKED baseline", ratio(b.Rush.CompletedPerSec, b.SkipLocked.CompletedPerSec), targetOfSkipLocked, true, "×")
 	check("fcfs-rush outcomes/s ÷ seed's literal baseline", ratio(b.Rush.CompletedPerSec, b.Literal.CompletedPerSec), 1, true, "×")
+	if l := b.Lean; l != nil {
+		check("fcfs-rush outcomes/s ÷ lean synchronous", ratio(b.Rush.CompletedPerSec, l.CompletedPerSec), targetOfLean, true, "×")
+		check("fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's", ratio(storesCPU(b.Rush), storesCPU(l)), targetStoresOfLean, false, "×")
+	}
 	check("intake 202s/s ÷ enqueue-only floor", ratio(b.Intake.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec), targetOfEnqueue, true, "×")
 	check("intake p99 submit latency", b.Intake.Submit.P99, targetSubmitP99Ms, false, " ms")
 	if d := b.DurableFloor; d != nil {
@@ -180,12 +193,12 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 		}
 	}
 	violations := 0
-	for _, r := range []*Report{b.EnqueueFloor, b.DurableFloor, b.RoundTrip, b.RoundTripIntake, b.SkipLocked, b.Rush, b.Intake, b.HeldIntake} {
+	for _, r := range []*Report{b.EnqueueFloor, b.DurableFloor, b.RoundTrip, b.RoundTripIntake, b.SkipLocked, b.Lean, b.Rush, b.Intake, b.HeldIntake} {
 		if r != nil {
 			violations += len(r.Violations)
 		}
 	}
-	check("invariant violations (holdfast, floors, SKIP LOCKED)", float64(violations), 1, false, "")
+	check("invariant violations (holdfast, floors, SKIP LOCKED, lean)", float64(violations), 1, false, "")
 	return c.ok
 }
 
@@ -389,6 +402,9 @@ func (b *Bench) writeFCFSCPU(w io.Writer, line func(string, map[string]float64, 
 	}
 	line("seed 004 literal, synchronous", b.Literal.CPUSeconds, b.Literal.Journeys, b.Literal.CompletedPerSec, "api")
 	line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")
+	if l := b.Lean; l != nil {
+		line("lean synchronous", l.CPUSeconds, l.Journeys, l.CompletedPerSec, "api")
+	}
 	holdfast("holdfast fcfs-rush (submit + outcome)", b.Rush, b.Rush.CompletedPerSec)
 	holdfast("holdfast fcfs-rush -intake (all work)", b.Intake, b.Intake.CompletedPerSec)
 	if h := b.HeldIntake; h != nil {
@@ -446,4 +462,18 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// storesCPU is the CPU seconds per journey that Postgres and Redis spent on
+// run r, its deferred tasks included: the shared stores, which do not scale
+// out with API and workers.
+func storesCPU(r *Report) float64 {
+	if r.Journeys == 0 {
+		return 0
+	}
+	s := r.CPUSeconds[CPUPostgres] + r.CPUSeconds[CPURedis]
+	if d := r.Deferred; d != nil {
+		s += d.CPUSeconds[CPUPostgres] + d.CPUSeconds[CPURedis]
+	}
+	return s / float64(r.Journeys)
 }

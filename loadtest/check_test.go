@@ -119,6 +119,18 @@ func TestBenchCPUTable(t *testing.T) {
 	require.Contains(t, table, "| (no target) plain round trip 202s/s ÷ enqueue-only floor | 0.60× | – | – |")
 	require.Contains(t, table, "| (no target) intake 202s/s ÷ plain round trip's | 0.44× | – | – |")
 
+	// No lean row in a run from before it; with it, its row, its CPU and
+	// two targets: the rate, and the shared stores' CPU per write with the
+	// rush's deferred tasks counted (0.3 + 0.1 + 0.2 s against 1.0 s).
+	require.NotContains(t, table, "lean synchronous")
+	b.Lean = rep(map[string]float64{CPUTotal: 2, CPUPostgres: 1}, 1000, 800)
+	out.Reset()
+	b.WriteTable(&out)
+	require.Contains(t, out.String(), "| fcfs-rush outcomes/s ÷ lean synchronous | 0.62× | ≥ 1.50× | NOT met |")
+	require.Contains(t, out.String(), "| fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's | 0.60× | < 0.20× | NOT met |")
+	require.Contains(t, out.String(), "| lean synchronous | 2.000 | – | – | – | 1.000 | – | – | 1000/s | 800/s | 80% |")
+	b.Lean = nil
+
 	// A run from before the durable floor, the round trip and the held
 	// intake existed has no such lines.
 	b.DurableFloor, b.HeldIntake, b.RoundTrip, b.RoundTripIntake = nil, nil, nil, nil
@@ -137,7 +149,7 @@ func TestBenchCPUTable(t *testing.T) {
 	b.CartBaseline.Cart, b.CartRush.Cart = cart, cart
 	out.Reset()
 	b.WriteTable(&out)
-	require.Contains(t, out.String(), "| invariant violations (holdfast, floors, SKIP LOCKED) | 0.00 | < 1.00 | met |\n\nCart rush")
+	require.Contains(t, out.String(), "| invariant violations (holdfast, floors, SKIP LOCKED, lean) | 0.00 | < 1.00 | met |\n\nCart rush")
 	require.Contains(t, out.String(), "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |\n"+
 		"| synchronous cart reserve | 1.000 | – | – | – | – | – | – | 2000/s | 2000/s | 100% |\n"+
 		"| holdfast cart-rush (reserve + outcome) | 2.000 | – | – | – | – | – | – | 1000/s | 500/s | 50% |\n\nfcfs-rush left 600")

@@ -108,9 +108,11 @@ if [ -z "$only" ]; then
   stop "$tasks_pid"; stop "$pid"
   psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
 
-  for mode in literal skiplocked; do
+  for mode in literal skiplocked lean; do
     step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"
-    bin/baseline -mode "$mode" -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
+    # The lean design as it was tried against holdfast: 32 connections.
+    conns=(); [ "$mode" = lean ] && conns=(-pg-max-conns 32)
+    bin/baseline -mode "$mode" "${conns[@]}" -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
     wait_ready "http://$baseline_addr/healthz" "$pid"
     settle
     bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -json baseline-fcfs > "$out/$mode.json" || true

@@ -54,6 +54,10 @@ const (
 	// SkipLocked is Literal with FOR UPDATE SKIP LOCKED in the subquery, so
 	// concurrent requests pick different seats.
 	SkipLocked Mode = "skiplocked"
+	// Lean is the strongest synchronous design: SkipLocked's UPDATE as the
+	// whole request, with no Redis counter, no lookup before it and no
+	// retry, on Go's net/http server (see lean.go).
+	Lean Mode = "lean"
 	// Enqueue serves only POST /enqueue, which enqueues one no-op Asynq task
 	// and answers 202: an HTTP handler that does nothing but enqueue.
 	Enqueue Mode = "enqueue"
@@ -85,10 +89,10 @@ const (
 // ParseMode reads a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Literal, SkipLocked, Enqueue, Durable, RoundTrip, RoundTripTasks, Cart, Holds:
+	case Literal, SkipLocked, Lean, Enqueue, Durable, RoundTrip, RoundTripTasks, Cart, Holds:
 		return m, nil
 	}
-	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, enqueue, durable, roundtrip, roundtrip-tasks, cart or hold)", s)
+	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, lean, enqueue, durable, roundtrip, roundtrip-tasks, cart or hold)", s)
 }
 
 // UsesPostgres reports whether the mode needs a Postgres pool: all but
@@ -190,7 +194,7 @@ type queries struct {
 func newQueries(schema string, mode Mode) queries {
 	seats := pgx.Identifier{schema, "seats"}.Sanitize()
 	lock := ""
-	if mode == SkipLocked {
+	if mode == SkipLocked || mode == Lean {
 		lock = " FOR UPDATE SKIP LOCKED"
 	}
 	return queries{
@@ -279,6 +283,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 // Serve answers on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer s.stop()
+	if s.opt.Mode == Lean {
+		return s.serveLean(ctx, ln)
+	}
 	switch {
 	case s.done != nil:
 		unfollow, err := s.followDone(ctx)

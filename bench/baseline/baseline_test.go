@@ -32,12 +32,13 @@ type system struct {
 	rdb    redis.UniversalClient
 	schema string
 	srv    *baseline.Server
+	mode   baseline.Mode
 }
 
 func start(t *testing.T, mode baseline.Mode, seats int) system {
 	t.Helper()
 	ctx := context.Background()
-	var sys system
+	sys := system{mode: mode}
 	switch {
 	case !mode.UsesPostgres():
 	case mode.StoresRequests():
@@ -216,6 +217,10 @@ func checkRush(t *testing.T, sys system, replies map[string]baseline.Reply, seat
 	o.free = seats - o.successes
 
 	n, err := sys.rdb.Get(ctx, baseline.SequenceKey).Int()
+	if sys.mode == baseline.Lean {
+		require.ErrorIs(t, err, redis.Nil, "the lean mode uses no Redis")
+		return o
+	}
 	require.NoError(t, err)
 	require.Equal(t, len(replies), n, "every request counted in Redis")
 	o.retries, err = sys.rdb.Get(ctx, baseline.ContentionKey).Int()
@@ -238,6 +243,18 @@ func TestSkipLockedSellsEverySeatOnce(t *testing.T) {
 	require.Equal(t, 50, o.successes)
 	require.Equal(t, 50, o.soldOut+o.contention)
 	t.Logf("skiplocked, 100 users for 50 seats: %d sold_out, %d contention, %d retries", o.soldOut, o.contention, o.retries)
+}
+
+// The lean design sells every seat once, and a request that finds no free
+// seat it can lock is told sold out: with one request per user, a locked
+// seat is one about to be sold.
+func TestLeanSellsEverySeatOnce(t *testing.T) {
+	t.Parallel()
+	sys := start(t, baseline.Lean, 50)
+	o := checkRush(t, sys, rush(t, sys, 100), 50)
+	require.Equal(t, 50, o.successes)
+	require.Equal(t, 50, o.soldOut)
+	require.Zero(t, o.contention+o.retries, "one statement a request, never retried")
 }
 
 // The seed's UPDATE taken literally never oversells, but concurrent
@@ -310,7 +327,7 @@ func TestLiteralWaitsAndRetriesWhereSkipLockedMovesOn(t *testing.T) {
 
 func TestRepeatIsAlreadyReserved(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []baseline.Mode{baseline.Literal, baseline.SkipLocked} {
+	for _, mode := range []baseline.Mode{baseline.Literal, baseline.SkipLocked, baseline.Lean} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			sys := start(t, mode, 3)
@@ -337,16 +354,23 @@ func TestRepeatIsAlreadyReserved(t *testing.T) {
 
 func TestNoSeatsIsSoldOut(t *testing.T) {
 	t.Parallel()
-	sys := start(t, baseline.SkipLocked, 0)
-	status, r := reserve(t, sys, "bob", nil)
-	require.Equal(t, http.StatusOK, status)
-	require.False(t, r.Success)
-	require.Equal(t, baseline.SoldOut, *r.Reason)
+	for _, mode := range []baseline.Mode{baseline.SkipLocked, baseline.Lean} {
+		sys := start(t, mode, 0)
+		status, r := reserve(t, sys, "bob", nil)
+		require.Equal(t, http.StatusOK, status, mode)
+		require.False(t, r.Success, mode)
+		require.Equal(t, baseline.SoldOut, *r.Reason, mode)
+	}
 }
 
 func TestBadRequestsAnswerJSONErrors(t *testing.T) {
 	t.Parallel()
-	sys := start(t, baseline.SkipLocked, 1)
+	for _, mode := range []baseline.Mode{baseline.SkipLocked, baseline.Lean} {
+		badRequests(t, start(t, mode, 1))
+	}
+}
+
+func badRequests(t *testing.T, sys system) {
 	for _, tc := range []struct {
 		name, user, body string
 	}{
@@ -372,7 +396,12 @@ func TestBadRequestsAnswerJSONErrors(t *testing.T) {
 
 func TestDatabaseErrorIs500(t *testing.T) {
 	t.Parallel()
-	sys := start(t, baseline.Literal, 1)
+	for _, mode := range []baseline.Mode{baseline.Literal, baseline.Lean} {
+		databaseErrorIs500(t, start(t, mode, 1))
+	}
+}
+
+func databaseErrorIs500(t *testing.T, sys system) {
 	_, err := sys.pool.Exec(context.Background(), "DROP TABLE "+sys.schema+".seats")
 	require.NoError(t, err)
 	req, err := http.NewRequest(http.MethodPost, sys.url+baseline.ReservePath, nil)

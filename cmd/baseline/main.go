@@ -64,7 +64,7 @@ func run(args []string) error {
 		}
 	}
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, enqueue, durable, roundtrip, roundtrip-tasks, cart or hold (BASELINE_MODE)")
+	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, lean, enqueue, durable, roundtrip, roundtrip-tasks, cart or hold (BASELINE_MODE)")
 	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
 	redisURL := fs.String("redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")

@@ -37,7 +37,7 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 }
 
 // tableCmd reads a make bench directory (floor.json, enqueue.json,
-// literal.json, skiplocked.json, rush.json, intake.json, machine.txt, and
+// literal.json, skiplocked.json, lean.json (optional), rush.json, intake.json, machine.txt, and
 // durable.json, roundtrip.json, roundtrip-intake.json, intake-held.json,
 // cart-baseline.json, cart-rush.json, hold-baseline.json and
 // hold-storm.json when present) and prints the comparison table. A
@@ -86,7 +86,7 @@ func readFCFS(dir string, b *loadtest.Bench) error {
 	// Files of measurements added later; a directory from before them
 	// still makes its table.
 	return readReports(dir, map[string]**loadtest.Report{"durable.json": &b.DurableFloor, "intake-held.json": &b.HeldIntake,
-		"roundtrip.json": &b.RoundTrip, "roundtrip-intake.json": &b.RoundTripIntake}, true)
+		"roundtrip.json": &b.RoundTrip, "roundtrip-intake.json": &b.RoundTripIntake, "lean.json": &b.Lean}, true)
 }
 
 // readReports reads each named report file of dir into its destination;

@@ -1,0 +1,118 @@
+package baseline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// The lean mode is the strongest synchronous first-come-first-served design
+// we know a team would build: one statement per request, which takes the
+// first free seat that no other transaction holds (FOR UPDATE SKIP LOCKED on
+// the partial index of free seats) and reserves it, with duplicates refused
+// by the one-seat-per-user unique index; no Redis, no read before the
+// write, Go's own net/http server. Nothing found means sold out: a seat
+// another request holds is about to be reserved by it.
+
+// leanMux serves the lean mode's routes: the seed's reservation endpoint,
+// /healthz, and /metrics with the process collector only (make bench reads
+// the server's CPU and memory from it).
+func (s *Server) leanMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+ReservePath, s.leanReserve)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func (s *Server) leanReserve(w http.ResponseWriter, r *http.Request) {
+	user := r.Header.Get(UserHeader)
+	if user == "" {
+		leanError(w, http.StatusBadRequest, "validation_failed", UserHeader+" header is required")
+		return
+	}
+	var body struct {
+		Phone *string `json:"phone"`
+	}
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err == nil && len(raw) > 0 { // the seed allows an empty body (§4)
+		err = json.Unmarshal(raw, &body)
+	}
+	if err != nil {
+		leanError(w, http.StatusBadRequest, "validation_failed", `body must be {"phone": "..."}`)
+		return
+	}
+	reply, err := s.leanTake(r.Context(), user, body.Phone)
+	if err != nil {
+		s.opt.Log.Error("baseline: request failed", "path", r.URL.Path, "err", err)
+		leanError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, reply)
+}
+
+// leanTake is the whole of a reservation: one statement, and a second only
+// when the unique index says the user already holds a seat (to name it).
+func (s *Server) leanTake(ctx context.Context, user string, phone *string) (Reply, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, s.sql.take, user, phone).Scan(&id)
+	switch {
+	case err == nil:
+		return Reply{Success: true, SeatID: &id, ReservedBy: &user}, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return Reply{Reason: ptr(SoldOut)}, nil
+	case isUniqueViolation(err):
+		held, err := s.seatOf(ctx, user)
+		if err != nil {
+			return Reply{}, err
+		}
+		return alreadyReserved(held, user), nil
+	}
+	return Reply{}, fmt.Errorf("baseline: take seat: %w", err)
+}
+
+func leanError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]map[string]string{"error": {"code": code, "message": msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serveLean answers on ln with net/http until ctx ends, then shuts down
+// gracefully.
+func (s *Server) serveLean(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: s.leanMux(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.opt.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
