@@ -23,9 +23,9 @@ type Bench struct {
 	// baseline-fcfs against the lean synchronous design: one UPDATE … SKIP
 	// LOCKED a request, no Redis, net/http, 32 connections. Nil in runs
 	// before it.
-	Lean *Report
-	Rush         *Report // fcfs-rush, clients waiting for each outcome
-	Intake       *Report // fcfs-rush -intake: submissions only, then outcomes
+	Lean   *Report
+	Rush   *Report // fcfs-rush, clients waiting for each outcome
+	Intake *Report // fcfs-rush -intake: submissions only, then outcomes
 	// fcfs-rush -intake -hold-apply: the same with the workers held back
 	// until the last 202, the API's intake alone; nil in runs before it.
 	HeldIntake *Report
