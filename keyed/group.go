@@ -120,7 +120,7 @@ func (w window) covers(seq int64) bool { return seq <= w.last }
 func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window, lost []string, err error) {
 	n := g.e.opt.BatchMax
 	cmds := make([]*redis.Cmd, len(keys))
-	if err := Pipelined(ctx, g.e.rdb, peekScript, func(pipe redis.Pipeliner) {
+	if err := pipelined(ctx, g.e.rdb, peekScript, func(pipe redis.Pipeliner) {
 		for i, k := range keys {
 			cmds[i] = peekScript.EvalSha(ctx, pipe, []string{leaseKey(k), mboxKey(k)}, g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n)
 		}
@@ -316,7 +316,7 @@ func (g *group) releaseEmpty(ctx context.Context, wins map[string]window) (relea
 		return false, nil
 	}
 	cmds := make([]*redis.Cmd, len(empty))
-	err = Pipelined(ctx, g.e.rdb, releaseScript, func(pipe redis.Pipeliner) {
+	err = pipelined(ctx, g.e.rdb, releaseScript, func(pipe redis.Pipeliner) {
 		for i, l := range empty {
 			cmds[i] = releaseScript.EvalSha(ctx, pipe, []string{leaseKey(l.Key), mboxKey(l.Key)}, l.Token, "ifempty")
 		}
@@ -467,7 +467,7 @@ func (g *group) acquire(ctx context.Context, wanted map[string]string) (got int,
 func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]string) (keptFor map[string]string, err error) {
 	e := g.e
 	cmds := make([]*redis.Cmd, len(keys))
-	if err := Pipelined(ctx, e.rdb, acquireScript, func(pipe redis.Pipeliner) {
+	if err := pipelined(ctx, e.rdb, acquireScript, func(pipe redis.Pipeliner) {
 		for i, k := range keys {
 			cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(k), fenceKey(k), forKey(k)}, e.opt.LeaseTTL.Milliseconds(), wanted[k], e.opt.ForgetAfter.Milliseconds())
 		}
@@ -515,7 +515,7 @@ func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed m
 		g.drop(k)
 	}
 	cmds := make([]*redis.Cmd, len(keys))
-	if err := Pipelined(ctx, g.e.rdb, yieldScript, func(pipe redis.Pipeliner) {
+	if err := pipelined(ctx, g.e.rdb, yieldScript, func(pipe redis.Pipeliner) {
 		for i, k := range keys {
 			cmds[i] = yieldScript.EvalSha(ctx, pipe, []string{leaseKey(k), mboxKey(k), forKey(k)},
 				ls[i].Token, give[k], promiseTTL.Milliseconds())

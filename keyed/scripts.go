@@ -125,12 +125,12 @@ var extendScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0`)
 
-// Pipelined runs the commands fill queues in one round trip. Scripts go by
+// pipelined runs the commands fill queues in one round trip. Scripts go by
 // their SHA; when Redis does not know one (a new server, SCRIPT FLUSH, a
 // failover to a node that never ran it) it loads script and runs the
 // pipeline again, once. fill is called again then, so it must (re)assign
 // the commands it keeps.
-func Pipelined(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, fill func(redis.Pipeliner)) error {
+func pipelined(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, fill func(redis.Pipeliner)) error {
 	for try := 0; ; try++ {
 		pipe := rdb.Pipeline()
 		fill(pipe)
