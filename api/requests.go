@@ -67,7 +67,7 @@ func (s *Server) Accept(c *fiber.Ctx, sub requests.Submission) error {
 		c.Vary("Prefer")
 		// The write is durable already: a wait that cannot read its outcome
 		// (a store down, say) still answers 202, not an error.
-		if view, done, err := s.await(c.UserContext(), p, r.ID, wait); err == nil {
+		if view, done, err := s.await(c.UserContext(), c.Context().Done(), p, r.ID, wait); err == nil {
 			if view != nil {
 				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 				return c.Send(view)
@@ -127,7 +127,7 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	view, r, err := s.await(c.UserContext(), Principal(c), id, wait)
+	view, r, err := s.await(c.UserContext(), c.Context().Done(), Principal(c), id, wait)
 	if err != nil {
 		return err
 	}
@@ -141,14 +141,15 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 // await reads request id for p, waiting up to wait for it to be terminal.
 // It returns the view the worker announced (JSON) when that is what ended
 // the wait, else the request as read: terminal, or still open when the
-// wait ran out. Someone else's request is errNotFound.
+// wait ran out or stop closed (the server shutting down). Someone else's
+// request is errNotFound.
 //
 // A long poll listens before it looks, so an announcement made between the
 // look and the wait is not missed, and the look need not be repeated once
 // the wait begins. A request this process accepted and that is not
 // announced yet is still open: it waits without a read; one announced
 // already is answered with the view it was announced with.
-func (s *Server) await(ctx context.Context, p auth.Principal, id uuid.UUID, wait time.Duration) ([]byte, *requests.Request, error) {
+func (s *Server) await(ctx context.Context, stop <-chan struct{}, p auth.Principal, id uuid.UUID, wait time.Duration) ([]byte, *requests.Request, error) {
 	var done <-chan []byte
 	var r *requests.Request // nil while not read
 	open := false
@@ -184,7 +185,7 @@ func (s *Server) await(ctx context.Context, p auth.Principal, id uuid.UUID, wait
 		open = !r.Status.Terminal()
 	}
 	if wait > 0 && open {
-		return s.waitTerminal(ctx, id, r, done, wait)
+		return s.waitTerminal(ctx, stop, id, r, done, wait)
 	}
 	return nil, r, nil
 }
@@ -194,8 +195,11 @@ func (s *Server) await(ctx context.Context, p auth.Principal, id uuid.UUID, wait
 // not yet announced). It wakes on the worker's announcement, which carries
 // the terminal view (returned as view), and also reads Postgres every
 // second, so a lost announcement costs at most 1 s. The wait outlasts the
-// request's DEPENDENCY_TIMEOUT; each read is bounded by it instead.
-func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Request, done <-chan []byte, wait time.Duration) ([]byte, *requests.Request, error) {
+// request's DEPENDENCY_TIMEOUT; each read is bounded by it instead. A server
+// shutting down (stop) ends it at once: a held write answers 202 rather than
+// have its connection cut, which a client without an Idempotency-Key could
+// only retry as a new write.
+func (s *Server) waitTerminal(ctx context.Context, stop <-chan struct{}, id uuid.UUID, r *requests.Request, done <-chan []byte, wait time.Duration) ([]byte, *requests.Request, error) {
 	ctx = context.WithoutCancel(ctx)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
@@ -211,11 +215,9 @@ func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Req
 			return nil, next, err
 		case <-tick.C:
 		case <-deadline.C:
-			if r != nil {
-				return nil, r, nil
-			}
-			r, err := s.read(ctx, id)
-			return nil, r, err
+			return s.current(ctx, id, r)
+		case <-stop: // shutting down: answer now, within SHUTDOWN_TIMEOUT
+			return s.current(ctx, id, r)
 		}
 		next, err := s.read(ctx, id)
 		if err != nil || next.Status.Terminal() {
@@ -223,6 +225,15 @@ func (s *Server) waitTerminal(ctx context.Context, id uuid.UUID, r *requests.Req
 		}
 		r = next
 	}
+}
+
+// current is r, or request id as read now if r is nil.
+func (s *Server) current(ctx context.Context, id uuid.UUID, r *requests.Request) ([]byte, *requests.Request, error) {
+	if r != nil {
+		return nil, r, nil
+	}
+	r, err := s.read(ctx, id)
+	return nil, r, err
 }
 
 // read reads request id within DEPENDENCY_TIMEOUT.

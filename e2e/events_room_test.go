@@ -265,7 +265,11 @@ func bookingsHeld(open <-chan struct{}, next func(string, keyed.Applier) keyed.A
 			return a
 		}
 		return keyed.ApplierFunc(func(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
-			<-open
+			select {
+			case <-open:
+			case <-ctx.Done(): // the test ended first
+				return nil, ctx.Err()
+			}
 			return a.Apply(ctx, tx, b)
 		})
 	}

@@ -76,6 +76,23 @@ func TestPreferWait(t *testing.T) {
 	r.JSON(t, &a)
 	require.Contains(t, []string{"queued", "processing"}, a.Status)
 
+	// A held write when its API shuts down: answered 202 at once, not cut
+	// off when SHUTDOWN_TIMEOUT runs out (the wait asked for is longer).
+	url, stopAPI := s.StartStoppableAPI()
+	answered := make(chan systest.Response, 1)
+	go func() {
+		answered <- c.At(url).Do("POST", "/api/v1/probe", probe.Payload{Keys: []string{"d"}}, "Prefer", "wait=30")
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		return s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM requests WHERE keys @> ARRAY[$1]`, probe.SerialKey("d")).Scan(&n) == nil && n == 1
+	}, 10*time.Second, 10*time.Millisecond, "the write is accepted before the API stops")
+	start = time.Now()
+	stopAPI()
+	r = <-answered
+	require.Equal(t, http.StatusAccepted, r.Status, "body: %s", r.Body)
+	require.Less(t, time.Since(start), s.Cfg.ShutdownTimeout, "answered as the API stopped, not cut off")
+
 	// Released, the replay of the same write waits for the same request.
 	hold.Store(false)
 	close(release)

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/holdfast/holdfast/bench/floor"
@@ -466,12 +467,15 @@ func ratio(a, b float64) float64 {
 
 // storesCPU is the CPU seconds per journey that Postgres and Redis spent on
 // run r, its deferred tasks included: the shared stores, which do not scale
-// out with API and workers.
+// out with API and workers. It is NaN when either was not measured (its
+// processes not visible to the load tool), which fails any target.
 func storesCPU(r *Report) float64 {
-	if r.Journeys == 0 {
-		return 0
+	pg, okPG := r.CPUSeconds[CPUPostgres]
+	rd, okRedis := r.CPUSeconds[CPURedis]
+	if r.Journeys == 0 || !okPG || !okRedis {
+		return math.NaN()
 	}
-	s := r.CPUSeconds[CPUPostgres] + r.CPUSeconds[CPURedis]
+	s := pg + rd
 	if d := r.Deferred; d != nil {
 		s += d.CPUSeconds[CPUPostgres] + d.CPUSeconds[CPURedis]
 	}

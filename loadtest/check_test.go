@@ -123,12 +123,17 @@ func TestBenchCPUTable(t *testing.T) {
 	// two targets: the rate, and the shared stores' CPU per write with the
 	// rush's deferred tasks counted (0.3 + 0.1 + 0.2 s against 1.0 s).
 	require.NotContains(t, table, "lean synchronous")
-	b.Lean = rep(map[string]float64{CPUTotal: 2, CPUPostgres: 1}, 1000, 800)
+	b.Lean = rep(map[string]float64{CPUTotal: 2, CPUPostgres: 1, CPURedis: 0}, 1000, 800)
 	out.Reset()
 	b.WriteTable(&out)
 	require.Contains(t, out.String(), "| fcfs-rush outcomes/s ÷ lean synchronous | 0.62× | ≥ 1.50× | NOT met |")
 	require.Contains(t, out.String(), "| fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's | 0.60× | < 0.20× | NOT met |")
-	require.Contains(t, out.String(), "| lean synchronous | 2.000 | – | – | – | 1.000 | – | – | 1000/s | 800/s | 80% |")
+	require.Contains(t, out.String(), "| lean synchronous | 2.000 | – | – | – | 1.000 | 0.000 | – | 1000/s | 800/s | 80% |")
+	// Stores whose CPU was not measured fail the target, not pass it at 0.
+	delete(b.Lean.CPUSeconds, CPURedis)
+	out.Reset()
+	b.WriteTable(&out)
+	require.Contains(t, out.String(), "| fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's | NaN× | < 0.20× | NOT met |")
 	b.Lean = nil
 
 	// A run from before the durable floor, the round trip and the held

@@ -112,7 +112,7 @@ if [ -z "$only" ]; then
     step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"
     # The lean design as it was tried against holdfast: 32 connections.
     conns=(); [ "$mode" = lean ] && conns=(-pg-max-conns 32)
-    bin/baseline -mode "$mode" "${conns[@]}" -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
+    bin/baseline -mode "$mode" ${conns[@]+"${conns[@]}"} -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
     wait_ready "http://$baseline_addr/healthz" "$pid"
     settle
     bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -json baseline-fcfs > "$out/$mode.json" || true

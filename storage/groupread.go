@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -32,8 +33,11 @@ type groupCall[K comparable, V any] struct {
 
 // NewGroupRead reads with read, which returns the value of each key it
 // found (a key it did not find gets V's zero value), at most max keys a
-// read, each read bounded by timeout.
+// read (at least 1), each read bounded by timeout.
 func NewGroupRead[K comparable, V any](read func(ctx context.Context, keys []K) (map[K]V, error), max int, timeout time.Duration) *GroupRead[K, V] {
+	if max < 1 {
+		max = 1
+	}
 	return &GroupRead[K, V]{read: read, max: max, timeout: timeout}
 }
 
@@ -57,11 +61,23 @@ func (g *GroupRead[K, V]) Get(ctx context.Context, key K) (V, error) {
 	g.queue = g.queue[n:]
 	g.mu.Unlock()
 
-	g.readAll(ctx, batch)
+	err := g.readAll(ctx, batch)
 
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil {
+		// The store failed: so would the next read, so every waiter gets
+		// this answer now rather than a read's timeout each, one after
+		// another.
+		for _, w := range g.queue {
+			w.err = err
+			w.wake <- true
+		}
+		g.queue, g.busy = nil, false
+		return c.val, c.err
+	}
 	// Hand the lead to the first waiter, if any, and return: a leader
 	// never reads for others after its own answer.
-	g.mu.Lock()
 	if len(g.queue) > 0 {
 		next := g.queue[0]
 		g.queue = g.queue[1:]
@@ -69,13 +85,13 @@ func (g *GroupRead[K, V]) Get(ctx context.Context, key K) (V, error) {
 	} else {
 		g.busy = false
 	}
-	g.mu.Unlock()
 	return c.val, c.err
 }
 
 // readAll reads batch's keys and answers every call in it but the first
-// (the leader's, whose caller reads its own answer).
-func (g *GroupRead[K, V]) readAll(ctx context.Context, batch []*groupCall[K, V]) {
+// (the leader's, whose caller reads its own answer). A read that panics
+// fails the batch, so the lead is still handed on.
+func (g *GroupRead[K, V]) readAll(ctx context.Context, batch []*groupCall[K, V]) (err error) {
 	// The read serves every caller in the batch: one caller going away
 	// must not cut it short for the others.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
@@ -84,11 +100,20 @@ func (g *GroupRead[K, V]) readAll(ctx context.Context, batch []*groupCall[K, V])
 	for i, c := range batch {
 		keys[i] = c.key
 	}
-	vals, err := g.read(ctx, keys)
+	var vals map[K]V
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("storage: group read: panic: %v", p)
+			}
+		}()
+		vals, err = g.read(ctx, keys)
+	}()
 	for i, c := range batch {
 		c.val, c.err = vals[c.key], err
 		if i > 0 {
 			c.wake <- true
 		}
 	}
+	return err
 }

@@ -162,3 +162,43 @@ func TestGroupReadError(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, v, "a key the read did not find is the zero value")
 }
+
+// A read that fails answers every caller waiting meanwhile at once, rather
+// than each after a read of its own fails in turn; a read that panics fails
+// its callers and leaves the group usable.
+func TestGroupReadFailureReachesEveryWaiter(t *testing.T) {
+	boom := errors.New("store down")
+	gate := make(chan struct{})
+	var reads atomic.Int64
+	var panics atomic.Bool
+	g := NewGroupRead(func(_ context.Context, keys []string) (map[string]string, error) {
+		if reads.Add(1) == 1 {
+			<-gate
+			return nil, boom
+		}
+		if panics.Load() {
+			panic("a bug in the read")
+		}
+		return map[string]string{keys[0]: "ok"}, nil
+	}, 0, time.Second) // max below 1 reads one key at a time
+	errs := make(chan error, 11)
+	go func() { _, err := g.Get(context.Background(), "lead"); errs <- err }()
+	require.Eventually(t, func() bool { return reads.Load() == 1 }, 10*time.Second, time.Millisecond)
+	for i := range 10 {
+		go func() { _, err := g.Get(context.Background(), fmt.Sprint(i)); errs <- err }()
+	}
+	waitQueued(t, g, 10)
+	close(gate)
+	for range 11 {
+		require.ErrorIs(t, <-errs, boom)
+	}
+	require.EqualValues(t, 1, reads.Load(), "one failed read answered all eleven")
+
+	panics.Store(true)
+	_, err := g.Get(context.Background(), "x")
+	require.ErrorContains(t, err, "panic")
+	panics.Store(false)
+	v, err := g.Get(context.Background(), "x")
+	require.NoError(t, err)
+	require.Equal(t, "ok", v, "the lead was handed on after the panic")
+}

@@ -22,7 +22,10 @@ import (
 // the partial index of free seats) and reserves it, with duplicates refused
 // by the one-seat-per-user unique index; no Redis, no read before the
 // write, Go's own net/http server. Nothing found means sold out: a seat
-// another request holds is about to be reserved by it.
+// another request holds is about to be reserved by it, unless that request
+// is a second one of a user who already holds a seat (the unique index then
+// rolls it back), so a user who sends twice at once can make another see
+// sold out early; the bench sends one request a user.
 
 // leanMux serves the lean mode's routes: the seed's reservation endpoint,
 // /healthz, and /metrics with the process collector only (make bench reads
@@ -48,7 +51,12 @@ func (s *Server) leanReserve(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Phone *string `json:"phone"`
 	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		leanError(w, http.StatusRequestEntityTooLarge, "validation_failed", "body over 64 KiB")
+		return
+	}
 	if err == nil && len(raw) > 0 { // the seed allows an empty body (§4)
 		err = json.Unmarshal(raw, &body)
 	}
@@ -59,7 +67,7 @@ func (s *Server) leanReserve(w http.ResponseWriter, r *http.Request) {
 	reply, err := s.leanTake(r.Context(), user, body.Phone)
 	if err != nil {
 		s.opt.Log.Error("baseline: request failed", "path", r.URL.Path, "err", err)
-		leanError(w, http.StatusInternalServerError, "internal_error", err.Error())
+		leanError(w, http.StatusInternalServerError, "internal_error", "the reservation failed")
 		return
 	}
 	writeJSON(w, http.StatusOK, reply)
