@@ -172,18 +172,9 @@ func (c *Catalog) SetCartItem(ctx context.Context, userID, optionID int64, qty i
 	return storage.Translate("shop: set cart item", err)
 }
 
-// cartSnapshot is what a reserve covers: the cart when it was accepted.
-func (c *Catalog) cartSnapshot(ctx context.Context, userID int64) ([]Line, error) {
-	rows, err := c.pool.Query(ctx, `SELECT product_option_id, quantity FROM cart_items WHERE user_id = $1 ORDER BY product_option_id`, userID)
-	if err != nil {
-		return nil, storage.Translate("shop: cart snapshot", err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Line])
-	return lines, storage.Translate("shop: cart snapshot", err)
-}
-
-// cartSnapshots is cartSnapshot for several users in one statement; an
-// empty cart is absent from the map.
+// cartSnapshots is what reserves cover: each user's cart when the API
+// accepted the reserve, in option order, for several users in one statement;
+// an empty cart is absent from the map.
 func (c *Catalog) cartSnapshots(ctx context.Context, users []int64) (map[int64][]Line, error) {
 	rows, err := c.pool.Query(ctx, `SELECT user_id, product_option_id, quantity FROM cart_items
 		WHERE user_id = ANY($1) ORDER BY user_id, product_option_id`, users)
