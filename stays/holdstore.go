@@ -112,15 +112,10 @@ func (s *HoldStore) get(ctx context.Context, rt int64, holdID string, now time.T
 func (s *HoldStore) HeldCounts(ctx context.Context, roomTypes []int64, dates []time.Time, now time.Time) (map[int64][]int64, error) {
 	pipe := s.rdb.Pipeline()
 	min := "(" + strconv.FormatInt(now.UnixMilli(), 10)
-	days := make([]string, len(dates)) // formatted once, not once a room type
-	for i, d := range dates {
-		days[i] = d.Format(domain.DateLayout)
-	}
 	cmds := make(map[int64][]*redis.IntCmd, len(roomTypes))
 	for _, rt := range roomTypes {
-		cmds[rt] = make([]*redis.IntCmd, len(days))
-		for i, day := range days {
-			cmds[rt][i] = pipe.ZCount(ctx, heldKey(rt, day), min, "+inf")
+		for _, d := range dates {
+			cmds[rt] = append(cmds[rt], pipe.ZCount(ctx, heldKey(rt, d.Format(domain.DateLayout)), min, "+inf"))
 		}
 	}
 	if len(roomTypes) > 0 && len(dates) > 0 {
