@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,16 +19,13 @@ import (
 // its own batch.
 type Batcher struct {
 	rdb   redis.UniversalClient
-	mu    sync.Mutex
-	busy  bool // a batch is in flight
-	queue []*batchCall
+	turns turns[*batchCall]
 }
 
 type batchCall struct {
-	ctx  context.Context
-	fn   func(redis.Pipeliner) error
-	err  error
-	lead chan bool // true: lead the queued batch; false: done (see err)
+	ctx context.Context
+	fn  func(redis.Pipeliner) error
+	err error
 }
 
 // NewBatcher batches pipelines on rdb.
@@ -42,37 +38,20 @@ func NewBatcher(rdb redis.UniversalClient) *Batcher { return &Batcher{rdb: rdb} 
 // goroutine sends the batch, and what it queued is sent even when it
 // returns an error.
 func (b *Batcher) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {
-	c := &batchCall{ctx: ctx, fn: fn, lead: make(chan bool, 1)}
-	b.mu.Lock()
-	if !b.busy {
-		b.busy = true
-		b.mu.Unlock()
-		b.send([]*batchCall{c})
-		return c.err
-	}
-	b.queue = append(b.queue, c)
-	b.mu.Unlock()
-	if <-c.lead {
-		b.mu.Lock()
-		batch := b.queue // c is its first
-		b.queue = nil
-		b.mu.Unlock()
-		b.send(batch)
-	}
+	c := &batchCall{ctx: ctx, fn: fn}
+	b.turns.take(c, b.send)
 	return c.err
 }
 
-// send runs batch as one pipeline, tells each caller its error, and then
-// hands the lead to the first waiter, if any. If a caller's fn or go-redis
-// panics, every caller of the batch gets an error, the lead is handed on
-// all the same, and the panic goes on in the sending goroutine.
+// send runs batch as one pipeline and tells each caller its error. If a
+// caller's fn or go-redis panics, every caller of the batch gets an error
+// and the panic goes on (turns hands the lead on all the same).
 func (b *Batcher) send(batch []*batchCall) {
 	defer func() {
 		if r := recover(); r != nil {
 			for _, c := range batch {
 				c.err = fmt.Errorf("storage: batched pipeline panicked: %v", r)
 			}
-			b.handOff(batch)
 			panic(r)
 		}
 	}()
@@ -94,26 +73,6 @@ func (b *Batcher) send(batch []*batchCall) {
 			}
 		}
 		start = ends[i]
-	}
-	b.handOff(batch)
-}
-
-// handOff wakes batch's waiting callers (all but its leader, batch[0]) and
-// passes the lead to the first caller queued meanwhile, if any.
-func (b *Batcher) handOff(batch []*batchCall) {
-	b.mu.Lock()
-	var next *batchCall
-	if len(b.queue) > 0 {
-		next = b.queue[0]
-	} else {
-		b.busy = false
-	}
-	b.mu.Unlock()
-	for _, c := range batch[1:] {
-		c.lead <- false
-	}
-	if next != nil {
-		next.lead <- true
 	}
 }
 

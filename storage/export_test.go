@@ -3,11 +3,7 @@ package storage
 import "github.com/redis/go-redis/v9"
 
 // Waiting counts the callers queued behind the batch in flight.
-func (b *Batcher) Waiting() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.queue)
-}
+func (b *Batcher) Waiting() int { return b.turns.waiting() }
 
 // ScriptsWaiting is Waiting for the Batcher of a client from BatchScripts.
 func ScriptsWaiting(rdb redis.UniversalClient) int { return rdb.(*batchedScripts).b.Waiting() }

@@ -35,11 +35,7 @@ func (r *gatedReads) read(_ context.Context, keys []string) (map[string]string, 
 	return vals, nil
 }
 
-func (g *GroupRead[K, V]) queued() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.queue)
-}
+func (g *GroupRead[K, V]) queued() int { return g.turns.waiting() }
 
 func waitQueued[K comparable, V any](t *testing.T, g *GroupRead[K, V], n int) {
 	t.Helper()
@@ -138,7 +134,7 @@ func TestGroupReadUnderARace(t *testing.T) {
 	}
 	wg.Wait()
 	require.Less(t, reads.Load(), int64(500))
-	require.False(t, g.busy, "the last leader gave the lead up")
+	require.False(t, g.turns.busy, "the last leader gave the lead up")
 }
 
 // A failed read fails every caller it was for; the next read is tried anew.
