@@ -204,6 +204,7 @@ func (e *Engine) Register(t Type) {
 		panic("keyed: incomplete type " + t.Name)
 	}
 	e.types[t.Name] = t
+	e.m.InitType(t.Name) // its outcome and latency series, at 0 before the first
 }
 
 // Queues returns the queues of the registered types plus the maintenance

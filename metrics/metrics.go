@@ -36,7 +36,8 @@ const NoCode = "none"
 // series that appears at 1 reports no increase, an alert on the first
 // takeover or lost lease would never see it, and a panel of a series that
 // does not exist yet shows "No data" instead of 0. The API calls InitIntake,
-// the worker InitQueues and InitType.
+// the worker InitQueues, and the keyed engine InitType for each type it
+// registers.
 
 // InitIntake creates the API's counters of one queue and its write types.
 func (p *Pipeline) InitIntake(queue string, types ...string) {

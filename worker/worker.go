@@ -89,13 +89,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	defer engine.Close()
 	var periodic []Periodic
 	for _, build := range modules {
-		mod := build(st)
-		for _, t := range mod.Types {
+		m := build(st)
+		for _, t := range m.Types {
 			engine.Register(t)
-			m.InitType(t.Name)
 		}
-		periodic = append(periodic, mod.Periodic...)
-		reg.MustRegister(mod.Collectors...)
+		periodic = append(periodic, m.Periodic...)
+		reg.MustRegister(m.Collectors...)
 	}
 	periodic = append(periodic, forget(engine, cfg.KeyForgetAfter, log))
 	if cfg.RequestRetention > 0 {
