@@ -48,7 +48,8 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(insp),
 		metrics.NewRedisMemory(rdb), metrics.NewOldestOpen(store))
 
-	engine := keyed.New(pool, rdb, insp, log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap})
+	engine := keyed.New(pool, rdb, insp, log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap,
+		ScheduleDeferred: !cfg.AggregateDeferred})
 	defer engine.Close()
 	notifier := requests.NewNotifier(rdb, log)
 	nctx, stopNotifier := context.WithCancel(ctx)

@@ -83,6 +83,12 @@ type Config struct {
 	// use (keyed.Options.ForgetAfter).
 	KeyForgetAfter time.Duration `env:"KEY_FORGET_AFTER" envDefault:"1h"`
 
+	// AggregateDeferred folds the tasks of requests that a drain applies
+	// anyway into one Asynq task per group of up to 10,000 (keyed's
+	// deferred.go); false schedules each to run by itself a minute later.
+	// The API enqueues one way or the other; every worker folds.
+	AggregateDeferred bool `env:"AGGREGATE_DEFERRED_TASKS" envDefault:"true"`
+
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 }
 

@@ -2,6 +2,8 @@ package keyed
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -13,58 +15,86 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/tasks"
 )
 
+// deferModes runs test once with deferred tasks folded by the aggregator
+// (the default) and once with each scheduled (ScheduleDeferred).
+func deferModes(t *testing.T, test func(t *testing.T, schedule bool)) {
+	for _, schedule := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ScheduleDeferred=%t", schedule), func(t *testing.T) {
+			t.Parallel()
+			test(t, schedule)
+		})
+	}
+}
+
+// requireDeferred checks that a task waits for later as its engine defers:
+// in the aggregator's group, or scheduled a minute or more ahead.
+func requireDeferred(t *testing.T, info *asynq.TaskInfo, schedule bool, msg string) {
+	t.Helper()
+	if schedule {
+		require.Equal(t, asynq.TaskStateScheduled, info.State, msg)
+		require.Greater(t, time.Until(info.NextProcessAt), 50*time.Second)
+		return
+	}
+	require.Equal(t, asynq.TaskStateAggregating, info.State, msg)
+	require.Equal(t, DeferredGroup, info.Group)
+}
+
 // A request that enters its key's mailbox while the key is held has its
-// task scheduled for later: the holder applies it, and its task only shows
-// it in Asynqmon (K1). A request on an idle key rings the doorbell: its
-// task is due at once.
+// task deferred: the holder applies it, and its task only shows it in
+// Asynqmon (K1). A request on an idle key rings the doorbell: its task is
+// due at once.
 func TestTaskIsDeferredWhileItsKeyIsHeld(t *testing.T) {
 	t.Parallel()
-	r := newFenceRig(t)
-	ctx := context.Background()
-	e := r.engineTTL(t, "w", 8, holdingTTL)
-	insp := asynq.NewInspectorFromRedisClient(r.rdb)
-	task := func(id uuid.UUID) *asynq.TaskInfo {
-		t.Helper()
-		info, err := insp.GetTaskInfo("q", id.String())
+	deferModes(t, func(t *testing.T, schedule bool) {
+		r := newDeferringRig(t, schedule)
+		ctx := context.Background()
+		e := r.engineTTL(t, "w", 8, holdingTTL)
+		insp := asynq.NewInspectorFromRedisClient(r.rdb)
+		task := func(id uuid.UUID) *asynq.TaskInfo {
+			t.Helper()
+			info, err := insp.GetTaskInfo("q", id.String())
+			require.NoError(t, err)
+			return info
+		}
+
+		idle := r.accept(t)
+		require.Equal(t, asynq.TaskStatePending, task(idle).State, "an idle key's request is due at once")
+		require.NoError(t, e.Drain(ctx, "k", "q"))
+
+		l, ok, err := e.TryAcquire(ctx, "k")
 		require.NoError(t, err)
-		return info
-	}
+		require.True(t, ok)
+		held := []uuid.UUID{r.accept(t), r.accept(t)}
+		for _, id := range held {
+			requireDeferred(t, task(id), schedule, "the key's holder applies it")
+		}
+		require.NoError(t, e.drainHeld(ctx, l, "q"))
+		got := r.applied(t)
+		require.Len(t, got, 3)
+		require.Equal(t, held, []uuid.UUID{got[1].ID, got[2].ID}, "applied by the holder, in order, without their tasks")
+		require.Zero(t, r.rdb.Exists(ctx, leaseKey("k")).Val(), "the holder let go once the mailbox was empty")
 
-	idle := r.accept(t)
-	require.Equal(t, asynq.TaskStatePending, task(idle).State, "an idle key's request is due at once")
-	require.NoError(t, e.Drain(ctx, "k", "q"))
-
-	l, ok, err := e.TryAcquire(ctx, "k")
-	require.NoError(t, err)
-	require.True(t, ok)
-	held := []uuid.UUID{r.accept(t), r.accept(t)}
-	for _, id := range held {
-		info := task(id)
-		require.Equal(t, asynq.TaskStateScheduled, info.State, "the key's holder applies it")
-		require.Greater(t, time.Until(info.NextProcessAt), 50*time.Second)
-	}
-	require.NoError(t, e.drainHeld(ctx, l, "q"))
-	got := r.applied(t)
-	require.Len(t, got, 3)
-	require.Equal(t, held, []uuid.UUID{got[1].ID, got[2].ID}, "applied by the holder, in order, without their tasks")
-	require.Zero(t, r.rdb.Exists(ctx, leaseKey("k")).Val(), "the holder let go once the mailbox was empty")
-
-	next := r.accept(t)
-	require.Equal(t, asynq.TaskStatePending, task(next).State, "idle again: due at once")
+		next := r.accept(t)
+		require.Equal(t, asynq.TaskStatePending, task(next).State, "idle again: due at once")
+	})
 }
 
 // Races posts against a worker that runs only the tasks that are due (a
-// real Asynq server): its drains take the key, apply the mailbox and let go
-// over and over while requests arrive. Every request is applied without
-// waiting for a deferred task, which would fire a minute later.
+// real Asynq server that never folds a group): its drains take the key,
+// apply the mailbox and let go over and over while requests arrive. Every
+// request is applied without waiting for a deferred task, which would run
+// a minute later or once folded.
 func TestDeferredTasksLeaveNoRequestBehind(t *testing.T) {
 	t.Parallel()
-	race := deferralRace(t)
-	require.Empty(t, race.left, "requests left behind with their tasks deferred")
-	require.Greater(t, race.deferred, 0, "tasks were deferred while the key was held")
-	require.Greater(t, race.due, 1, "the key was free at times")
+	deferModes(t, func(t *testing.T, schedule bool) {
+		race := deferralRace(t, schedule)
+		require.Empty(t, race.left, "requests left behind with their tasks deferred")
+		require.Greater(t, race.deferred, 0, "tasks were deferred while the key was held")
+		require.Greater(t, race.due, 1, "the key was free at times")
+	})
 }
 
 // The control reads the lease before the request enters the mailbox, and
@@ -75,7 +105,22 @@ func TestDeferredTasksLeaveNoRequestBehind(t *testing.T) {
 // not always happen, so the control now forces it.)
 func TestDeferredTasksControlLeaseReadFirst(t *testing.T) {
 	t.Parallel()
-	r := newFenceRig(t)
+	deferModes(t, func(t *testing.T, schedule bool) {
+		r := newDeferringRig(t, schedule)
+		req := strandOne(t, r)
+		info, err := asynq.NewInspectorFromRedisClient(r.rdb).GetTaskInfo("q", req.String())
+		require.NoError(t, err)
+		requireDeferred(t, info, schedule, "deferred on a lease read too early")
+		require.Zero(t, r.rdb.Exists(context.Background(), leaseKey("k")).Val(), "no holder")
+		require.Equal(t, []string{req.String()}, r.rdb.ZRange(context.Background(), mboxKey("k"), 0, -1).Val(),
+			"left in the mailbox with nothing due to apply it")
+	})
+}
+
+// strandOne plays the control's interleaving: it returns a request left in
+// the mailbox of the idle key "k" with its task deferred.
+func strandOne(t *testing.T, r *fenceRig) uuid.UUID {
+	t.Helper()
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
 	l, ok, err := e.TryAcquire(ctx, "k")
@@ -86,18 +131,69 @@ func TestDeferredTasksControlLeaseReadFirst(t *testing.T) {
 	in := requests.NewIntake(requests.NewStore(r.pool), intake, slog.Default())
 	req, _, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
 	require.NoError(t, err)
+	return req.ID
+}
 
-	info, err := asynq.NewInspectorFromRedisClient(r.rdb).GetTaskInfo("q", req.ID.String())
+// A worker configured by Aggregation folds a group of deferred tasks into
+// one, whose drain applies what their own tasks would have: here a request
+// stranded as in the control above, beside deferred tasks whose requests
+// were applied already.
+func TestFoldedDeferredTasksDrainTheirKeys(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	e := r.engineTTL(t, "w", 8, holdingTTL)
+	l, ok, err := e.TryAcquire(ctx, "k")
 	require.NoError(t, err)
-	require.Equal(t, asynq.TaskStateScheduled, info.State, "deferred on a lease read too early")
-	require.Zero(t, r.rdb.Exists(ctx, leaseKey("k")).Val(), "no holder")
-	require.Equal(t, []string{req.ID.String()}, r.rdb.ZRange(ctx, mboxKey("k"), 0, -1).Val(),
-		"left in the mailbox with nothing due to apply it")
+	require.True(t, ok)
+	applied := []uuid.UUID{r.accept(t), r.accept(t)}
+	require.NoError(t, e.drainHeld(ctx, l, "q"))
+	stranded := strandOne(t, r)
+
+	cfg := asynq.Config{Concurrency: 2, Queues: map[string]int{"q": 1}, TaskCheckInterval: 10 * time.Millisecond,
+		LogLevel: asynq.ErrorLevel}
+	e.Aggregation(&cfg)
+	srv := asynq.NewServerFromRedisClient(r.rdb, cfg)
+	mux := asynq.NewServeMux()
+	e.Handle(mux)
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(srv.Shutdown)
+
+	insp := asynq.NewInspectorFromRedisClient(r.rdb)
+	require.Eventually(t, func() bool {
+		info, err := insp.GetQueueInfo("q")
+		return err == nil && info.Aggregating == 0 && info.Pending+info.Active == 0 && info.Processed > 0
+	}, 20*time.Second, 20*time.Millisecond, "the group was not folded and run")
+	info, err := insp.GetQueueInfo("q")
+	require.NoError(t, err)
+	require.Equal(t, 1, info.Processed, "three deferred tasks ran as one")
+	var ids []uuid.UUID
+	for _, a := range r.applied(t) {
+		ids = append(ids, a.ID)
+	}
+	require.Equal(t, append(applied, stranded), ids, "the folded task drained the stranded request, in order")
+}
+
+// The folded task drains each distinct first key of its requests once.
+func TestAggregateDeferredKeepsEachFirstKeyOnce(t *testing.T) {
+	t.Parallel()
+	var ts []*asynq.Task
+	for i, keys := range [][]string{{"b", "a"}, {"a"}, {"c"}, {"c", "d"}, nil} {
+		tk, err := tasks.NewRequest("fence.test", "q", fmt.Sprint(i), keys)
+		require.NoError(t, err)
+		ts = append(ts, tk)
+	}
+	ts = append(ts, asynq.NewTask("fence.test", []byte("{not json")))
+	folded := aggregateDeferred(DeferredGroup, ts)
+	require.Equal(t, tasks.TypeDeferred, folded.Type())
+	var p tasks.DeferredPayload
+	require.NoError(t, json.Unmarshal(folded.Payload(), &p))
+	require.Equal(t, tasks.DeferredPayload{Keys: []string{"a", "c"}, Requests: 6}, p)
 }
 
 type raceResult struct {
 	left          []uuid.UUID // accepted but not applied once the worker went idle
-	deferred, due int         // tasks scheduled for later; tasks the worker ran
+	deferred, due int         // tasks deferred; tasks the worker ran
 }
 
 // deferralRace accepts requests on one key from two clients, in bursts,
@@ -105,9 +201,9 @@ type raceResult struct {
 // After each burst it waits until the worker is idle and notes what was
 // left: a request stranded early in a burst is rescued by the drain a later
 // doorbell starts, so the end of each burst is where one would stay.
-func deferralRace(t *testing.T) raceResult {
+func deferralRace(t *testing.T, schedule bool) raceResult {
 	t.Helper()
-	r := newFenceRig(t)
+	r := newDeferringRig(t, schedule)
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
 	intake := r.engine(t, "intake", 1)
@@ -169,6 +265,6 @@ func deferralRace(t *testing.T) raceResult {
 	}
 	info, err := insp.GetQueueInfo("q")
 	require.NoError(t, err)
-	res.deferred, res.due = info.Scheduled, info.Processed
+	res.deferred, res.due = info.Scheduled+info.Aggregating, info.Processed
 	return res
 }

@@ -75,8 +75,12 @@ type Options struct {
 	RedriveAfter time.Duration // how long a request may stay open before the reconciler looks at it
 	KeyCap       int           // backlog per key above which intake answers 429
 	QueueCap     int           // tasks per queue above which intake answers 429
-	DeferAfter   int           // backlog on a key beyond which new tasks are enqueued as scheduled (K4), as they are while the key is held
-	Worker       string        // name of this process, for logs and the probe's log
+	DeferAfter   int           // backlog on a key beyond which new tasks are deferred (K4), as they are while the key is held
+	// ScheduleDeferred schedules each deferred task a minute or more ahead
+	// to run by itself, instead of adding it to the Asynq group the
+	// worker folds into one task (deferred.go).
+	ScheduleDeferred bool
+	Worker           string // name of this process, for logs and the probe's log
 	// ForgetAfter is how long a key's fencing state outlives its last
 	// acquire (doc.go, "Forgetting"): its Redis fence key expires and Forget
 	// deletes its key_fences row, and a token older than this is refused.
@@ -224,6 +228,7 @@ func (e *Engine) Handle(mux *asynq.ServeMux) {
 		mux.HandleFunc(name, e.handleRequest)
 	}
 	mux.HandleFunc(tasks.TypeDrain, e.handleDrain)
+	mux.HandleFunc(tasks.TypeDeferred, e.handleDeferred)
 	mux.HandleFunc(tasks.TypeReconcile, func(ctx context.Context, _ *asynq.Task) error { return e.Reconcile(ctx) })
 }
 
@@ -291,7 +296,7 @@ func (e *Engine) queueSize(queue string) int {
 
 	n := s.n
 	if info, err := e.insp.GetQueueInfo(queue); err == nil {
-		n = info.Pending + info.Active + info.Scheduled + info.Retry
+		n = info.Pending + info.Active + info.Scheduled + info.Retry + info.Aggregating
 	}
 	e.qmu.Lock()
 	e.qsizes[queue] = queueSample{n: n, at: e.now()}
@@ -366,11 +371,15 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	return postings, nil
 }
 
-// Enqueue enqueues r's task (TaskID = requestId), scheduled for later when
+// Enqueue enqueues r's task (TaskID = requestId), deferred when
 // something else applies r first (see deferral). r must be in its mailboxes
 // already: a task that finds its key's mailbox empty does nothing.
 func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Posting) error {
-	t, err := tasks.NewRequest(r.Type, r.Queue, r.ID.String(), r.Keys, deferral(p, e.opt.DeferAfter))
+	var later []asynq.Option
+	if d := deferral(p, e.opt.DeferAfter); d > 0 {
+		later = append(later, e.laterOption(d))
+	}
+	t, err := tasks.NewRequest(r.Type, r.Queue, r.ID.String(), r.Keys, later...)
 	if err != nil {
 		return err
 	}
@@ -380,19 +389,21 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Po
 	return nil
 }
 
-// deferral is how long to schedule the task of a request that something
+// deferral is how long to defer the task of a request that something
 // else applies first: the holder of its first key (whose group gathers the
 // rest, group.go), when that key was held as the request entered its
 // mailboxes, or the drain that the tasks of the requests ahead of
 // it start, when it waits behind more than after others. The key's holder
 // applies such a request in order whatever its task does, and the
 // reconciler, not the task, recovers a key whose holder died; the task is
-// there so Asynqmon shows the request (K1). Scheduling it well past the
-// expected drain keeps one hot key's tasks from filling the pending list
-// ahead of every other key (K4), even when they were accepted while no
-// worker ran, and leaves the worker's slots and Redis to the drain while a
-// rush lasts; it fires later as a no-op. A request that nothing else would
-// apply, the doorbell of an idle key, has its task due at once.
+// there so Asynqmon shows the request (K1). Deferring it (deferred.go:
+// folded with others into one task, or scheduled well past the expected
+// drain) keeps one hot key's tasks from filling the pending list ahead of
+// every other key (K4), even when they were accepted while no worker ran,
+// and leaves the worker's slots and Redis to the drain while a rush lasts;
+// it runs later as a no-op. A request that nothing else would apply, the
+// doorbell of an idle key, has its task due at once. The duration is the
+// schedule's; a folded task waits for the aggregator instead.
 func deferral(p requests.Posting, after int) time.Duration {
 	if p.Backlog <= int64(after) && !p.Held {
 		return 0

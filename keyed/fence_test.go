@@ -23,14 +23,20 @@ type fenceRig struct {
 	pool   *pgxpool.Pool
 	rdb    redis.UniversalClient
 	intake *requests.Intake
+	// scheduleDeferred is its engines' Options.ScheduleDeferred.
+	scheduleDeferred bool
 }
 
-func newFenceRig(t *testing.T) *fenceRig {
+func newFenceRig(t *testing.T) *fenceRig { return newDeferringRig(t, false) }
+
+// newDeferringRig is newFenceRig with its engines deferring tasks as
+// scheduleDeferred says.
+func newDeferringRig(t *testing.T, scheduleDeferred bool) *fenceRig {
 	_, pool := testenv.Postgres(t)
 	_, rdb := testenv.Redis(t)
 	_, err := pool.Exec(context.Background(), `CREATE TABLE applied (request_id uuid, worker text, token bigint, at timestamptz DEFAULT clock_timestamp())`)
 	require.NoError(t, err)
-	r := &fenceRig{pool: pool, rdb: rdb}
+	r := &fenceRig{pool: pool, rdb: rdb, scheduleDeferred: scheduleDeferred}
 	r.intake = requests.NewIntake(requests.NewStore(pool), r.engine(t, "intake", 1), slog.Default())
 	return r
 }
@@ -48,7 +54,7 @@ const holdingTTL = time.Minute
 // engineTTL is engine with leases that last ttl.
 func (r *fenceRig) engineTTL(t *testing.T, name string, batch int, ttl time.Duration) *Engine {
 	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name})
+		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name, ScheduleDeferred: r.scheduleDeferred})
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
 		func(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error) {

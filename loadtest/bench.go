@@ -351,7 +351,7 @@ func (b *Bench) writeCPU(w io.Writer) {
 		if r.Deferred == nil || r.Deferred.Error != "" {
 			return
 		}
-		line("… its deferred no-op tasks, fired after the run", r.Deferred.CPUSeconds, r.Journeys, 0, "api")
+		line("… its deferred no-op tasks left at its end, run after it", r.Deferred.CPUSeconds, r.Journeys, 0, "api")
 		all := map[string]float64{}
 		for _, m := range []map[string]float64{r.CPUSeconds, r.Deferred.CPUSeconds} {
 			for k, v := range m {
@@ -414,7 +414,7 @@ func (b *Bench) writeFCFSCPU(w io.Writer, line func(string, map[string]float64, 
 }
 
 // writeDeferredNote says, under the CPU table, how many of a holdfast run's
-// tasks were left scheduled and what each cost when fired after it; drain
+// tasks were left deferred and what each cost when run after it; drain
 // names the drains that applied their requests.
 func writeDeferredNote(w io.Writer, name, drain string, r *Report) {
 	switch d := r.Deferred; {
@@ -422,9 +422,10 @@ func writeDeferredNote(w io.Writer, name, drain string, r *Report) {
 	case d.Error != "":
 		fmt.Fprintf(w, "\n%s's deferred tasks were not measured: %s\n", name, d.Error)
 	case d.Tasks > 0:
-		fmt.Fprintf(w, "\n%s left %d of its %d tasks scheduled for later, their requests left to %s (K1, K4), %.3f ms of CPU each.\n"+
-			"They fire as no-ops once a drain has applied their requests; the load tool fires them right after the run\n"+
-			"and measures them. The rates above do not include them; the all-in line's ceiling does.\n",
+		fmt.Fprintf(w, "\n%s ended with %d of its %d tasks deferred, their requests left to %s (K1, K4), %.3f ms of CPU each.\n"+
+			"They run as no-ops once a drain has applied their requests, folded into one task per group (or one by one\n"+
+			"with AGGREGATE_DEFERRED_TASKS=false); the load tool runs them right after the run and measures them.\n"+
+			"The rates above do not include them; the all-in line's ceiling does. Groups folded during the run are in its CPU.\n",
 			name, d.Tasks, max(r.Accepted, r.Journeys), drain, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))
 	}
 }

@@ -97,9 +97,9 @@ func TestBenchCPUTable(t *testing.T) {
 	table := out.String()
 	require.Contains(t, table, "| holdfast fcfs-rush (submit + outcome) | 2.000 | 0.400 | 0.800 | 0.300 | 0.300 | 0.100 | 0.100 | 1000/s | 500/s | 50% |")
 	require.Contains(t, table, "| Asynq floor (per task) | 0.400 | – | 0.300 | – | – | 0.080 | 0.020 | 5000/s | 4000/s | 80% |")
-	require.Contains(t, table, "| … its deferred no-op tasks, fired after the run | 0.500 | – | – | 0.300 | – | 0.200 | – | 4000/s | – | – |")
+	require.Contains(t, table, "| … its deferred no-op tasks left at its end, run after it | 0.500 | – | – | 0.300 | – | 0.200 | – | 4000/s | – | – |")
 	require.Contains(t, table, "| … all in: the run and its deferred tasks | 2.500 | 0.400 | 0.800 | 0.600 | 0.300 | 0.300 | 0.100 | 800/s | – | – |")
-	require.Contains(t, table, "fcfs-rush left 600 of its 1000 tasks scheduled for later, their requests left to the event's drain (K1, K4), 0.833 ms of CPU each.")
+	require.Contains(t, table, "fcfs-rush ended with 600 of its 1000 tasks deferred, their requests left to the event's drain (K1, K4), 0.833 ms of CPU each.")
 	require.Contains(t, table, "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |")
 	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | – | – | 500/s | 400/s | 80% |")
 	require.NotContains(t, table, "seed 004 literal, synchronous | ", "a run without CPU figures has no CPU row")
@@ -157,7 +157,7 @@ func TestBenchCPUTable(t *testing.T) {
 	require.Contains(t, out.String(), "| invariant violations (holdfast, floors, SKIP LOCKED, lean) | 0.00 | < 1.00 | met |\n\nCart rush")
 	require.Contains(t, out.String(), "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |\n"+
 		"| synchronous cart reserve | 1.000 | – | – | – | – | – | – | 2000/s | 2000/s | 100% |\n"+
-		"| holdfast cart-rush (reserve + outcome) | 2.000 | – | – | – | – | – | – | 1000/s | 500/s | 50% |\n\nfcfs-rush left 600")
+		"| holdfast cart-rush (reserve + outcome) | 2.000 | – | – | – | – | – | – | 1000/s | 500/s | 50% |\n\nfcfs-rush ended with 600")
 }
 
 // The JSON report carries the figures and the verdict a machine reads, and
@@ -237,8 +237,8 @@ func TestBenchCartTable(t *testing.T) {
 	// 3 s for 3,000 reserves: 1 ms each, so 2 cores allow 2,000/s.
 	require.Contains(t, table, "| synchronous cart reserve | 1.000 | 0.100 | 0.300 | – | 0.600 | – | – | 2000/s | 2000/s | 100% |")
 	require.Contains(t, table, "| holdfast cart-rush (reserve + outcome) | 2.000 | 0.200 | 0.500 | 0.500 | 0.400 | 0.400 | – | 1000/s | 500/s | 50% |\n"+
-		"| … its deferred no-op tasks, fired after the run | 0.160 | – | – | 0.100 | – | 0.060 | – | 12500/s | – | – |")
-	require.Contains(t, table, "cart-rush left 2400 of its 3000 tasks scheduled for later, their requests left to the drains of their users' and options' keys (K1, K4), 0.200 ms of CPU each.")
+		"| … its deferred no-op tasks left at its end, run after it | 0.160 | – | – | 0.100 | – | 0.060 | – | 12500/s | – | – |")
+	require.Contains(t, table, "cart-rush ended with 2400 of its 3000 tasks deferred, their requests left to the drains of their users' and options' keys (K1, K4), 0.200 ms of CPU each.")
 	require.NotContains(t, table, "fcfs")
 	require.NotContains(t, table, "floor")
 	require.True(t, strings.HasPrefix(table, "make bench — test\n\nCart rush"))

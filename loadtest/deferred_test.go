@@ -50,6 +50,32 @@ func TestRunDeferredFiresScheduledTasksAndWaitsForThem(t *testing.T) {
 	require.Equal(t, 1, info.Scheduled, "a queue not named is left alone")
 }
 
+// Tasks waiting in a group are counted, and runDeferred returns once the
+// aggregator folded them and the folded task ran.
+func TestRunDeferredWaitsForAggregatingTasks(t *testing.T) {
+	t.Parallel()
+	url, opt := asynqRedis(t)
+	cl := asynq.NewClient(opt)
+	t.Cleanup(func() { _ = cl.Close() })
+	const n = 30
+	for i := range n {
+		_, err := cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("later"), asynq.Group("deferred"), asynq.TaskID(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	ran := serveNoops(t, opt, 3*time.Millisecond, "later")
+
+	d, err := runDeferred(context.Background(), url, []string{"later"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, n, d.Tasks)
+	require.Equal(t, int64(1), ran.Load(), "the group ran as one task before runDeferred returned")
+	require.Greater(t, d.Seconds, 0.5, "it waited for the aggregator's grace period")
+	insp := asynq.NewInspector(opt)
+	t.Cleanup(func() { _ = insp.Close() })
+	info, err := insp.GetQueueInfo("later")
+	require.NoError(t, err)
+	require.Zero(t, info.Aggregating+info.Pending+info.Active)
+}
+
 // The tool fires the scheduled tasks of holdfast's queues and no others.
 func TestQueuesAreTheVerticals(t *testing.T) {
 	require.ElementsMatch(t, []string{stays.Queue, shop.Queue, events.Queue}, holdfastQueues)
@@ -65,7 +91,8 @@ func asynqRedis(t *testing.T) (string, asynq.RedisConnOpt) {
 }
 
 // serveNoops runs an Asynq server on queues for the test, whose "noop"
-// tasks each spin for busy (CPU to measure) and count themselves.
+// tasks each spin for busy (CPU to measure) and count themselves; a group's
+// tasks are folded into one "noop" a second after the last joined.
 func serveNoops(t *testing.T, opt asynq.RedisConnOpt, busy time.Duration, queues ...string) *atomic.Int64 {
 	weights := map[string]int{}
 	for _, q := range queues {
@@ -73,7 +100,8 @@ func serveNoops(t *testing.T, opt asynq.RedisConnOpt, busy time.Duration, queues
 	}
 	var ran atomic.Int64
 	srv := asynq.NewServer(opt, asynq.Config{Concurrency: 4, Queues: weights,
-		TaskCheckInterval: 10 * time.Millisecond, Logger: quietLogger{}})
+		TaskCheckInterval: 10 * time.Millisecond, Logger: quietLogger{}, GroupGracePeriod: time.Second,
+		GroupAggregator: asynq.GroupAggregatorFunc(func(string, []*asynq.Task) *asynq.Task { return asynq.NewTask("noop", nil) })})
 	mux := asynq.NewServeMux()
 	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
 		for end := time.Now().Add(busy); time.Now().Before(end); {

@@ -75,7 +75,7 @@ type Options struct {
 	// exchange instead of a submit and a poll. Not with Intake.
 	PreferWait time.Duration
 	// RedisURL, when set, is the Redis holdfast's queues live on: after the
-	// run the tool fires the tasks the run left scheduled and measures them
+	// run the tool runs the tasks the run left deferred and measures them
 	// (Report.Deferred). With Intake, the report also counts the tasks the
 	// workers processed while clients submitted (Report.Applying).
 	RedisURL string

@@ -46,7 +46,7 @@ type Report struct {
 	// SubmitCPUSeconds is the part of CPUSeconds from the first submit to
 	// the last 202, in a run that submits everything first (Intake).
 	SubmitCPUSeconds map[string]float64 `json:"submitCpuSeconds,omitempty"`
-	// Deferred is the run's scheduled tasks, fired and measured after it
+	// Deferred is the run's deferred tasks, run and measured after it
 	// (Options.RedisURL); nil when not measured.
 	Deferred *Deferred `json:"deferred,omitempty"`
 	// Applying is what the workers did while an intake run's clients
@@ -186,9 +186,9 @@ func (rep *Report) WriteText(w io.Writer) {
 	switch d := rep.Deferred; {
 	case d == nil:
 	case d.Error != "":
-		fmt.Fprintf(w, "  tasks left scheduled: not measured: %s\n", d.Error)
+		fmt.Fprintf(w, "  tasks left deferred: not measured: %s\n", d.Error)
 	default:
-		fmt.Fprintf(w, "  tasks left scheduled, fired after the run: %d, drained in %.1f s\n", d.Tasks, d.Seconds)
+		fmt.Fprintf(w, "  tasks left deferred, run after the run: %d, done in %.1f s\n", d.Tasks, d.Seconds)
 		writeCPUPerJourney(w, "… their CPU per journey", d.CPUSeconds, rep.Journeys)
 	}
 	if rep.OK {

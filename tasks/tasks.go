@@ -23,6 +23,9 @@ const (
 	TypeRetention = "pipeline:retention"
 	// TypeForget deletes the fencing state of keys gone idle.
 	TypeForget = "pipeline:forget"
+	// TypeDeferred is the deferred tasks of many requests folded into one
+	// (keyed/deferred.go): it drains each of their first keys once.
+	TypeDeferred = "keyed:deferred"
 )
 
 // MaintenanceQueue carries the periodic tasks.
@@ -42,17 +45,29 @@ type RequestPayload struct {
 	Keys      []string `json:"keys"`
 }
 
-// NewRequest builds the task of one accepted request; delay > 0 schedules it.
-func NewRequest(typ, queue, requestID string, keys []string, delay time.Duration) (*asynq.Task, error) {
+// NewRequest builds the task of one accepted request; later, when given,
+// says how it waits (asynq.ProcessIn or asynq.Group).
+func NewRequest(typ, queue, requestID string, keys []string, later ...asynq.Option) (*asynq.Task, error) {
 	b, err := json.Marshal(RequestPayload{RequestID: requestID, Keys: keys})
 	if err != nil {
 		return nil, err
 	}
 	opts := []asynq.Option{asynq.TaskID(requestID), asynq.Queue(queue), asynq.MaxRetry(25)}
-	if delay > 0 {
-		opts = append(opts, asynq.ProcessIn(delay))
-	}
-	return asynq.NewTask(typ, b, opts...), nil
+	return asynq.NewTask(typ, b, append(opts, later...)...), nil
+}
+
+// DeferredPayload is the payload of an aggregated deferred task: the
+// distinct first keys of its requests, and how many requests it stands for.
+type DeferredPayload struct {
+	Keys     []string `json:"keys"`
+	Requests int      `json:"requests"`
+}
+
+// NewDeferred builds the task that stands for n deferred request tasks on
+// keys. The aggregator enqueues it in the group's queue.
+func NewDeferred(keys []string, n int) *asynq.Task {
+	b, _ := json.Marshal(DeferredPayload{Keys: keys, Requests: n}) // strings and an int always marshal
+	return asynq.NewTask(TypeDeferred, b, asynq.MaxRetry(25))
 }
 
 // DrainPayload is the payload of a drain task.

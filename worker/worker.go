@@ -106,7 +106,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		}
 	}
 
-	srv := newServers(rdb, engine.Queues(), asynq.Config{
+	acfg := asynq.Config{
 		Concurrency:              cfg.Concurrency,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		TaskCheckInterval:        20 * time.Millisecond,
@@ -114,7 +114,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		RetryDelayFunc:           retryDelay,
 		Logger:                   asynqLogger{log},
 		LogLevel:                 asynq.WarnLevel,
-	})
+	}
+	engine.Aggregation(&acfg)
+	srv := newServers(rdb, engine.Queues(), acfg)
 	mux := asynq.NewServeMux()
 	engine.Handle(mux)
 	for _, p := range periodic {
