@@ -23,12 +23,11 @@ import (
 //   - schedule: the task is scheduled a minute or more ahead and runs by
 //     itself, a drain attempt on its first key.
 //
-// Measured (bench/aggexp, 40,000 tasks whose handler makes one Redis
-// call, fired at once after they were enqueued, two runs each): running
-// them one by one cost Redis 0.097–0.105 ms and the worker 0.166–0.183 ms
-// of CPU a task; aggregated, Redis 0.009–0.011 ms and the worker 0.008 ms.
-// In make bench's FCFS rush that is the deferred-work line of the table
-// (docs/benchmarks.md, "Scaling out").
+// Measured (scripts/ab.sh, fcfs-rush of 40,000 users, two pairs against
+// scheduling): the deferred tasks' CPU, once the run was over, went from
+// 0.280–0.284 ms a write (Redis 0.102–0.106, worker 0.176–0.179) to
+// 0.007–0.011 ms, and Redis' all-in CPU a write from 0.173–0.177 ms to
+// 0.072–0.089 ms; the folds made during the run are in the latter.
 const DeferredGroup = "deferred"
 
 // The worker's aggregation settings: a group is folded once it holds
