@@ -3,11 +3,9 @@ package keyed
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/tasks"
@@ -84,28 +82,16 @@ func aggregateDeferred(_ string, ts []*asynq.Task) *asynq.Task {
 
 // handleDeferred drains each key of an aggregated task, as each of its
 // requests' tasks would have: a key held is left to its holder, an idle
-// key with requests left (its holder died) is drained now. The keys whose
-// mailboxes are empty, nearly all of them, are found in one pipelined round
-// trip and skipped, as Drain would skip each in a round trip of its own.
+// key with requests left (its holder died) is drained now.
 func (e *Engine) handleDeferred(ctx context.Context, t *asynq.Task) error {
 	var p tasks.DeferredPayload
 	if err := tasks.Decode(t, &p); err != nil {
 		return err
 	}
 	q, _ := asynq.GetQueueName(ctx)
-	pipe := e.rdb.Pipeline()
-	cards := make([]*redis.IntCmd, len(p.Keys))
-	for i, k := range p.Keys {
-		cards[i] = pipe.ZCard(ctx, mboxKey(k))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("keyed: deferred mailboxes: %w", err)
-	}
 	var errs []error
-	for i, k := range p.Keys {
-		if cards[i].Val() > 0 {
-			errs = append(errs, e.Drain(ctx, k, q))
-		}
+	for _, k := range p.Keys {
+		errs = append(errs, e.Drain(ctx, k, q))
 	}
 	return errors.Join(errs...)
 }
