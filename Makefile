@@ -29,7 +29,11 @@ lint-api: ## Lint api/openapi.yaml with Redocly CLI and Spectral (pinned in api/
 	@cd api/lint && node_modules/.bin/spectral lint --ruleset .spectral.yaml --fail-severity=warn --quiet ../openapi.yaml
 	@echo "lint-api: api/openapi.yaml: no error or warning from Redocly (recommended) or Spectral (spectral:oas)"
 
-test: lint-api ## Lint the OpenAPI document, then run every test with -race against real Postgres and Redis (and the pages in headless Chromium)
+lint: ## Lint the Go code with golangci-lint (pinned in tools/lint/go.mod; .golangci.yml): the layering, staticcheck, errorlint, unused
+	cd tools/lint && $(GO) build -o ../../bin/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	bin/golangci-lint run ./...
+
+test: lint-api lint ## Lint the OpenAPI document and the Go code, then run every test with -race against real Postgres and Redis (and the pages in headless Chromium)
 	$(GO) vet ./...
 	@# axe-core, which the browser tests run inside the pages, pinned by e2e/browser/package-lock.json.
 	@[ -f e2e/browser/node_modules/axe-core/axe.min.js ] || npm ci --prefix e2e/browser --no-audit --no-fund --silent

@@ -97,7 +97,7 @@ func runPrometheus(t *testing.T, bin string, port int) (*promServer, error) {
 		select {
 		case err := <-exited:
 			exited <- err // for the cleanup
-			return nil, fmt.Errorf("prometheus exited: %v\n%s", err, logged())
+			return nil, fmt.Errorf("prometheus exited: %w\n%s", err, logged())
 		default:
 		}
 		if resp, err := promClient.Get(p.URL + "/-/ready"); err == nil {

@@ -146,7 +146,7 @@ func (h *handlers) create(c *fiber.Ctx) error {
 	default:
 		return api.InvalidField("seatCount", "send seatCount or seats")
 	}
-	e, err := in.settingsInput.apply(e, time.Now(), true)
+	e, err := in.apply(e, time.Now(), true)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -293,7 +294,7 @@ func (r *Room) run(ctx context.Context, s *redis.Script, e Event, keys []string,
 		res, err = s.Run(ctx, r.rdb, keys, args...).Slice()
 	}
 	if err != nil {
-		if err := keyed.FencedErr(err); err == keyed.ErrLeaseLost {
+		if err := keyed.FencedErr(err); errors.Is(err, keyed.ErrLeaseLost) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("events: waiting room: %w", err)

@@ -212,15 +212,6 @@ func (e *Engine) keepAlive(ctx context.Context, leases []Lease) (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// giveUp hands the key on after a system error and returns the error so the
-// task is retried and the failure shows in Asynqmon.
-func (e *Engine) giveUp(ctx context.Context, l Lease, queue string, err error) error {
-	if herr := e.handOff(context.WithoutCancel(ctx), l, queue, time.Second); herr != nil {
-		e.log.Warn("hand off after error", "key", l.Key, "err", herr)
-	}
-	return err
-}
-
 func leaseKeys(ls []Lease) []string {
 	out := make([]string, len(ls))
 	for i, l := range ls {

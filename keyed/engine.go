@@ -424,7 +424,7 @@ func (e *Engine) handleRequest(ctx context.Context, t *asynq.Task) error {
 	if e.opt.Unguarded {
 		id, err := uuid.Parse(p.RequestID)
 		if err != nil {
-			return fmt.Errorf("request id %q: %v: %w", p.RequestID, err, asynq.SkipRetry)
+			return fmt.Errorf("request id %q: %w: %w", p.RequestID, err, asynq.SkipRetry)
 		}
 		return e.applyUnguarded(ctx, id, keys, q)
 	}

@@ -77,32 +77,6 @@ func acquired(c *redis.Cmd) (tok int64, keptFor string, err error) {
 	return 0, "", fmt.Errorf("unexpected reply %T", v)
 }
 
-// peek extends l and returns up to n mailbox ids in acceptance order, and
-// the last one's seq (its mailbox score), the highest of them.
-func (e *Engine) peek(ctx context.Context, l Lease, n int) (ids []string, lastSeq int64, err error) {
-	pairs, err := peekScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)},
-		l.Token, e.opt.LeaseTTL.Milliseconds(), n).StringSlice()
-	if errors.Is(err, redis.Nil) {
-		return nil, 0, ErrLeaseLost
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("keyed: peek %s: %w", l.Key, err)
-	}
-	ids = make([]string, 0, len(pairs)/2)
-	for i := 0; i+1 < len(pairs); i += 2 {
-		ids = append(ids, pairs[i])
-	}
-	if len(pairs) >= 2 {
-		// Scores are seqs, well within a float64's exact integers.
-		seq, err := strconv.ParseFloat(pairs[len(pairs)-1], 64)
-		if err != nil {
-			return nil, 0, fmt.Errorf("keyed: peek %s: score %q: %w", l.Key, pairs[len(pairs)-1], err)
-		}
-		lastSeq = int64(seq)
-	}
-	return ids, lastSeq, nil
-}
-
 // release gives l up; with ifEmpty it keeps the lease while the mailbox has
 // entries (so no entry is ever left without a holder or a task).
 func (e *Engine) release(ctx context.Context, l Lease, ifEmpty bool) (int, error) {

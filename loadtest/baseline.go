@@ -47,7 +47,6 @@ func plainPost(ctx context.Context, e *Env, path, user string, body any) (int, [
 type baselineFCFS struct {
 	seats, users int
 	book         *seatBook
-	contention   int
 }
 
 func (s *baselineFCFS) Setup(_ context.Context, e *Env) (int, error) {

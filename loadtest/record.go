@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -90,7 +91,7 @@ func (r *Recorder) SubmitError(kind string, err error) {
 }
 
 func errorCode(err error) string {
-	if e, ok := err.(*client.Error); ok {
+	if e, ok := errors.AsType[*client.Error](err); ok {
 		return e.Code
 	}
 	return "TRANSPORT"

@@ -10,6 +10,7 @@ package probe
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -135,7 +136,7 @@ func incr(ctx context.Context, tx pgx.Tx, r *requests.Request, p *Payload, worke
 	for _, k := range p.Keys {
 		var v int64
 		err := tx.QueryRow(ctx, `SELECT value FROM probe_counters WHERE key = $1`, k).Scan(&v)
-		if err != nil && err != pgx.ErrNoRows {
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return requests.Outcome{}, fmt.Errorf("probe: read %s: %w", k, err)
 		}
 		if p.Limit > 0 && v >= p.Limit {

@@ -131,9 +131,8 @@ func (n *Notifier) Run(ctx context.Context) {
 	}
 }
 
-// deliver hands each announced request's view to its waiters. Workers of
-// earlier versions announce ids only, comma separated on one line: their
-// waiters get nil and read Postgres.
+// deliver hands each announced request's view (DoneMessage) to its
+// waiters; a line that is not an id and a view is ignored.
 func (n *Notifier) deliver(payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -141,18 +140,13 @@ func (n *Notifier) deliver(payload string) {
 		return
 	}
 	for line := range strings.Lines(payload) {
-		line = strings.TrimSuffix(line, "\n")
-		if s, view, ok := strings.Cut(line, " "); ok {
+		if s, view, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " "); ok && view != "" {
 			n.wake(s, view)
-			continue
-		}
-		for s := range strings.SplitSeq(line, ",") {
-			n.wake(s, "")
 		}
 	}
 }
 
-// wake marks request s announced and sends view ("": none) to its waiters.
+// wake marks request s announced and sends view to its waiters.
 func (n *Notifier) wake(s, view string) {
 	id, err := uuid.Parse(s)
 	if err != nil {
@@ -163,10 +157,7 @@ func (n *Notifier) wake(s, view string) {
 	if !tracked && len(ws) == 0 {
 		return // accepted by another replica, and nobody here waits
 	}
-	var b []byte
-	if view != "" {
-		b = []byte(view)
-	}
+	b := []byte(view)
 	if tracked {
 		t.Announced = true
 		if len(ws) == 0 {

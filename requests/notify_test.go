@@ -12,8 +12,7 @@ import (
 )
 
 // An announcement hands each waiter the view of its own request, leaves
-// other waiters waiting, and an ids-only line (an older worker's) wakes its
-// waiters with nil, so they read Postgres.
+// other waiters waiting, and a line without a view wakes nobody.
 func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 	n := NewNotifier(nil, nil)
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -47,8 +46,18 @@ func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 	default:
 	}
 
+	// A line without a view (an ids-only format holdfast never shipped)
+	// wakes nobody.
 	n.deliver(uuid.NewString() + "," + reqs[2].ID.String())
-	require.Nil(t, <-waits[2])
+	select {
+	case v := <-waits[2]:
+		t.Fatalf("a line without a view woke request 2's waiter with %q", v)
+	default:
+	}
+	msg, err = DoneMessage(reqs[2:])
+	require.NoError(t, err)
+	n.deliver(msg)
+	require.NotNil(t, <-waits[2])
 	require.Empty(t, n.waiters, "woken waiters are forgotten")
 }
 
@@ -96,12 +105,11 @@ func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, Tracked{Owner: "carol", Announced: true}, got)
 
-	// An announcement of an earlier worker version carries no view: a later
-	// poll reads Postgres.
-	older := uuid.New()
-	n.Track(older, "bob")
-	n.deliver(older.String())
-	got, ok = n.Local(older, anyone)
+	// A line without a view announces nothing.
+	bare := uuid.New()
+	n.Track(bare, "bob")
+	n.deliver(bare.String() + "\n" + bare.String() + " \n")
+	got, ok = n.Local(bare, anyone)
 	require.True(t, ok)
-	require.Equal(t, Tracked{Owner: "bob", Announced: true}, got)
+	require.Equal(t, Tracked{Owner: "bob"}, got)
 }

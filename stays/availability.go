@@ -392,7 +392,7 @@ func (a *Availability) Rooms(ctx context.Context, q AvailabilityQuery, status st
 				reserved[i] = true
 			}
 		}
-		sellable := r.Status == domain.StatusActive && !(q.ExcludeDirty && r.HousekeepingStatus == domain.HousekeepingDirty)
+		sellable := r.Status == domain.StatusActive && (!q.ExcludeDirty || r.HousekeepingStatus != domain.HousekeepingDirty)
 		for i, d := range dates {
 			switch {
 			case reserved[i]:

@@ -196,7 +196,8 @@ func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Re
 func (w *Writes) capacity(ctx context.Context, tx pgx.Tx, b *batch, rt int64, checkIn, checkOut string) ([]string, *requests.Outcome, error) {
 	dr, err := domain.ParseDateRange(checkIn, checkOut)
 	if err != nil {
-		o := requests.Rejected(err.(*domain.Problem))
+		p, _ := errors.AsType[*domain.Problem](err) // ParseDateRange's errors are all Problems
+		o := requests.Rejected(p)
 		return nil, &o, nil
 	}
 	if err := w.loadNights(ctx, tx, b, rt, dr); err != nil {

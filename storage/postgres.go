@@ -71,11 +71,18 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return fmt.Errorf("storage: migration lock: %w", err)
 	}
-	defer conn.Release()
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationLock)); err != nil {
+		conn.Release()
 		return fmt.Errorf("storage: migration lock: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationLock))
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationLock)); err != nil {
+			// It may still hold the lock: closed, not pooled, it lets go.
+			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+			return
+		}
+		conn.Release()
+	}()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)

@@ -98,7 +98,7 @@ func NewReconcile(every time.Duration) *asynq.Task {
 // succeed, so the error wraps asynq.SkipRetry.
 func Decode(t *asynq.Task, v any) error {
 	if err := json.Unmarshal(t.Payload(), v); err != nil {
-		return fmt.Errorf("decode %s payload: %v: %w", t.Type(), err, asynq.SkipRetry)
+		return fmt.Errorf("decode %s payload: %w: %w", t.Type(), err, asynq.SkipRetry)
 	}
 	return nil
 }
