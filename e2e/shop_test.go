@@ -333,7 +333,7 @@ func TestShopConfirmDeliveredTwice(t *testing.T) {
 	// Deliver the same task again, as Asynq may after a lost acknowledgement.
 	var keys []string
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT keys FROM requests WHERE id = $1`, id).Scan(&keys))
-	task, err := tasks.NewRequest(shop.TypeConfirm, shop.Queue, id, keys)
+	task, err := tasks.NewRequest(shop.TypeConfirm, shop.Queue, id, keys, 0)
 	require.NoError(t, err)
 	client := asynq.NewClientFromRedisClient(s.Redis)
 	defer client.Close()

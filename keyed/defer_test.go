@@ -174,12 +174,16 @@ func TestFoldedDeferredTasksDrainTheirKeys(t *testing.T) {
 	require.Equal(t, append(applied, stranded), ids, "the folded task drained the stranded request, in order")
 }
 
-// The folded task drains each distinct first key of its requests once.
+// The folded task drains each distinct first key of its requests once,
+// through the highest seq among them.
 func TestAggregateDeferredKeepsEachFirstKeyOnce(t *testing.T) {
 	t.Parallel()
 	var ts []*asynq.Task
-	for i, keys := range [][]string{{"b", "a"}, {"a"}, {"c"}, {"c", "d"}, nil} {
-		tk, err := tasks.NewRequest("fence.test", "q", fmt.Sprint(i), keys)
+	for i, r := range []struct {
+		keys []string
+		seq  int64
+	}{{[]string{"b", "a"}, 4}, {[]string{"a"}, 9}, {[]string{"c"}, 3}, {[]string{"c", "d"}, 2}, {nil, 11}} {
+		tk, err := tasks.NewRequest("fence.test", "q", fmt.Sprint(i), r.keys, r.seq)
 		require.NoError(t, err)
 		ts = append(ts, tk)
 	}
@@ -188,7 +192,68 @@ func TestAggregateDeferredKeepsEachFirstKeyOnce(t *testing.T) {
 	require.Equal(t, tasks.TypeDeferred, folded.Type())
 	var p tasks.DeferredPayload
 	require.NoError(t, json.Unmarshal(folded.Payload(), &p))
-	require.Equal(t, tasks.DeferredPayload{Keys: []string{"a", "c"}, Requests: 6}, p)
+	require.Equal(t, tasks.DeferredPayload{Keys: []string{"a", "c"}, Through: []int64{9, 3}, Requests: 6}, p)
+}
+
+// A fold whose requests still wait behind a holder stays in the queue,
+// scheduled to look again and counting them, until they are applied (K1:
+// Asynqmon shows the backlog); then it ends.
+func TestFoldOutlivesNoneOfItsRequests(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	e := r.engineTTL(t, "w", 8, holdingTTL)
+	l, ok, err := e.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	for range 3 {
+		r.accept(t)
+	}
+	insp := asynq.NewInspectorFromRedisClient(r.rdb)
+	members, err := insp.ListAggregatingTasks("q", DeferredGroup)
+	require.NoError(t, err)
+	require.Len(t, members, 3)
+	folded := make([]*asynq.Task, len(members))
+	for i, m := range members {
+		folded[i] = asynq.NewTask(m.Type, m.Payload)
+	}
+	// What the aggregator does, to a worker that runs the tasks due (and
+	// folds nothing itself).
+	_, err = e.client.Enqueue(aggregateDeferred(DeferredGroup, folded), asynq.Queue("q"))
+	require.NoError(t, err)
+	srv := asynq.NewServerFromRedisClient(r.rdb, asynq.Config{Concurrency: 2, Queues: map[string]int{"q": 1},
+		TaskCheckInterval: 10 * time.Millisecond, DelayedTaskCheckInterval: time.Hour, LogLevel: asynq.ErrorLevel})
+	mux := asynq.NewServeMux()
+	e.Handle(mux)
+	require.NoError(t, srv.Start(mux))
+	t.Cleanup(srv.Shutdown)
+	scheduled := func(n int) []*asynq.TaskInfo {
+		t.Helper()
+		var got []*asynq.TaskInfo
+		require.Eventually(t, func() bool {
+			info, err := insp.GetQueueInfo("q")
+			if err != nil || info.Pending+info.Active > 0 {
+				return false
+			}
+			got, err = insp.ListScheduledTasks("q")
+			return err == nil && len(got) == n
+		}, 20*time.Second, 10*time.Millisecond)
+		return got
+	}
+	again := scheduled(1)
+	var p tasks.DeferredPayload
+	require.NoError(t, json.Unmarshal(again[0].Payload, &p))
+	require.Equal(t, tasks.DeferredPayload{Keys: []string{"k"}, Through: p.Through, Requests: 3}, p,
+		"the held key's requests keep a fold in the queue")
+
+	require.NoError(t, e.drainHeld(ctx, l, "q"))
+	_, err = insp.RunAllScheduledTasks("q")
+	require.NoError(t, err)
+	scheduled(0)
+	require.Len(t, r.applied(t), 3)
+	info, err := insp.GetQueueInfo("q")
+	require.NoError(t, err)
+	require.Equal(t, 2, info.Processed, "applied: the fold ended after its second look")
 }
 
 type raceResult struct {

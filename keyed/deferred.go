@@ -3,9 +3,12 @@ package keyed
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/tasks"
@@ -19,7 +22,11 @@ import (
 //   - aggregate (the default): the task waits in its queue's Asynq group
 //     DeferredGroup (Asynqmon's "Aggregating" tab) and the worker's
 //     aggregator folds up to deferredGroupMax of them into one task,
-//     tasks.TypeDeferred, that drains each distinct first key once.
+//     tasks.TypeDeferred, that drains each distinct first key once. While
+//     any of its requests still waits in a mailbox, the fold stays in the
+//     queue, scheduled to look again every second with the count of those
+//     it still stands for: Asynqmon shows the backlog until it is applied
+//     (K1), as the requests' own tasks did.
 //   - schedule: the task is scheduled a minute or more ahead and runs by
 //     itself, a drain attempt on its first key.
 //
@@ -62,36 +69,74 @@ func (e *Engine) laterOption(delay time.Duration) asynq.Option {
 }
 
 // aggregateDeferred folds a group's request tasks into one drain of each
-// distinct first key. A task whose payload does not decode adds no key (it
-// would have failed alone as well; its request is the reconciler's).
+// distinct first key, through the highest seq of its requests there. A
+// task whose payload does not decode adds no key (it would have failed
+// alone as well; its request is the reconciler's).
 func aggregateDeferred(_ string, ts []*asynq.Task) *asynq.Task {
-	seen := make(map[string]bool)
-	var keys []string
+	at := make(map[string]int)
+	p := tasks.DeferredPayload{Requests: len(ts)}
 	for _, t := range ts {
-		var p tasks.RequestPayload
-		if tasks.Decode(t, &p) != nil || len(p.Keys) == 0 {
+		var r tasks.RequestPayload
+		if tasks.Decode(t, &r) != nil || len(r.Keys) == 0 {
 			continue
 		}
-		if k := requests.NormalizeKeys(p.Keys)[0]; !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
+		k := requests.NormalizeKeys(r.Keys)[0]
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(p.Keys), len(p.Keys)
+			p.Keys, p.Through = append(p.Keys, k), append(p.Through, 0)
 		}
+		p.Through[i] = max(p.Through[i], r.Seq)
 	}
-	return tasks.NewDeferred(keys, len(ts))
+	return tasks.NewDeferred(p)
 }
 
-// handleDeferred drains each key of an aggregated task, as each of its
-// requests' tasks would have: a key held is left to its holder, an idle
-// key with requests left (its holder died) is drained now.
+// deferredRecheck is how long a fold whose requests still wait behind a
+// drain waits before it looks again.
+const deferredRecheck = time.Second
+
+// handleDeferred drains each key of a folded task, as each of its requests'
+// tasks would have: a key held is left to its holder, an idle key with
+// requests left (its holder died) is drained now. Requests that still wait
+// behind a holder keep a fold of their own in the queue, scheduled to look
+// again, so that Asynqmon shows the backlog until it is applied (K1), as
+// their own tasks would have; its payload says how many requests it holds.
 func (e *Engine) handleDeferred(ctx context.Context, t *asynq.Task) error {
 	var p tasks.DeferredPayload
 	if err := tasks.Decode(t, &p); err != nil {
 		return err
+	}
+	if len(p.Through) != len(p.Keys) {
+		return fmt.Errorf("deferred task: %d keys, %d seqs: %w", len(p.Keys), len(p.Through), asynq.SkipRetry)
 	}
 	q, _ := asynq.GetQueueName(ctx)
 	var errs []error
 	for _, k := range p.Keys {
 		errs = append(errs, e.Drain(ctx, k, q))
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	pipe := e.rdb.Pipeline()
+	waiting := make([]*redis.IntCmd, len(p.Keys))
+	for i, k := range p.Keys {
+		waiting[i] = pipe.ZCount(ctx, mboxKey(k), "-inf", strconv.FormatInt(p.Through[i], 10))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("keyed: deferred: %w", err)
+	}
+	left := tasks.DeferredPayload{}
+	for i, k := range p.Keys {
+		if n := waiting[i].Val(); n > 0 {
+			left.Keys, left.Through = append(left.Keys, k), append(left.Through, p.Through[i])
+			left.Requests += int(n)
+		}
+	}
+	if len(left.Keys) == 0 {
+		return nil
+	}
+	if _, err := e.client.EnqueueContext(ctx, tasks.NewDeferred(left, asynq.Queue(q), asynq.ProcessIn(deferredRecheck))); err != nil {
+		return fmt.Errorf("keyed: deferred: %w", err)
+	}
+	return nil
 }

@@ -379,7 +379,7 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Po
 	if d := deferral(p, e.opt.DeferAfter); d > 0 {
 		later = append(later, e.laterOption(d))
 	}
-	t, err := tasks.NewRequest(r.Type, r.Queue, r.ID.String(), r.Keys, later...)
+	t, err := tasks.NewRequest(r.Type, r.Queue, r.ID.String(), r.Keys, r.Seq, later...)
 	if err != nil {
 		return err
 	}

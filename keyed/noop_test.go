@@ -24,7 +24,7 @@ func TestTaskOfAnAppliedRequestTakesNoLease(t *testing.T) {
 	e := r.engineTTL(t, "w", 8, holdingTTL)
 	fences := func() string { return r.rdb.Get(ctx, fenceKey("k")).Val() }
 	task := func(id string) {
-		tk, err := tasks.NewRequest("fence.test", "q", id, []string{"k"})
+		tk, err := tasks.NewRequest("fence.test", "q", id, []string{"k"}, 0)
 		require.NoError(t, err)
 		require.NoError(t, e.handleRequest(ctx, tk))
 	}

@@ -43,12 +43,13 @@ const PeriodicRetries = 6
 type RequestPayload struct {
 	RequestID string   `json:"requestId"`
 	Keys      []string `json:"keys"`
+	Seq       int64    `json:"seq,omitempty"` // its acceptance order (0: not given)
 }
 
 // NewRequest builds the task of one accepted request; later, when given,
 // says how it waits (asynq.ProcessIn or asynq.Group).
-func NewRequest(typ, queue, requestID string, keys []string, later ...asynq.Option) (*asynq.Task, error) {
-	b, err := json.Marshal(RequestPayload{RequestID: requestID, Keys: keys})
+func NewRequest(typ, queue, requestID string, keys []string, seq int64, later ...asynq.Option) (*asynq.Task, error) {
+	b, err := json.Marshal(RequestPayload{RequestID: requestID, Keys: keys, Seq: seq})
 	if err != nil {
 		return nil, err
 	}
@@ -56,18 +57,20 @@ func NewRequest(typ, queue, requestID string, keys []string, later ...asynq.Opti
 	return asynq.NewTask(typ, b, append(opts, later...)...), nil
 }
 
-// DeferredPayload is the payload of an aggregated deferred task: the
-// distinct first keys of its requests, and how many requests it stands for.
+// DeferredPayload is the payload of a folded deferred task: the distinct
+// first keys of its requests, for each the highest seq among them (0: not
+// known), and how many requests it stands for.
 type DeferredPayload struct {
 	Keys     []string `json:"keys"`
+	Through  []int64  `json:"through"`
 	Requests int      `json:"requests"`
 }
 
-// NewDeferred builds the task that stands for n deferred request tasks on
-// keys. The aggregator enqueues it in the group's queue.
-func NewDeferred(keys []string, n int) *asynq.Task {
-	b, _ := json.Marshal(DeferredPayload{Keys: keys, Requests: n}) // strings and an int always marshal
-	return asynq.NewTask(TypeDeferred, b, asynq.MaxRetry(25))
+// NewDeferred builds the task that stands for the deferred request tasks
+// of p. The aggregator enqueues it in the group's queue.
+func NewDeferred(p DeferredPayload, opts ...asynq.Option) *asynq.Task {
+	b, _ := json.Marshal(p) // strings and ints always marshal
+	return asynq.NewTask(TypeDeferred, b, append([]asynq.Option{asynq.MaxRetry(25)}, opts...)...)
 }
 
 // DrainPayload is the payload of a drain task.
