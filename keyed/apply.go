@@ -138,7 +138,7 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 		return res, fmt.Errorf("keyed: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if !e.opt.Unguarded && !e.noFence {
+	if !e.opt.Unguarded {
 		if err := fenceAll(ctx, tx, leases, e.opt.ForgetAfter); err != nil {
 			return res, err
 		}

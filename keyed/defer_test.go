@@ -126,8 +126,9 @@ func strandOne(t *testing.T, r *fenceRig) uuid.UUID {
 	l, ok, err := e.TryAcquire(ctx, "k")
 	require.NoError(t, err)
 	require.True(t, ok)
-	intake := r.engine(t, "intake", 1)
-	intake.leaseFirst = func() { require.NoError(t, e.drainHeld(ctx, l, "q")) } // the holder lets go
+	intake := r.leaseReadingFirstEngine(t, "intake", func() {
+		require.NoError(t, e.drainHeld(ctx, l, "q")) // the holder lets go
+	})
 	in := requests.NewIntake(requests.NewStore(r.pool), intake, slog.Default())
 	req, _, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
 	require.NoError(t, err)

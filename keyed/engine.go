@@ -143,17 +143,6 @@ type Engine struct {
 	stopOnce sync.Once
 	stopping chan struct{}
 
-	// Test hooks: beforeApply runs between reading the mailbox and the apply
-	// transaction (where a real holder may stall); noFence skips the fencing
-	// check alone, for the fencing control case.
-	beforeApply func()
-	noFence     bool
-	// leaseFirst, when set, has Post read a single-key request's lease in a
-	// round trip of its own before the request enters the mailbox, and call
-	// leaseFirst in between: the wrong order, for the control of
-	// TestDeferredTasksLeaveNoRequestBehind.
-	leaseFirst func()
-
 	// backlog is what this API's posts saw of each key's mailbox, for
 	// Admit. A sample counts for a second, and the map forgets it after one
 	// to two seconds, or sooner once backlogKeys keys were posted to since:
@@ -324,14 +313,6 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	// batch's requests on it.
 	held := map[string]*redis.IntCmd{}
 	watched := !e.opt.Unguarded
-	if e.leaseFirst != nil {
-		for _, r := range rs {
-			if watched {
-				held[r.Keys[0]] = e.rdb.Exists(ctx, leaseKey(r.Keys[0]))
-			}
-		}
-		e.leaseFirst()
-	}
 	pipe := e.rdb.Pipeline()
 	cards := make([][]*redis.IntCmd, len(rs))
 	for i, r := range rs {
@@ -348,11 +329,9 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	// re-drives a key whose holder died). Under Redis Cluster, a slot
 	// migrating mid-pipeline can have the read answered first; the request
 	// then waits for the reconciler, not forever.
-	if e.leaseFirst == nil {
-		for _, r := range rs {
-			if k := r.Keys[0]; watched && held[k] == nil {
-				held[k] = pipe.Exists(ctx, leaseKey(k))
-			}
+	for _, r := range rs {
+		if k := r.Keys[0]; watched && held[k] == nil {
+			held[k] = pipe.Exists(ctx, leaseKey(k))
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -20,9 +20,10 @@ import (
 )
 
 type fenceRig struct {
-	pool   *pgxpool.Pool
-	rdb    redis.UniversalClient
-	intake *requests.Intake
+	pgURL, redisURL string
+	pool            *pgxpool.Pool
+	rdb             redis.UniversalClient
+	intake          *requests.Intake
 	// scheduleDeferred is its engines' Options.ScheduleDeferred.
 	scheduleDeferred bool
 }
@@ -32,11 +33,11 @@ func newFenceRig(t *testing.T) *fenceRig { return newDeferringRig(t, false) }
 // newDeferringRig is newFenceRig with its engines deferring tasks as
 // scheduleDeferred says.
 func newDeferringRig(t *testing.T, scheduleDeferred bool) *fenceRig {
-	_, pool := testenv.Postgres(t)
-	_, rdb := testenv.Redis(t)
+	pgURL, pool := testenv.Postgres(t)
+	redisURL, rdb := testenv.Redis(t)
 	_, err := pool.Exec(context.Background(), `CREATE TABLE applied (request_id uuid, worker text, token bigint, at timestamptz DEFAULT clock_timestamp())`)
 	require.NoError(t, err)
-	r := &fenceRig{pool: pool, rdb: rdb, scheduleDeferred: scheduleDeferred}
+	r := &fenceRig{pgURL: pgURL, redisURL: redisURL, pool: pool, rdb: rdb, scheduleDeferred: scheduleDeferred}
 	r.intake = requests.NewIntake(requests.NewStore(pool), r.engine(t, "intake", 1), slog.Default())
 	return r
 }
@@ -53,7 +54,12 @@ const holdingTTL = time.Minute
 
 // engineTTL is engine with leases that last ttl.
 func (r *fenceRig) engineTTL(t *testing.T, name string, batch int, ttl time.Duration) *Engine {
-	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
+	return r.engineOn(t, name, batch, ttl, r.pool, r.rdb)
+}
+
+// engineOn is engineTTL on the given clients.
+func (r *fenceRig) engineOn(t *testing.T, name string, batch int, ttl time.Duration, pool *pgxpool.Pool, rdb redis.UniversalClient) *Engine {
+	e := New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
 		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name, ScheduleDeferred: r.scheduleDeferred})
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
@@ -84,6 +90,13 @@ type application struct {
 	Token  int64
 }
 
+// dropFences deletes every key's recorded fence, as if no apply had ever
+// recorded its token: the control cases' stand-in for no fencing at all.
+func (r *fenceRig) dropFences(t *testing.T) {
+	_, err := r.pool.Exec(context.Background(), `DELETE FROM key_fences`)
+	require.NoError(t, err)
+}
+
 func (r *fenceRig) applied(t *testing.T) []application {
 	rows, err := r.pool.Query(context.Background(), `SELECT request_id, worker, token FROM applied ORDER BY at`)
 	require.NoError(t, err)
@@ -96,10 +109,10 @@ func (r *fenceRig) applied(t *testing.T) []application {
 // batch, waits until its lease has lapsed and lets engine b take the key and
 // apply the first request. It returns a function that resumes the stalled
 // holder and reports what its Drain returned.
-func (r *fenceRig) stalledHolder(t *testing.T, a, b *Engine, first uuid.UUID) func() error {
+func (r *fenceRig) stalledHolder(t *testing.T, a *Engine, stall *pgStall, b *Engine, first uuid.UUID) func() error {
 	ctx := context.Background()
 	paused, resume := make(chan struct{}), make(chan struct{})
-	a.beforeApply = func() { close(paused); <-resume }
+	stall.set(func() { close(paused); <-resume })
 	done := make(chan error, 1)
 	go func() { done <- a.Drain(ctx, "k", "q") }()
 	<-paused
@@ -125,9 +138,10 @@ func TestFencingRefusesLateCommit(t *testing.T) {
 	r1, r2 := r.accept(t), r.accept(t)
 	// Only the stalled holder's lease is to lapse: the successor's outlasts
 	// the test, so it still holds the key when it finishes.
-	a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
+	a, stall := r.stallingEngine(t, "stalled", 2, 300*time.Millisecond)
+	b := r.engineTTL(t, "successor", 1, holdingTTL)
 
-	resume := r.stalledHolder(t, a, b, r1)
+	resume := r.stalledHolder(t, a, stall, b, r1)
 	require.NoError(t, resume())
 	require.Equal(t, 1.0, testutil.ToFloat64(a.m.LeaseLost.WithLabelValues("q")), "the stalled holder learns it lost the key")
 	got := r.applied(t)
@@ -143,17 +157,19 @@ func TestFencingRefusesLateCommit(t *testing.T) {
 	require.Equal(t, "successor", got[1].Worker)
 }
 
-// The control case: without the fencing check the same stalled holder
-// commits r2 with its old token while the successor holds the key.
+// The control case: with the fence the successor recorded gone (as if
+// nothing fenced), the same stalled holder commits r2 with its old token
+// while the successor holds the key.
 func TestFencingControlLateCommitGoesThrough(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
 	r1, r2 := r.accept(t), r.accept(t)
 	// As above, the successor's lease outlasts the test.
-	a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
-	a.noFence = true
+	a, stall := r.stallingEngine(t, "stalled", 2, 300*time.Millisecond)
+	b := r.engineTTL(t, "successor", 1, holdingTTL)
 
-	resume := r.stalledHolder(t, a, b, r1)
+	resume := r.stalledHolder(t, a, stall, b, r1)
+	r.dropFences(t)
 	require.NoError(t, resume())
 	got := r.applied(t)
 	require.Len(t, got, 2)
@@ -174,7 +190,7 @@ func (r *fenceRig) acceptOn(t *testing.T, keys ...string) uuid.UUID {
 // reading their mailboxes, until both leases lapse; engine b then takes
 // both keys and applies the first request alone. It returns a function
 // that resumes the stalled group's step and reports its error.
-func (r *fenceRig) stalledGroup(t *testing.T, a, b *Engine, first uuid.UUID) func() error {
+func (r *fenceRig) stalledGroup(t *testing.T, a *Engine, stall *pgStall, b *Engine, first uuid.UUID) func() error {
 	ctx := context.Background()
 	lk, ok, err := a.TryAcquire(ctx, "k")
 	require.NoError(t, err)
@@ -185,7 +201,7 @@ func (r *fenceRig) stalledGroup(t *testing.T, a, b *Engine, first uuid.UUID) fun
 	stalled := a.newGroup("q", lk)
 	stalled.add(lu)
 	paused, resume := make(chan struct{}), make(chan struct{})
-	a.beforeApply = func() { close(paused); <-resume }
+	stall.set(func() { close(paused); <-resume })
 	done := make(chan error, 1)
 	go func() {
 		_, err := stalled.step(ctx)
@@ -219,8 +235,9 @@ func TestFencingRefusesAStalledGroup(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
 	r1, r2 := r.acceptOn(t, "k", "u"), r.acceptOn(t, "k", "u")
-	a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
-	resume := r.stalledGroup(t, a, b, r1)
+	a, stall := r.stallingEngine(t, "stalled", 2, 300*time.Millisecond)
+	b := r.engineTTL(t, "successor", 1, holdingTTL)
+	resume := r.stalledGroup(t, a, stall, b, r1)
 	require.ErrorIs(t, resume(), ErrLeaseLost)
 	got := r.applied(t)
 	require.Len(t, got, 1, "the stalled group committed nothing")
@@ -228,15 +245,16 @@ func TestFencingRefusesAStalledGroup(t *testing.T) {
 	require.NotEqual(t, r2, got[0].ID)
 }
 
-// The control: without the fence the stalled group commits r2 with its old
-// tokens while the successor holds both keys.
+// The control: with the successor's fences gone, the stalled group commits
+// r2 with its old tokens while the successor holds both keys.
 func TestFencingControlStalledGroupCommits(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
 	r1, r2 := r.acceptOn(t, "k", "u"), r.acceptOn(t, "k", "u")
-	a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
-	a.noFence = true
-	resume := r.stalledGroup(t, a, b, r1)
+	a, stall := r.stallingEngine(t, "stalled", 2, 300*time.Millisecond)
+	b := r.engineTTL(t, "successor", 1, holdingTTL)
+	resume := r.stalledGroup(t, a, stall, b, r1)
+	r.dropFences(t)
 	require.NoError(t, resume())
 	got := r.applied(t)
 	require.Len(t, got, 2)

@@ -41,9 +41,10 @@ func TestForgottenFencesStillRefuseAStalledHolder(t *testing.T) {
 			t.Parallel()
 			r := newFenceRig(t)
 			r1, r2 := r.accept(t), r.accept(t)
-			a, b := r.engine(t, "stalled", 2), r.engineTTL(t, "successor", 1, holdingTTL)
+			a, stall := r.stallingEngine(t, "stalled", 2, 300*time.Millisecond)
+			b := r.engineTTL(t, "successor", 1, holdingTTL)
 			a.opt.ForgetAfter, b.opt.ForgetAfter = forgetAfter, forgetAfter
-			resume := r.stalledHolder(t, a, b, r1)
+			resume := r.stalledHolder(t, a, stall, b, r1)
 			require.NoError(t, r.rdb.Del(context.Background(), leaseKey("k")).Err(), "the successor lets the key go")
 			forgetFence(t, r, b, "k")
 			require.Eventually(t, func() bool { return r.rdb.Exists(context.Background(), fenceKey("k")).Val() == 0 },

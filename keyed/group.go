@@ -363,9 +363,6 @@ func (g *group) apply(ctx context.Context, wins map[string]window, merged []entr
 	if err := e.store.MarkProcessingMany(ctx, progressMarks(wins)); err != nil {
 		return result{}, err
 	}
-	if e.beforeApply != nil {
-		e.beforeApply()
-	}
 	leases, res, err := e.applyRetrying(ctx, g.leases(), ids, g.picker(wins, p), &g.limit)
 	g.setLeases(leases)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,20 +31,17 @@ func redispatchRace(t *testing.T, afterRedispatch func(r *fenceRig)) []applicati
 	r := newFenceRig(t)
 	ctx := context.Background()
 	// The drain must keep its lease from the mailbox read to the last apply.
-	e := r.engineTTL(t, "w", 8, holdingTTL)
+	e, stall := r.stallingEngine(t, "w", 8, holdingTTL)
 	broken := requests.NewIntake(requests.NewStore(r.pool), failingDispatch{e}, slog.Default())
 	first, _, err := broken.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
 	require.NoError(t, err)
 	second := r.accept(t)
 	require.Equal(t, []string{second.String()}, r.rdb.ZRange(ctx, mboxKey("k"), 0, -1).Val())
 
-	var once sync.Once
-	e.beforeApply = func() {
-		once.Do(func() {
-			require.NoError(t, e.Redispatch(ctx, nil))
-			afterRedispatch(r)
-		})
-	}
+	stall.set(func() { // after the drain read its mailbox, before it applies
+		require.NoError(t, e.Redispatch(ctx, nil))
+		afterRedispatch(r)
+	})
 	require.NoError(t, e.Drain(ctx, "k", "q"))
 	got := r.applied(t)
 	require.Len(t, got, 2)
