@@ -138,22 +138,14 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 		return res, fmt.Errorf("keyed: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if !e.opt.Unguarded {
-		if err := fenceAll(ctx, tx, leases, e.opt.ForgetAfter); err != nil {
-			return res, err
-		}
+	if err := fenceAll(ctx, tx, leases, e.opt.ForgetAfter); err != nil {
+		return res, err
 	}
-	skipLimit := 0
-	if e.opt.Unguarded {
-		skipLimit = limit
-	}
-	open, err := requests.LockOpen(ctx, tx, ids, skipLimit)
+	open, err := requests.LockOpen(ctx, tx, ids)
 	if err != nil {
 		return res, err
 	}
-	if !e.opt.Unguarded {
-		res.gone = missing(ids, open)
-	}
+	res.gone = missing(ids, open)
 	batch := pick(open, limit)
 	res.tried = batch
 	if len(batch) == 0 {
@@ -162,26 +154,24 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 		}
 		return res, nil
 	}
-	if !e.opt.Unguarded {
-		ids := make([]uuid.UUID, len(batch))
-		for i, r := range batch {
-			ids[i] = r.ID
-		}
-		waiting, err := requests.UndispatchedBefore(ctx, tx, leaseKeys(leases), batch[len(batch)-1].Seq, ids)
-		if err != nil {
-			return res, err
-		}
-		if waiting {
-			return res, errOvertaking
-		}
+	picked := make([]uuid.UUID, len(batch))
+	for i, r := range batch {
+		picked[i] = r.ID
+	}
+	waiting, err := requests.UndispatchedBefore(ctx, tx, leaseKeys(leases), batch[len(batch)-1].Seq, picked)
+	if err != nil {
+		return res, err
+	}
+	if waiting {
+		return res, errOvertaking
 	}
 	now := e.now().UTC()
 	var outs []requests.Outcome
-	var after []func(context.Context)
+	var applied []*Batch
 	if failWith != nil {
 		e.log.Error("request failed after retries", "requestId", batch[0].ID, "traceId", batch[0].TraceID, "err", failWith)
 		outs = []requests.Outcome{requests.Failed("the request could not be applied after retries")}
-	} else if outs, after, err = e.apply(ctx, tx, leases, batch, now); err != nil {
+	} else if outs, applied, err = e.apply(ctx, tx, leases, batch, now); err != nil {
 		return res, err
 	}
 	if err := requests.Complete(ctx, tx, batch, outs, now); err != nil {
@@ -190,21 +180,22 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 	if err := tx.Commit(ctx); err != nil {
 		return res, fmt.Errorf("keyed: commit: %w", err)
 	}
-	for _, f := range after {
-		f(ctx)
+	for _, b := range applied {
+		b.Committed(ctx)
 	}
 	res.applied, res.outs = batch, outs
 	return res, nil
 }
 
-// apply hands each run of same-type requests to its type's applier.
-func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*requests.Request, now time.Time) ([]requests.Outcome, []func(context.Context), error) {
+// apply hands each run of same-type requests to its type's applier, and
+// returns the outcomes and the batches it made.
+func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*requests.Request, now time.Time) ([]requests.Outcome, []*Batch, error) {
 	fences := make(map[string]int64, len(leases))
 	for _, l := range leases {
 		fences[l.Key] = l.Token
 	}
 	outs := make([]requests.Outcome, 0, len(batch))
-	var after []func(context.Context)
+	var batches []*Batch
 	for i := 0; i < len(batch); {
 		j := i + 1
 		for j < len(batch) && batch[j].Type == batch[i].Type {
@@ -223,10 +214,10 @@ func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*
 			return nil, nil, fmt.Errorf("keyed: %s returned %d outcomes for %d requests", t.Name, len(o), j-i)
 		}
 		outs = append(outs, o...)
-		after = append(after, b.afterCommit...)
+		batches = append(batches, b)
 		i = j
 	}
-	return outs, after, nil
+	return outs, batches, nil
 }
 
 func safeApply(ctx context.Context, a Applier, tx pgx.Tx, b *Batch) (outs []requests.Outcome, err error) {

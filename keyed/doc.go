@@ -3,7 +3,37 @@
 // package is the one place that turns those keys into mutual exclusion,
 // acceptance order, isolation, crash recovery and batching.
 //
-// The protocol:
+// # Reading order
+//
+// An hour's reading, the protocol first and the speed-ups after:
+//
+//  1. This comment: the protocol, groups, forgetting, and the measured
+//     choices at its end.
+//  2. engine.go: what a write type gives (Type, Applier, Batch) and the
+//     intake side (Admit, Post, Enqueue, deferral); handleRequest is the
+//     task handler, and it only calls Drain.
+//  3. lease.go and scripts.go: a lease and its token (acquire, release,
+//     reissue), the fence every apply transaction checks (fence, fenceAll),
+//     the Redis layout, and FenceCheck for appliers' own scripts.
+//  4. drain.go: Drain and drainHeld, the loop a holder runs until its
+//     mailboxes are empty or its slice is up; finish, handOff, keepAlive.
+//  5. group.go: one step of that loop over every key the drain holds (peek,
+//     merge, pick what may go in acceptance order, apply), and how keys
+//     held elsewhere are waited for without deadlock.
+//  6. apply.go: one apply transaction (attempt) and what happens when it
+//     fails (applyRetrying: re-issue, retry, halve, record as failed).
+//  7. reconcile.go and forget.go: recovery from lost Redis state and dead
+//     holders, and how fencing state is let go.
+//
+// Throughput mechanisms outside the protocol, each with its measured gain
+// beside it: deferred.go (deferred tasks folded, switched by
+// AGGREGATE_DEFERRED_TASKS), the intake's group commit (requests/group.go),
+// batched Asynq enqueues (storage/batch.go), and the announced outcomes that
+// let long polls answer without Postgres (requests/notify.go). Groups
+// (group.go) are part of the protocol: they are how a request with several
+// keys is applied at all.
+//
+// # The protocol
 //
 //   - Intake stores the request in Postgres (which assigns seq, the acceptance
 //     order), then adds its id to a mailbox per key — a Redis sorted set

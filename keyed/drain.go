@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/google/uuid"
 
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
@@ -15,20 +14,6 @@ import (
 // the lease, that holder will apply everything in the mailbox (it releases
 // only atomically with finding it empty), so Drain returns at once.
 func (e *Engine) Drain(ctx context.Context, key, queue string) error {
-	if e.opt.Unguarded {
-		ids, err := e.rdb.ZRange(ctx, mboxKey(key), 0, int64(e.opt.BatchMax-1)).Result()
-		if err != nil {
-			return err
-		}
-		for _, s := range ids {
-			if id, err := uuid.Parse(s); err == nil {
-				if err := e.applyUnguarded(ctx, id, []string{key}, queue); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
 	// A drain of this process holds the key and looks at the mailbox again
 	// before it lets go, so it will apply this task's request (which was in
 	// the mailbox before its task was enqueued): no Redis round trip needed.
@@ -103,18 +88,6 @@ func (e *Engine) lostGroup(ctx context.Context, g *group, lost []string) error {
 	}
 	errs = append(errs, g.handOffAll(context.WithoutCancel(ctx), 0))
 	return errors.Join(errs...)
-}
-
-// applyUnguarded applies one request on its own, as a handler-only design
-// would: the control case of Options.Unguarded.
-func (e *Engine) applyUnguarded(ctx context.Context, id uuid.UUID, keys []string, queue string) error {
-	all := func(open []*requests.Request, _ int) []*requests.Request { return open }
-	res, err := e.attempt(ctx, make([]Lease, len(keys)), []uuid.UUID{id}, all, 1, nil)
-	if err != nil {
-		return err
-	}
-	e.finish(ctx, queue, res, map[string][]string{id.String(): keys})
-	return nil
 }
 
 // finish removes applied and stale ids from their mailboxes, announces the

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,6 +42,14 @@ type Batch struct {
 // apply, such as removing a confirmed hold from Redis; a crash right after
 // the commit skips them, so they must be safe to miss.
 func (b *Batch) AfterCommit(f func(context.Context)) { b.afterCommit = append(b.afterCommit, f) }
+
+// Committed runs what the applier asked for with AfterCommit. Whoever
+// commits the batch's transaction calls it, once, after the commit.
+func (b *Batch) Committed(ctx context.Context) {
+	for _, f := range b.afterCommit {
+		f(ctx)
+	}
+}
 
 // Applier applies batches of one write type. It returns one outcome per
 // request, in order. An error means a system failure: the whole transaction
@@ -85,13 +92,6 @@ type Options struct {
 	// acquire (doc.go, "Forgetting"): its Redis fence key expires and Forget
 	// deletes its key_fences row, and a token older than this is refused.
 	ForgetAfter time.Duration
-
-	// Unguarded turns per-key serialization off: each request's task applies
-	// that request by itself as soon as it runs, with no lease, no fence and
-	// no mailbox order — the handler-only design SPEC §3 warns against. It
-	// exists only for the control cases that show the invariants breaking
-	// without the guard; nothing but those tests may set it.
-	Unguarded bool
 }
 
 func (o *Options) defaults() {
@@ -312,7 +312,6 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	// held once it was in the mailboxes; one read per key serves all of a
 	// batch's requests on it.
 	held := map[string]*redis.IntCmd{}
-	watched := !e.opt.Unguarded
 	pipe := e.rdb.Pipeline()
 	cards := make([][]*redis.IntCmd, len(rs))
 	for i, r := range rs {
@@ -330,7 +329,7 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	// migrating mid-pipeline can have the read answered first; the request
 	// then waits for the reconciler, not forever.
 	for _, r := range rs {
-		if k := r.Keys[0]; watched && held[k] == nil {
+		if k := r.Keys[0]; held[k] == nil {
 			held[k] = pipe.Exists(ctx, leaseKey(k))
 		}
 	}
@@ -345,7 +344,7 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 			e.backlog.Put(k, backlogSample{n, now})
 			postings[i].Backlog = max(postings[i].Backlog, n)
 		}
-		postings[i].Held = watched && held[r.Keys[0]].Val() == 1
+		postings[i].Held = held[r.Keys[0]].Val() == 1
 	}
 	return postings, nil
 }
@@ -399,15 +398,7 @@ func (e *Engine) handleRequest(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("request %s has no keys: %w", p.RequestID, asynq.SkipRetry)
 	}
 	q, _ := asynq.GetQueueName(ctx)
-	keys := requests.NormalizeKeys(p.Keys)
-	if e.opt.Unguarded {
-		id, err := uuid.Parse(p.RequestID)
-		if err != nil {
-			return fmt.Errorf("request id %q: %w: %w", p.RequestID, err, asynq.SkipRetry)
-		}
-		return e.applyUnguarded(ctx, id, keys, q)
-	}
-	return e.Drain(ctx, keys[0], q)
+	return e.Drain(ctx, requests.NormalizeKeys(p.Keys)[0], q)
 }
 
 func (e *Engine) handleDrain(ctx context.Context, t *asynq.Task) error {

@@ -55,7 +55,7 @@ func (e *Engine) Reconcile(ctx context.Context) error {
 					continue
 				}
 			}
-			if held[i].Val() == 1 && !e.opt.Unguarded {
+			if held[i].Val() == 1 {
 				continue
 			}
 			if err := e.enqueueDrain(ctx, k.Queue, k.Key, bucket, 0); err != nil {

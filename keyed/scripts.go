@@ -11,10 +11,10 @@ import (
 
 // FenceCheck is the Lua line with which an applier's script refuses to run
 // for a holder whose lease has moved on (K2): KEYS[n] is the key's lease,
-// ARGV[1] the holder's token ("0" when the engine runs unguarded, a control
-// case). Its reply reaches Go as an error FencedErr maps to ErrLeaseLost.
+// ARGV[1] the holder's token. Its reply reaches Go as an error FencedErr
+// maps to ErrLeaseLost.
 func FenceCheck(n int) string {
-	return "if ARGV[1] ~= '0' and redis.call('GET', KEYS[" + strconv.Itoa(n) + "]) ~= ARGV[1] then " +
+	return "if redis.call('GET', KEYS[" + strconv.Itoa(n) + "]) ~= ARGV[1] then " +
 		"return redis.error_reply('" + fencedReply + "') end\n"
 }
 

@@ -93,7 +93,7 @@ func TestBatchStatementsDoNotGrowWithTheTable(t *testing.T) {
 			now := time.Now().UTC()
 			require.NoError(t, store.MarkProcessing(ctx, "k", lastSeq))
 			require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				open, err := LockOpen(ctx, tx, ids, 0)
+				open, err := LockOpen(ctx, tx, ids)
 				require.NoError(t, err)
 				require.Len(t, open, len(ids))
 				outs := make([]Outcome, len(open))

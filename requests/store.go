@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -178,17 +177,10 @@ func (s *Store) MarkProcessingMany(ctx context.Context, through map[string]int64
 
 // LockOpen locks, in acceptance order, those of ids that are not terminal yet
 // and returns them. Terminal ones are left out: this is what makes applying a
-// request twice impossible. skipLockedLimit > 0 serves only the unguarded
-// control case: take up to that many rows nobody else has locked.
-func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, skipLockedLimit int) ([]*Request, error) {
-	q := `SELECT ` + columns + ` FROM requests WHERE id = ANY($1) AND status IN ('queued', 'processing')
-		ORDER BY seq`
-	if skipLockedLimit > 0 {
-		q += ` LIMIT ` + strconv.Itoa(skipLockedLimit) + ` FOR UPDATE SKIP LOCKED`
-	} else {
-		q += ` FOR UPDATE`
-	}
-	rows, err := tx.Query(ctx, q, ids)
+// request twice impossible.
+func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) ([]*Request, error) {
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM requests WHERE id = ANY($1) AND status IN ('queued', 'processing')
+		ORDER BY seq FOR UPDATE`, ids)
 	if err != nil {
 		return nil, storage.Translate("requests: lock open", err)
 	}

@@ -70,7 +70,7 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 	require.Equal(t, domain.StatusQueued, status(third), "another key's mark")
 
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		open, err := LockOpen(ctx, tx, []uuid.UUID{first.ID}, 0)
+		open, err := LockOpen(ctx, tx, []uuid.UUID{first.ID})
 		require.NoError(t, err)
 		require.Len(t, open, 1)
 		return Complete(ctx, tx, open, []Outcome{Succeeded(map[string]int{"n": 1})}, time.Now().UTC())

@@ -35,8 +35,6 @@ type Options struct {
 	Listener net.Listener
 	// Name identifies this process in logs; default host-pid.
 	Name string
-	// Unguarded is passed to the keyed engine for control-case tests only.
-	Unguarded bool
 }
 
 // Module is what a vertical adds to the worker: its write types and its
@@ -84,7 +82,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	m := metrics.NewPipeline(reg)
 	engine := keyed.New(pool, rdb, nil, log, m, keyed.Options{
 		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
-		RedriveAfter: cfg.RedriveAfter, Worker: opt.Name, Unguarded: opt.Unguarded, ForgetAfter: cfg.KeyForgetAfter,
+		RedriveAfter: cfg.RedriveAfter, Worker: opt.Name, ForgetAfter: cfg.KeyForgetAfter,
 	})
 	defer engine.Close()
 	var periodic []Periodic

@@ -50,8 +50,11 @@ type Options struct {
 	// (testenv.RedisCluster, testenv.RedisSentinel) instead: it reaches the
 	// API and every worker, in process or not, as REDIS_CLUSTER_ADDRS or
 	// REDIS_SENTINEL_ADDRS and REDIS_SENTINEL_MASTER.
-	Redis     config.Redis
-	Unguarded bool // workers run the keyed engine without its guard (control cases)
+	Redis config.Redis
+	// Unguarded runs, instead of holdfast's worker, the handler-only design
+	// SPEC §3 warns against, built from the same appliers (unguarded.go):
+	// the control cases that show the invariants breaking without the guard.
+	Unguarded bool
 	// WrapApplier, when set, stands between in-process workers' engine
 	// and each write type's applier (a control case's misbehaving
 	// applier).
@@ -212,7 +215,11 @@ func (s *System) StartWorker(name string) *Worker {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name, Unguarded: s.opts.Unguarded}, s.modules()...)
+		if s.opts.Unguarded {
+			done <- runUnguarded(ctx, s.Cfg, ln, s.modules())
+			return
+		}
+		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name}, s.modules()...)
 	}()
 	var once sync.Once
 	w := &Worker{Name: name, URL: "http://" + ln.Addr().String()}
