@@ -29,8 +29,10 @@ type envelopeError struct {
 // a failing-over Redis not to be hammered, short enough to feel live.
 const unavailableRetryAfter = 2
 
-// problemFor maps any error to the problem a client sees. Only this function
-// decides status codes; only 5xx are logged as errors (503, a store's outage, as a warning).
+// problemFor maps any error to the problem a client sees. Its status is the
+// one domain.NewProblem's table gives the code, but for the HTTP layer's own
+// refusals, which keep fiber's status; only 5xx are logged as errors (503,
+// a store's outage, as a warning).
 func problemFor(err error) *domain.Problem {
 	if p, ok := domain.AsProblem(err); ok {
 		return p
@@ -39,31 +41,31 @@ func problemFor(err error) *domain.Problem {
 	if errors.As(err, &fe) {
 		switch fe.Code {
 		case http.StatusNotFound:
-			return domain.NewProblem(fe.Code, domain.CodeNotFound, "no such resource")
+			return domain.NewProblem(domain.CodeNotFound, "no such resource").WithStatus(fe.Code)
 		case http.StatusMethodNotAllowed:
-			return domain.NewProblem(fe.Code, domain.CodeMethodNotAllowed, "method not allowed on this resource")
+			return domain.NewProblem(domain.CodeMethodNotAllowed, "method not allowed on this resource").WithStatus(fe.Code)
 		case http.StatusRequestEntityTooLarge:
-			return domain.NewProblem(fe.Code, domain.CodePayloadTooLarge, "request body is over the size limit")
+			return domain.NewProblem(domain.CodePayloadTooLarge, "request body is over the size limit").WithStatus(fe.Code)
 		case http.StatusUnsupportedMediaType:
-			return domain.NewProblem(fe.Code, domain.CodeUnsupportedMedia, "send application/json")
+			return domain.NewProblem(domain.CodeUnsupportedMedia, "send application/json").WithStatus(fe.Code)
 		case http.StatusRequestHeaderFieldsTooLarge, http.StatusRequestURITooLong:
-			return domain.NewProblem(fe.Code, domain.CodeInvalidInput, "request headers or URI too large")
+			return domain.NewProblem(domain.CodeInvalidInput, "request headers or URI too large").WithStatus(fe.Code)
 		}
 		if fe.Code >= 400 && fe.Code < 500 {
-			return domain.NewProblem(fe.Code, domain.CodeInvalidInput, "%s", fe.Message)
+			return domain.NewProblem(domain.CodeInvalidInput, "%s", fe.Message).WithStatus(fe.Code)
 		}
 	}
 	if storage.Unavailable(err) {
-		return domain.NewProblem(http.StatusServiceUnavailable, domain.CodeUnavailable,
+		return domain.NewProblem(domain.CodeUnavailable,
 			"the service cannot reach its database or queue right now; retry shortly").WithMeta("retryAfterSeconds", unavailableRetryAfter)
 	}
 	if errors.Is(err, domain.ErrNotFound) {
-		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such resource")
+		return domain.NewProblem(domain.CodeNotFound, "no such resource")
 	}
 	if errors.Is(err, domain.ErrConflict) {
-		return domain.NewProblem(http.StatusConflict, domain.CodeConflict, "this conflicts with an existing resource")
+		return domain.NewProblem(domain.CodeConflict, "this conflicts with an existing resource")
 	}
-	return domain.NewProblem(http.StatusInternalServerError, domain.CodeInternal, "internal error")
+	return domain.NewProblem(domain.CodeInternal, "internal error")
 }
 
 // errorHandler is Fiber's ErrorHandler: every error leaves as an envelope.
@@ -96,7 +98,7 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 }
 
 var (
-	errUnauthenticated = domain.NewProblem(http.StatusUnauthorized, domain.CodeUnauthenticated, "missing, invalid or expired bearer token")
-	errForbidden       = domain.NewProblem(http.StatusForbidden, domain.CodeForbidden, "your role may not do this")
-	errNotFound        = domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such resource")
+	errUnauthenticated = domain.NewProblem(domain.CodeUnauthenticated, "missing, invalid or expired bearer token")
+	errForbidden       = domain.NewProblem(domain.CodeForbidden, "your role may not do this")
+	errNotFound        = domain.NewProblem(domain.CodeNotFound, "no such resource")
 )

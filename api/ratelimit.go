@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -139,7 +138,7 @@ func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limi
 		if wait > 0 {
 			giveBack()
 			secs := max(1, int(math.Ceil(wait.Seconds())))
-			return domain.NewProblem(http.StatusTooManyRequests, domain.CodeRateLimited,
+			return domain.NewProblem(domain.CodeRateLimited,
 				"too many requests; retry in %d s", secs).WithMeta("retryAfterSeconds", secs)
 		}
 		if st == claimTaken {
@@ -149,7 +148,7 @@ func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limi
 				}
 			}
 			secs := max(1, int(math.Ceil(w.Duration.Seconds())))
-			return domain.NewProblem(http.StatusTooManyRequests, domain.CodeDuplicateRequest,
+			return domain.NewProblem(domain.CodeDuplicateRequest,
 				"you sent this request a moment ago; wait for its outcome").WithMeta("retryAfterSeconds", secs)
 		}
 		err = c.Next()

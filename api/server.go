@@ -253,7 +253,7 @@ func (s *Server) ready(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
 	defer cancel()
 	if err := storage.Ready(ctx, s.Pool, s.Redis); err != nil {
-		return domain.NewProblem(fiber.StatusServiceUnavailable, domain.CodeUnavailable, "%s", err.Error()).
+		return domain.NewProblem(domain.CodeUnavailable, "%s", err.Error()).
 			WithMeta("retryAfterSeconds", unavailableRetryAfter)
 	}
 	return c.JSON(fiber.Map{"status": "ready"})

@@ -35,7 +35,7 @@ func (s *Server) IssueTicket(c *fiber.Ctx, path string) (Ticket, error) {
 		URL: path + "?" + TicketParam + "=" + tok}, nil
 }
 
-var errTicket = domain.NewProblem(fiber.StatusUnauthorized, domain.CodeUnauthenticated,
+var errTicket = domain.NewProblem(domain.CodeUnauthenticated,
 	"the ticket is invalid, expired, used already or for another path; ask for a new one")
 
 // ticketAuth authenticates a GET by its ?ticket=: valid, for this path, and
@@ -50,7 +50,7 @@ func (s *Server) ticketAuth(c *fiber.Ctx, ticket string, bearer *auth.Principal)
 		return errTicket
 	}
 	if bearer != nil && bearer.UserID != t.UserID {
-		return domain.NewProblem(fiber.StatusForbidden, domain.CodeForbidden, "the ticket belongs to another user")
+		return domain.NewProblem(domain.CodeForbidden, "the ticket belongs to another user")
 	}
 	// Claimed until the verifier would refuse it anyway: its expiry plus the
 	// clock leeway the verifier allows, and never for less than a second.

@@ -47,14 +47,80 @@ func (p *Problem) WithMeta(key string, value any) *Problem {
 	return &c
 }
 
-// NewProblem builds a Problem; the message may use fmt verbs.
-func NewProblem(status int, code, format string, args ...any) *Problem {
-	return &Problem{Code: code, Message: fmt.Sprintf(format, args...), HTTPStatus: status}
+// statuses is the one place that decides each code's HTTP status: the API
+// answers with it, and a rejected request's outcome carries it.
+// TestEveryCodeHasAStatus keeps it complete.
+var statuses = map[string]int{
+	CodeInvalidInput:         http.StatusBadRequest,
+	CodeUnauthenticated:      http.StatusUnauthorized,
+	CodeForbidden:            http.StatusForbidden,
+	CodeNotFound:             http.StatusNotFound,
+	CodeConflict:             http.StatusConflict,
+	CodeMethodNotAllowed:     http.StatusMethodNotAllowed,
+	CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
+	CodeUnsupportedMedia:     http.StatusUnsupportedMediaType,
+	CodeIdempotencyKeyReused: http.StatusUnprocessableEntity,
+	CodeOverloaded:           http.StatusTooManyRequests,
+	CodeRateLimited:          http.StatusTooManyRequests,
+	CodeContention:           http.StatusConflict,
+	CodeInternal:             http.StatusInternalServerError,
+	CodeUnavailable:          http.StatusServiceUnavailable,
+
+	CodeUserNotFound:         http.StatusNotFound,
+	CodeCartEmpty:            http.StatusBadRequest,
+	CodeOptionInactive:       http.StatusBadRequest,
+	CodeInsufficientStock:    http.StatusConflict,
+	CodeDuplicateReservation: http.StatusConflict,
+	CodeReservationNotFound:  http.StatusNotFound,
+	CodeReservationExpired:   http.StatusGone,
+
+	CodeSoldOut:            http.StatusConflict,
+	CodeAlreadyReserved:    http.StatusConflict,
+	CodeSeatTaken:          http.StatusConflict,
+	CodeEntryTokenRequired: http.StatusForbidden,
+	CodeInvalidPhone:       http.StatusBadRequest,
+	CodeDuplicateRequest:   http.StatusTooManyRequests,
+	CodeNotYourTurn:        http.StatusConflict,
+	CodeQueueNotOpen:       http.StatusConflict,
+	CodeSettingLocked:      http.StatusConflict,
+	CodeProbeLimitReached:  http.StatusConflict,
+
+	CodeInvalidDateRange:  http.StatusBadRequest,
+	CodeDateRangeTooLong:  http.StatusBadRequest,
+	CodeRoomTypeInactive:  http.StatusBadRequest,
+	CodeHotelInactive:     http.StatusBadRequest,
+	CodeInvalidFilter:     http.StatusBadRequest,
+	CodeNotAvailable:      http.StatusConflict,
+	CodeHoldKeyConflict:   http.StatusConflict,
+	CodeHoldExpired:       http.StatusGone,
+	CodeInvalidTransition: http.StatusConflict,
 }
 
-// Invalid is a 400 INVALID_INPUT problem.
+// StatusOf is code's HTTP status; a code missing from the table is a 500.
+func StatusOf(code string) int {
+	if s, ok := statuses[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// NewProblem builds a Problem with code's status; the message may use fmt
+// verbs.
+func NewProblem(code, format string, args ...any) *Problem {
+	return &Problem{Code: code, Message: fmt.Sprintf(format, args...), HTTPStatus: StatusOf(code)}
+}
+
+// WithStatus returns a copy of p answered with status: for the HTTP layer's
+// own refusals, whose status fiber chose (a 431 is INVALID_INPUT too).
+func (p *Problem) WithStatus(status int) *Problem {
+	c := *p
+	c.HTTPStatus = status
+	return &c
+}
+
+// Invalid is an INVALID_INPUT problem.
 func Invalid(format string, args ...any) *Problem {
-	return NewProblem(http.StatusBadRequest, CodeInvalidInput, format, args...)
+	return NewProblem(CodeInvalidInput, format, args...)
 }
 
 // Sentinel errors that storage returns and the API maps to problems.
@@ -94,6 +160,8 @@ const (
 	CodeNotYourTurn        = "NOT_YOUR_TURN"
 	CodeQueueNotOpen       = "QUEUE_NOT_OPEN" // 409: the event's queue opens later
 	CodeSettingLocked      = "SETTING_LOCKED" // 409: the moment a setting governs has passed
+	// CodeProbeLimitReached is the probe write type's refusal (package probe).
+	CodeProbeLimitReached = "PROBE_LIMIT_REACHED"
 )
 
 // TooManyRequestsCodes are the codes a 429 carries: a backlog over its cap, a

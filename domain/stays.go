@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"net/http"
 	"time"
 )
 
@@ -35,15 +34,15 @@ func ParseDateRange(from, to string) (DateRange, error) {
 	f, ferr := time.Parse(DateLayout, from)
 	t, terr := time.Parse(DateLayout, to)
 	if ferr != nil || terr != nil {
-		return DateRange{}, NewProblem(http.StatusBadRequest, CodeInvalidDateRange,
+		return DateRange{}, NewProblem(CodeInvalidDateRange,
 			"from and to must be dates as YYYY-MM-DD")
 	}
 	r := DateRange{From: f, To: t}
 	if !f.Before(t) {
-		return DateRange{}, NewProblem(http.StatusBadRequest, CodeInvalidDateRange, "from must be before to")
+		return DateRange{}, NewProblem(CodeInvalidDateRange, "from must be before to")
 	}
 	if r.Nights() > MaxNights {
-		return DateRange{}, NewProblem(http.StatusBadRequest, CodeDateRangeTooLong,
+		return DateRange{}, NewProblem(CodeDateRangeTooLong,
 			"a range may span at most %d nights", MaxNights).WithMeta("maxNights", MaxNights)
 	}
 	return r, nil
@@ -88,7 +87,7 @@ func StayTransition(status, action string) (string, error) {
 		"cancel":    {StayPending: StayCancelled, StayConfirmed: StayCancelled},
 	}[action][status]
 	if next == "" {
-		return "", NewProblem(http.StatusConflict, CodeInvalidTransition,
+		return "", NewProblem(CodeInvalidTransition,
 			"a %s reservation cannot be moved by %s", status, action).WithMeta("status", status)
 	}
 	return next, nil

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,9 +112,9 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	// Outcomes are counted once the batch has committed: a batch that rolls
 	// back (fenced, retried, halved) must not count its requests twice.
 	tally := map[string]float64{}
-	reject := func(outcome string, status int, code, format string, args ...any) requests.Outcome {
+	reject := func(outcome string, code, format string, args ...any) requests.Outcome {
 		tally[outcome]++
-		return requests.Rejected(domain.NewProblem(status, code, format, args...))
+		return requests.Reject(code, format, args...)
 	}
 	b.AfterCommit(func(context.Context) {
 		for outcome, n := range tally {
@@ -135,7 +134,7 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	if errors.Is(err, pgx.ErrNoRows) {
 		for i := start; i < end; i++ {
 			if outs[i].Status == "" {
-				outs[i] = reject("not_found", http.StatusNotFound, domain.CodeNotFound, "no such event")
+				outs[i] = reject("not_found", domain.CodeNotFound, "no such event")
 			}
 		}
 		return nil
@@ -151,18 +150,18 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 		}
 		r, p := b.Requests[i], payloads[i]
 		if seat, ok := taken[r.UserID]; ok {
-			outs[i] = requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeAlreadyReserved,
+			outs[i] = requests.Rejected(domain.NewProblem(domain.CodeAlreadyReserved,
 				"you already hold a seat for this event").WithMeta("seatId", seat))
 			tally["already_reserved"]++
 			continue
 		}
 		if len(free) == 0 {
-			outs[i] = reject("sold_out", http.StatusConflict, domain.CodeSoldOut, "no seat is left")
+			outs[i] = reject("sold_out", domain.CodeSoldOut, "no seat is left")
 			continue
 		}
 		// Only a request that would have got a seat is told it waited too long.
 		if f.LockWait > 0 && b.Now.Sub(r.AcceptedAt) > f.LockWait {
-			outs[i] = reject("contention", http.StatusConflict, domain.CodeContention,
+			outs[i] = reject("contention", domain.CodeContention,
 				"the event was too busy to serve this request within %s; try again", f.LockWait)
 			continue
 		}

@@ -264,7 +264,7 @@ func (h *handlers) seats(c *fiber.Ctx) error {
 		status = ""
 	case "available", "reserved":
 	default:
-		return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidFilter, "status must be available, reserved or all")
+		return domain.NewProblem(domain.CodeInvalidFilter, "status must be available, reserved or all")
 	}
 	seats, err := h.catalog.Seats(c.UserContext(), id, status)
 	if err != nil {
@@ -311,7 +311,7 @@ func (h *handlers) fcfsPayload(c *fiber.Ctx) (FCFSPayload, error) {
 	}
 	if in.Phone != nil {
 		if !e164.MatchString(*in.Phone) {
-			return FCFSPayload{}, domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidPhone,
+			return FCFSPayload{}, domain.NewProblem(domain.CodeInvalidPhone,
 				"phone must be in E.164 form, such as +821012345678").WithMeta("field", "phone")
 		}
 		p.Phone = *in.Phone
@@ -420,7 +420,7 @@ func (h *handlers) issueToken(c *fiber.Ctx) error {
 		if nq.Status == "expired" {
 			msg = "you lost your place in line (no sign of life, or your turn was not taken in time); join again"
 		}
-		return domain.NewProblem(http.StatusConflict, domain.CodeNotYourTurn, "%s", msg).WithMeta("status", nq.Status)
+		return domain.NewProblem(domain.CodeNotYourTurn, "%s", msg).WithMeta("status", nq.Status)
 	}
 	if err != nil {
 		return err
@@ -444,7 +444,7 @@ func notYourTurn(st Status) *domain.Problem {
 		"paused":   "admissions are paused; you keep your place",
 		"prequeue": "the sale has not started; your place is drawn at the start",
 	}[st.reason]
-	p := domain.NewProblem(http.StatusConflict, domain.CodeNotYourTurn, "%s", msg).
+	p := domain.NewProblem(domain.CodeNotYourTurn, "%s", msg).
 		WithMeta("status", st.Status).WithMeta("reason", st.reason)
 	if st.Rank != nil {
 		p = p.WithMeta("rank", *st.Rank).WithMeta("aheadCount", *st.AheadCount)
@@ -487,7 +487,7 @@ func (h *handlers) positionStream(c *fiber.Ctx) error {
 	member := e.member(api.Principal(c).UserID)
 	release, ok := h.positions.open(e.EventID, member)
 	if !ok {
-		return domain.NewProblem(http.StatusTooManyRequests, domain.CodeRateLimited,
+		return domain.NewProblem(domain.CodeRateLimited,
 			"at most %d position streams of one user at once; close one", maxStreamsPerUser).WithMeta("retryAfterSeconds", 5)
 	}
 	first, err := h.room.Statuses(c.UserContext(), e, []string{member})
@@ -534,7 +534,7 @@ func (h *handlers) book(c *fiber.Ctx) error {
 	if ok, err := h.catalog.HasSeat(c.UserContext(), e.EventID, seat); err != nil {
 		return err
 	} else if !ok {
-		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "seat %d is not a seat of event %d", seat, e.EventID)
+		return domain.NewProblem(domain.CodeNotFound, "seat %d is not a seat of event %d", seat, e.EventID)
 	}
 	body, err := json.Marshal(BookPayload{EventID: e.EventID, SeatID: seat})
 	if err != nil {
@@ -556,7 +556,7 @@ func (h *handlers) requireEntry(c *fiber.Ctx, e Event) error {
 		}
 	}
 	if !valid {
-		return domain.NewProblem(http.StatusForbidden, domain.CodeEntryTokenRequired,
+		return domain.NewProblem(domain.CodeEntryTokenRequired,
 			"a valid entry token from the waiting room is required (header %s)", EntryTokenHeader)
 	}
 	return nil

@@ -28,10 +28,20 @@ func testRoom(t *testing.T, e Event, users ...string) (*Room, Event) {
 	r := NewRoom(rdb, "a-secret-long-enough-for-hs256-0123456789")
 	require.NoError(t, r.Configure(context.Background(), e))
 	for i, u := range users {
-		_, err := r.enter(context.Background(), e, 0, u, int64(i+1))
+		_, err := enterHeld(r, e, u, int64(i+1))
 		require.NoError(t, err)
 	}
 	return r, e
+}
+
+// enterHeld enters user as the holder of e's queue key would: with its
+// lease set to a token and that token passed.
+func enterHeld(r *Room, e Event, user string, place int64) (Status, error) {
+	ctx := context.Background()
+	if err := r.rdb.Set(ctx, enterKeys(e.EventID)[7], 1, 0).Err(); err != nil {
+		return Status{}, err
+	}
+	return r.enter(ctx, e, 1, user, place)
 }
 
 func users(n int) []string {
@@ -155,7 +165,7 @@ func TestSilentUserLosesItsPlace(t *testing.T) {
 	_, err = r.Issue(ctx, e, "u00")
 	require.Equal(t, ErrNotQueued{Status: "expired"}, err)
 
-	st, err = r.enter(ctx, e, 0, "u00", 100)
+	st, err = enterHeld(r, e, "u00", 100)
 	require.NoError(t, err)
 	require.Equal(t, "waiting", st.Status)
 	require.Equal(t, int64(2), *st.Rank, "back of the line")

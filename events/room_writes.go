@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,7 +83,7 @@ func (w *RoomWrites) enter(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]re
 			evs[p.EventID] = e
 		}
 		if e == nil {
-			outs[i] = requests.Rejected(domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such event"))
+			outs[i] = requests.Rejected(domain.NewProblem(domain.CodeNotFound, "no such event"))
 			continue
 		}
 		if !e.queueOpen(r.AcceptedAt) {
@@ -118,7 +117,7 @@ func (w *RoomWrites) enter(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]re
 
 // queueNotOpen is the answer to an entry before the queue opens.
 func queueNotOpen(e Event) *domain.Problem {
-	return domain.NewProblem(http.StatusConflict, domain.CodeQueueNotOpen, "the queue opens at %s",
+	return domain.NewProblem(domain.CodeQueueNotOpen, "the queue opens at %s",
 		e.QueueOpensAt.Format(time.RFC3339)).WithMeta("queueOpensAt", e.QueueOpensAt.Format(time.RFC3339Nano))
 }
 
@@ -132,15 +131,15 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 			outs[i] = requests.Failed("undecodable booking payload")
 			continue
 		}
-		reject := func(status int, code, msg string) requests.Outcome {
-			return requests.Rejected(domain.NewProblem(status, code, "%s", msg))
+		reject := func(code, msg string) requests.Outcome {
+			return requests.Reject(code, "%s", msg)
 		}
 		var reserved bool
 		var seed []byte
 		err := tx.QueryRow(ctx, `SELECT s.reserved, e.shuffle_seed FROM seats s JOIN events e ON e.id = s.event_id
 			WHERE s.id = $1 AND s.event_id = $2`, p.SeatID, p.EventID).Scan(&reserved, &seed)
 		if errors.Is(err, pgx.ErrNoRows) {
-			outs[i] = reject(http.StatusNotFound, domain.CodeNotFound, "no such seat in this event")
+			outs[i] = reject(domain.CodeNotFound, "no such seat in this event")
 			continue
 		}
 		if err != nil {
@@ -149,7 +148,7 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 		var mine int64
 		err = tx.QueryRow(ctx, `SELECT seat_id FROM seat_reservations WHERE event_id = $1 AND user_id = $2`, p.EventID, r.UserID).Scan(&mine)
 		if err == nil {
-			outs[i] = requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeAlreadyReserved,
+			outs[i] = requests.Rejected(domain.NewProblem(domain.CodeAlreadyReserved,
 				"you already hold a seat for this event").WithMeta("seatId", mine))
 			continue
 		}
@@ -162,9 +161,9 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 				return nil, err
 			}
 			if !left {
-				outs[i] = reject(http.StatusConflict, domain.CodeSoldOut, "no seat is left")
+				outs[i] = reject(domain.CodeSoldOut, "no seat is left")
 			} else {
-				outs[i] = reject(http.StatusConflict, domain.CodeSeatTaken, "this seat is taken")
+				outs[i] = reject(domain.CodeSeatTaken, "this seat is taken")
 			}
 			continue
 		}

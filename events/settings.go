@@ -3,7 +3,6 @@ package events
 import (
 	"bytes"
 	"encoding/json"
-	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -149,7 +148,7 @@ func (in settingsInput) applyTimes(e Event, now time.Time, creating bool) (Event
 		e.SalesStartAt = start
 	}
 	if e.QueueOpensAt != nil && e.SalesStartAt != nil && !e.QueueOpensAt.Before(*e.SalesStartAt) {
-		return e, domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidDateRange,
+		return e, domain.NewProblem(domain.CodeInvalidDateRange,
 			"queueOpensAt must be before salesStartAt").WithMeta("field", "salesStartAt")
 	}
 	return e, nil
@@ -200,5 +199,5 @@ func invalidField(field, format string, args ...any) *domain.Problem {
 }
 
 func locked(field, msg string) *domain.Problem {
-	return domain.NewProblem(http.StatusConflict, domain.CodeSettingLocked, "%s", msg).WithMeta("field", field)
+	return domain.NewProblem(domain.CodeSettingLocked, "%s", msg).WithMeta("field", field)
 }

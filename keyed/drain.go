@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 )

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -239,7 +238,7 @@ func (e *Engine) Close() error { return e.client.Close() }
 
 // overloaded is the 429 intake answers when a backlog is over its cap.
 func overloaded(what string, retryAfter int) *domain.Problem {
-	return domain.NewProblem(http.StatusTooManyRequests, domain.CodeOverloaded,
+	return domain.NewProblem(domain.CodeOverloaded,
 		"%s is over its backlog cap; retry later", what).WithMeta("retryAfterSeconds", retryAfter)
 }
 

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"regexp"
 	"time"
 
@@ -34,7 +33,7 @@ const (
 )
 
 // CodeLimitReached rejects an increment that would pass the limit.
-const CodeLimitReached = "PROBE_LIMIT_REACHED"
+const CodeLimitReached = domain.CodeProbeLimitReached
 
 // Payload is the body of POST /api/v1/probe.
 type Payload struct {
@@ -140,7 +139,7 @@ func incr(ctx context.Context, tx pgx.Tx, r *requests.Request, p *Payload, worke
 			return requests.Outcome{}, fmt.Errorf("probe: read %s: %w", k, err)
 		}
 		if p.Limit > 0 && v >= p.Limit {
-			return requests.Rejected(domain.NewProblem(http.StatusConflict, CodeLimitReached,
+			return requests.Rejected(domain.NewProblem(CodeLimitReached,
 				"counter %s reached its limit %d", k, p.Limit).WithMeta("key", k)), nil
 		}
 		values[k] = v + 1

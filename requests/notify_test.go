@@ -25,7 +25,7 @@ func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 		defer cancel()
 	}
 	reqs[0].Status, reqs[0].Result, reqs[0].CompletedAt = domain.StatusSucceeded, json.RawMessage(`{"seatId":7}`), &now
-	reqs[1].Status, reqs[1].Problem, reqs[1].CompletedAt = domain.StatusRejected, domain.NewProblem(409, domain.CodeSoldOut, "no seat is left"), &now
+	reqs[1].Status, reqs[1].Problem, reqs[1].CompletedAt = domain.StatusRejected, domain.NewProblem(domain.CodeSoldOut, "no seat is left"), &now
 
 	msg, err := DoneMessage(reqs[:2])
 	require.NoError(t, err)

@@ -2,7 +2,6 @@ package requests
 
 import (
 	"encoding/json"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,9 +43,15 @@ func Succeeded(result any) Outcome { return Outcome{Status: domain.StatusSucceed
 // Rejected is a business "no": the error the synchronous API would have given.
 func Rejected(p *domain.Problem) Outcome { return Outcome{Status: domain.StatusRejected, Problem: p} }
 
+// Reject is the outcome of a request a business rule refused: code, with its
+// status from domain's table, and a message (fmt verbs allowed).
+func Reject(code, format string, args ...any) Outcome {
+	return Rejected(domain.NewProblem(code, format, args...))
+}
+
 // Failed is a system failure after retries.
 func Failed(msg string) Outcome {
-	return Outcome{Status: domain.StatusFailed, Problem: domain.NewProblem(http.StatusInternalServerError, domain.CodeInternal, "%s", msg)}
+	return Outcome{Status: domain.StatusFailed, Problem: domain.NewProblem(domain.CodeInternal, "%s", msg)}
 }
 
 // View is the JSON shape of GET /api/v1/requests/{id} (SPEC §2).

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -21,7 +20,7 @@ import (
 
 // ErrIdempotencyKeyReused is returned when an Idempotency-Key is replayed
 // with a different body.
-var ErrIdempotencyKeyReused = domain.NewProblem(http.StatusUnprocessableEntity, domain.CodeIdempotencyKeyReused,
+var ErrIdempotencyKeyReused = domain.NewProblem(domain.CodeIdempotencyKeyReused,
 	"this Idempotency-Key was already used with a different request body")
 
 // Store is the Postgres table of requests.

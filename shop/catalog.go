@@ -126,7 +126,7 @@ func (c *Catalog) Stock(ctx context.Context, id int64, now time.Time) (Stock, er
 	return s, storage.Translate("shop: stock", err)
 }
 
-var errUserNotFound = domain.NewProblem(404, domain.CodeUserNotFound, "no such user")
+var errUserNotFound = domain.NewProblem(domain.CodeUserNotFound, "no such user")
 
 func (c *Catalog) userExists(ctx context.Context, id int64) error {
 	var ok bool

@@ -155,7 +155,7 @@ func caller(c *fiber.Ctx, bodyUserID int64) (int64, error) {
 	}
 	id, ok := UserID(p.UserID)
 	if bodyUserID != 0 && (!ok || bodyUserID != id) {
-		return 0, domain.NewProblem(http.StatusForbidden, domain.CodeForbidden, "you may only act as yourself")
+		return 0, domain.NewProblem(domain.CodeForbidden, "you may only act as yourself")
 	}
 	if !ok {
 		return 0, errUserNotFound

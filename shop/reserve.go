@@ -3,7 +3,6 @@ package shop
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -170,22 +169,22 @@ func collectIDs(ctx context.Context, tx pgx.Tx, into map[int64]bool, q string, i
 func (st *reserveState) decide(p *ReservePayload) (requests.Outcome, bool) {
 	switch {
 	case !st.users[p.UserID]:
-		return reject(http.StatusNotFound, domain.CodeUserNotFound, "user %d does not exist", p.UserID), false
+		return reject(domain.CodeUserNotFound, "user %d does not exist", p.UserID), false
 	case len(p.Items) == 0:
-		return reject(http.StatusBadRequest, domain.CodeCartEmpty, "the cart is empty"), false
+		return reject(domain.CodeCartEmpty, "the cart is empty"), false
 	}
 	for _, l := range p.Items {
 		if o, ok := st.options[l.ProductOptionID]; !ok || !o.active {
-			return requests.Rejected(domain.NewProblem(http.StatusBadRequest, domain.CodeOptionInactive,
+			return requests.Rejected(domain.NewProblem(domain.CodeOptionInactive,
 				"the cart holds an inactive product option").WithMeta("productOptionId", l.ProductOptionID)), false
 		}
 	}
 	if st.holding[p.UserID] {
-		return reject(http.StatusConflict, domain.CodeDuplicateReservation, "an order reservation is already in progress"), false
+		return reject(domain.CodeDuplicateReservation, "an order reservation is already in progress"), false
 	}
 	for _, l := range p.Items {
 		if st.options[l.ProductOptionID].available < l.Quantity {
-			return requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeInsufficientStock,
+			return requests.Rejected(domain.NewProblem(domain.CodeInsufficientStock,
 				"not enough available stock for product option %d", l.ProductOptionID).
 				WithMeta("productOptionId", l.ProductOptionID)), false
 		}

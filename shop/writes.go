@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -110,8 +109,8 @@ func each(f func(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) 
 	}
 }
 
-func reject(status int, code, format string, args ...any) requests.Outcome {
-	return requests.Rejected(domain.NewProblem(status, code, format, args...))
+func reject(code, format string, args ...any) requests.Outcome {
+	return requests.Reject(code, format, args...)
 }
 
 type optionRow struct {
@@ -132,7 +131,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 	if err := json.Unmarshal(payload, &p); err != nil {
 		return requests.Failed("undecodable confirm payload"), nil
 	}
-	notFound := reject(http.StatusNotFound, domain.CodeReservationNotFound, "no order reservation to confirm")
+	notFound := reject(domain.CodeReservationNotFound, "no order reservation to confirm")
 	// The user's latest reservation: the rows of its newest reserve.
 	rows, err := tx.Query(ctx, `SELECT r.id, r.product_option_id, r.quantity, r.status, r.expires_at, o.price
 		FROM inventory_reservations r JOIN product_options o ON o.id = r.product_option_id
@@ -176,7 +175,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 			WHERE id = ANY($1) AND status = 'RESERVED'`, ids, now); err != nil {
 			return requests.Outcome{}, err
 		}
-		return reject(http.StatusGone, domain.CodeReservationExpired, "the order reservation has expired"), nil
+		return reject(domain.CodeReservationExpired, "the order reservation has expired"), nil
 	}
 	// Check every line before changing anything, so a refusal leaves no trace.
 	optionIDs := make([]int64, len(order.Lines))
@@ -204,7 +203,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 	}
 	for _, l := range order.Lines {
 		if stock[l.ProductOptionID] < l.Quantity { // stock was lowered below what was reserved
-			return requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeInsufficientStock,
+			return requests.Rejected(domain.NewProblem(domain.CodeInsufficientStock,
 				"stock of product option %d fell below the reservation", l.ProductOptionID).
 				WithMeta("productOptionId", l.ProductOptionID)), nil
 		}

@@ -3,7 +3,6 @@ package stays
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -193,19 +192,19 @@ type typeNights struct {
 // problem the request meets, if any. Existence comes before state.
 func scope(q AvailabilityQuery, hotelStatus string, typeStatus *string) error {
 	if q.RoomTypeID != 0 && typeStatus == nil {
-		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no room type %d in this hotel", q.RoomTypeID)
+		return domain.NewProblem(domain.CodeNotFound, "no room type %d in this hotel", q.RoomTypeID)
 	}
 	if hotelStatus != domain.StatusActive {
-		return domain.NewProblem(http.StatusBadRequest, domain.CodeHotelInactive, "the hotel is inactive")
+		return domain.NewProblem(domain.CodeHotelInactive, "the hotel is inactive")
 	}
 	if typeStatus != nil && *typeStatus != domain.StatusActive {
-		return domain.NewProblem(http.StatusBadRequest, domain.CodeRoomTypeInactive, "the room type is inactive").
+		return domain.NewProblem(domain.CodeRoomTypeInactive, "the room type is inactive").
 			WithMeta("roomTypeId", q.RoomTypeID)
 	}
 	return nil
 }
 
-var errNoHotel = domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such hotel")
+var errNoHotel = domain.NewProblem(domain.CodeNotFound, "no such hotel")
 
 // Hotel returns the availability of every active room type of a hotel (or
 // of one) on each night of the range: one Postgres query and one Redis
@@ -465,7 +464,7 @@ func (h *HTTP) mountAvailability(v1 fiber.Router, s *api.Server) {
 }
 
 func invalidFilter(field, message string) *domain.Problem {
-	return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidFilter, "%s", message).WithMeta("field", field)
+	return domain.NewProblem(domain.CodeInvalidFilter, "%s", message).WithMeta("field", field)
 }
 
 // parseAvailability reads the hotel id, the date range and the filters

@@ -2,7 +2,6 @@ package stays
 
 import (
 	"encoding/json"
-	"net/http"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -33,7 +32,7 @@ func (h *HTTP) createHold(c *fiber.Ctx, s *api.Server) error {
 		return err
 	}
 	if dr.From.Before(time.Now().UTC().AddDate(0, 0, -1).Truncate(24 * time.Hour)) {
-		return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidDateRange, "checkIn is in the past")
+		return domain.NewProblem(domain.CodeInvalidDateRange, "checkIn is in the past")
 	}
 	if _, err := uuid.Parse(p.ClientHoldKey); err != nil || len(p.ClientHoldKey) != 36 {
 		return api.InvalidField("clientHoldKey", "clientHoldKey must be a UUID")
@@ -50,7 +49,7 @@ func (h *HTTP) holdWrite(c *fiber.Ctx, s *api.Server, typ string) error {
 	id := c.Params("holdId")
 	rt, ok := ParseHoldID(id)
 	if !ok {
-		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such hold")
+		return domain.NewProblem(domain.CodeNotFound, "no such hold")
 	}
 	if len(c.Body()) > 0 {
 		if err := api.Decode(c, &struct{}{}); err != nil {
@@ -70,10 +69,10 @@ func (h *HTTP) getHold(c *fiber.Ctx) error {
 		return err
 	}
 	if hold == nil {
-		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such hold, or it has expired")
+		return domain.NewProblem(domain.CodeNotFound, "no such hold, or it has expired")
 	}
 	if !api.Principal(c).CanActFor(hold.UserID) {
-		return domain.NewProblem(http.StatusForbidden, domain.CodeForbidden, "this hold belongs to another user")
+		return domain.NewProblem(domain.CodeForbidden, "this hold belongs to another user")
 	}
 	return c.JSON(hold)
 }

@@ -225,7 +225,7 @@ func (h *HTTP) listReservations(c *fiber.Ctx) error {
 	if status != "" {
 		if err := oneOf("status", status, domain.StayPending, domain.StayConfirmed, domain.StayCheckedIn,
 			domain.StayCancelled, domain.StayCheckedOut); err != nil {
-			return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidFilter, "%s", err.Error())
+			return domain.NewProblem(domain.CodeInvalidFilter, "%s", err.Error())
 		}
 	}
 	limit := 100

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,15 +88,15 @@ func (w *Writes) applyEach(f applyOne) keyed.ApplierFunc {
 	}
 }
 
-func problem(status int, code, format string, args ...any) requests.Outcome {
-	return requests.Rejected(domain.NewProblem(status, code, format, args...))
+func problem(code, format string, args ...any) requests.Outcome {
+	return requests.Reject(code, format, args...)
 }
 
 // sellable checks that a room type and its hotel take bookings.
 func sellable(ctx context.Context, tx pgx.Tx, roomTypeID int64) (*requests.Outcome, error) {
 	rt, hotel, err := getRoomType(ctx, tx, roomTypeID)
 	if errors.Is(err, domain.ErrNotFound) {
-		o := problem(http.StatusNotFound, domain.CodeNotFound, "room type %d does not exist", roomTypeID)
+		o := problem(domain.CodeNotFound, "room type %d does not exist", roomTypeID)
 		return &o, nil
 	}
 	if err != nil {
@@ -105,10 +104,10 @@ func sellable(ctx context.Context, tx pgx.Tx, roomTypeID int64) (*requests.Outco
 	}
 	switch {
 	case hotel.Status != domain.StatusActive:
-		o := problem(http.StatusBadRequest, domain.CodeHotelInactive, "hotel %d is inactive", hotel.HotelID)
+		o := problem(domain.CodeHotelInactive, "hotel %d is inactive", hotel.HotelID)
 		return &o, nil
 	case rt.Status != domain.StatusActive:
-		o := problem(http.StatusBadRequest, domain.CodeRoomTypeInactive, "room type %d is inactive", roomTypeID)
+		o := problem(domain.CodeRoomTypeInactive, "room type %d is inactive", roomTypeID)
 		return &o, nil
 	}
 	return nil, nil
@@ -127,7 +126,7 @@ func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Re
 		return requests.Outcome{}, err
 	}
 	if waited := now.Sub(r.AcceptedAt); w.LockWait > 0 && waited > w.LockWait {
-		return problem(http.StatusConflict, domain.CodeContention,
+		return problem(domain.CodeContention,
 			"the room type was too busy to take this hold within %s; try again", w.LockWait), nil
 	}
 	if o, err := sellable(ctx, tx, rt); o != nil || err != nil {
@@ -154,7 +153,7 @@ func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Re
 			return requests.Outcome{}, err
 		}
 		if other != nil {
-			return requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeHoldKeyConflict,
+			return requests.Rejected(domain.NewProblem(domain.CodeHoldKeyConflict,
 				"clientHoldKey is already bound to another hold").WithMeta("holdId", bound)), nil
 		}
 	}
@@ -208,7 +207,7 @@ func (w *Writes) capacity(ctx context.Context, tx pgx.Tx, b *batch, rt int64, ch
 		day := d.Format(domain.DateLayout)
 		n := b.nights[day]
 		if n.reserved+n.held >= b.total {
-			o := requests.Rejected(domain.NewProblem(http.StatusConflict, domain.CodeNotAvailable,
+			o := requests.Rejected(domain.NewProblem(domain.CodeNotAvailable,
 				"no room of this type is left on %s", day).WithMeta("date", day))
 			return nil, &o, nil
 		}
@@ -275,7 +274,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.R
 	res, err := scanReservation(tx.QueryRow(ctx, `SELECT `+reservationColumns+` FROM stay_reservations WHERE hold_id = $1`, p.HoldID))
 	if err == nil {
 		if res.UserID != r.UserID && !p.Staff {
-			return problem(http.StatusForbidden, domain.CodeForbidden, "this hold belongs to another user"), nil
+			return problem(domain.CodeForbidden, "this hold belongs to another user"), nil
 		}
 		return requests.Succeeded(res), nil
 	}
@@ -287,10 +286,10 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.R
 		return requests.Outcome{}, err
 	}
 	if h == nil {
-		return problem(http.StatusGone, domain.CodeHoldExpired, "the hold has expired or does not exist"), nil
+		return problem(domain.CodeHoldExpired, "the hold has expired or does not exist"), nil
 	}
 	if h.UserID != r.UserID && !p.Staff {
-		return problem(http.StatusForbidden, domain.CodeForbidden, "this hold belongs to another user"), nil
+		return problem(domain.CodeForbidden, "this hold belongs to another user"), nil
 	}
 	if o, err := sellable(ctx, tx, h.RoomTypeID); o != nil || err != nil {
 		if o != nil {
@@ -306,7 +305,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.R
 			AND s.status IN ('Confirmed', 'CheckedIn') AND s.stay && daterange($2::date, $3::date))
 		ORDER BY r.housekeeping_status = 'Dirty', r.id LIMIT 1`, h.RoomTypeID, h.CheckIn, h.CheckOut).Scan(&roomID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return problem(http.StatusConflict, domain.CodeNotAvailable, "no room of this type is free for the whole stay"), nil
+		return problem(domain.CodeNotAvailable, "no room of this type is free for the whole stay"), nil
 	}
 	if err != nil {
 		return requests.Outcome{}, err
@@ -341,7 +340,7 @@ func (w *Writes) cancel(ctx context.Context, _ pgx.Tx, b *batch, r *requests.Req
 		return requests.Succeeded(result), nil
 	}
 	if h.UserID != r.UserID && !p.Staff {
-		return problem(http.StatusForbidden, domain.CodeForbidden, "this hold belongs to another user"), nil
+		return problem(domain.CodeForbidden, "this hold belongs to another user"), nil
 	}
 	if err := w.Holds.remove(ctx, b.Fences[SerialKey(h.RoomTypeID)], h); err != nil {
 		return requests.Outcome{}, err

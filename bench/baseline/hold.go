@@ -236,7 +236,7 @@ func answer(c *fiber.Ctx, status int, v any, err error) error {
 }
 
 func invalid(format string, args ...any) *domain.Problem {
-	return domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidInput, format, args...)
+	return domain.NewProblem(domain.CodeInvalidInput, format, args...)
 }
 
 // caller is the request's X-User-Id, required.
@@ -262,7 +262,7 @@ func (s *Server) createHold(c *fiber.Ctx) error {
 		return answer(c, 0, nil, err)
 	}
 	if dr.From.Before(time.Now().UTC().AddDate(0, 0, -1).Truncate(24 * time.Hour)) {
-		return answerProblem(c, domain.NewProblem(http.StatusBadRequest, domain.CodeInvalidDateRange, "checkIn is in the past"))
+		return answerProblem(c, domain.NewProblem(domain.CodeInvalidDateRange, "checkIn is in the past"))
 	}
 	if _, err := uuid.Parse(req.ClientHoldKey); err != nil || len(req.ClientHoldKey) != 36 {
 		return answerProblem(c, invalid("clientHoldKey must be a UUID"))
@@ -284,7 +284,7 @@ func (s *Server) hold(ctx context.Context, user string, req HoldRequest, nights 
 			return h, err
 		}
 		if attempt > 0 {
-			return Hold{}, domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "room type %d does not exist", req.RoomTypeID)
+			return Hold{}, domain.NewProblem(domain.CodeNotFound, "room type %d does not exist", req.RoomTypeID)
 		}
 		if _, err := s.pool.Exec(ctx, s.holds.ensureNights, req.RoomTypeID, req.CheckIn, req.CheckOut); err != nil {
 			return Hold{}, fmt.Errorf("baseline: create stock rows: %w", err)
@@ -315,7 +315,7 @@ func (s *Server) tryHold(ctx context.Context, user string, req HoldRequest, nigh
 		UserID: user, ClientHoldKey: req.ClientHoldKey}
 	switch {
 	case bound != nil && (mine == nil || *bound != *mine):
-		return Hold{}, false, domain.NewProblem(http.StatusConflict, domain.CodeHoldKeyConflict,
+		return Hold{}, false, domain.NewProblem(domain.CodeHoldKeyConflict,
 			"clientHoldKey is already bound to another hold").WithMeta("holdId", *bound)
 	case mine != nil: // one live hold per user and range: it again, its TTL extended
 		h.HoldID, h.Reused = *mine, true
@@ -363,7 +363,7 @@ func fits(checkIn string, reserved []int, held []int64, rooms int) *domain.Probl
 	for i := range reserved {
 		if reserved[i]+int(held[i]) >= rooms {
 			day := from.AddDate(0, 0, i).Format(domain.DateLayout)
-			return domain.NewProblem(http.StatusConflict, domain.CodeNotAvailable, "no room of this type is left on %s", day).WithMeta("date", day)
+			return domain.NewProblem(domain.CodeNotAvailable, "no room of this type is left on %s", day).WithMeta("date", day)
 		}
 	}
 	return nil
@@ -421,7 +421,7 @@ func (s *Server) confirm(ctx context.Context, user, holdID string) (Stay, error)
 	}
 	switch {
 	case h.confirmed && h.user != user, !h.confirmed && h.live && h.user != user:
-		return Stay{}, domain.NewProblem(http.StatusForbidden, domain.CodeForbidden, "this hold belongs to another user")
+		return Stay{}, domain.NewProblem(domain.CodeForbidden, "this hold belongs to another user")
 	case h.confirmed: // confirmed before: the same stay
 		return h.stay, nil
 	case !h.live:
@@ -431,7 +431,7 @@ func (s *Server) confirm(ctx context.Context, user, holdID string) (Stay, error)
 	err = tx.QueryRow(ctx, s.holds.book, h.roomType, h.checkIn, h.out, h.user, holdID).Scan(&st.ReservationID, &st.HotelID,
 		&st.RoomTypeID, &st.RoomID, &st.UserID, &st.HoldID, &st.CheckIn, &st.CheckOut, &st.Status, &st.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Stay{}, domain.NewProblem(http.StatusConflict, domain.CodeNotAvailable, "no room of this type is free for the whole stay")
+		return Stay{}, domain.NewProblem(domain.CodeNotAvailable, "no room of this type is free for the whole stay")
 	}
 	if err != nil {
 		return Stay{}, fmt.Errorf("baseline: book: %w", err)
@@ -444,7 +444,7 @@ func (s *Server) confirm(ctx context.Context, user, holdID string) (Stay, error)
 }
 
 func expired() *domain.Problem {
-	return domain.NewProblem(http.StatusGone, domain.CodeHoldExpired, "the hold has expired or does not exist")
+	return domain.NewProblem(domain.CodeHoldExpired, "the hold has expired or does not exist")
 }
 
 // cmpErr is err if there is one, else refusal.
@@ -474,7 +474,7 @@ func (s *Server) cancelHold(c *fiber.Ctx) error {
 		err := s.pool.QueryRow(ctx, s.holds.liveOwner, id).Scan(&owner)
 		switch {
 		case err == nil && owner != user:
-			return answerProblem(c, domain.NewProblem(http.StatusForbidden, domain.CodeForbidden, "this hold belongs to another user"))
+			return answerProblem(c, domain.NewProblem(domain.CodeForbidden, "this hold belongs to another user"))
 		case err != nil && !errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("baseline: cancel: %w", err)
 		}
@@ -566,9 +566,9 @@ func catalogRefusal(err error, parent string) *domain.Problem {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "23503":
-		return domain.NewProblem(http.StatusNotFound, domain.CodeNotFound, "no such %s", parent)
+		return domain.NewProblem(domain.CodeNotFound, "no such %s", parent)
 	case isUniqueViolation(err):
-		return domain.NewProblem(http.StatusConflict, domain.CodeConflict, "the name or number is taken")
+		return domain.NewProblem(domain.CodeConflict, "the name or number is taken")
 	}
 	return nil
 }
