@@ -123,9 +123,7 @@ func strandOne(t *testing.T, r *fenceRig) uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
-	l, ok, err := e.TryAcquire(ctx, "k")
-	require.NoError(t, err)
-	require.True(t, ok)
+	l := holding(t, e, "k")
 	intake := r.leaseReadingFirstEngine(t, "intake", func() {
 		require.NoError(t, e.drainHeld(ctx, l, "q")) // the holder lets go
 	})
@@ -144,9 +142,7 @@ func TestFoldedDeferredTasksDrainTheirKeys(t *testing.T) {
 	r := newFenceRig(t)
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
-	l, ok, err := e.TryAcquire(ctx, "k")
-	require.NoError(t, err)
-	require.True(t, ok)
+	l := holding(t, e, "k")
 	applied := []uuid.UUID{r.accept(t), r.accept(t)}
 	require.NoError(t, e.drainHeld(ctx, l, "q"))
 	stranded := strandOne(t, r)
@@ -204,9 +200,7 @@ func TestFoldOutlivesNoneOfItsRequests(t *testing.T) {
 	r := newFenceRig(t)
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
-	l, ok, err := e.TryAcquire(ctx, "k")
-	require.NoError(t, err)
-	require.True(t, ok)
+	l := holding(t, e, "k")
 	for range 3 {
 		r.accept(t)
 	}
@@ -255,6 +249,15 @@ func TestFoldOutlivesNoneOfItsRequests(t *testing.T) {
 	info, err := insp.GetQueueInfo("q")
 	require.NoError(t, err)
 	require.Equal(t, 2, info.Processed, "applied: the fold ended after its second look")
+}
+
+// holding takes key's lease on e for the test.
+func holding(t *testing.T, e *Engine, key string) Lease {
+	t.Helper()
+	l, ok, err := e.TryAcquire(context.Background(), key)
+	require.NoError(t, err)
+	require.True(t, ok)
+	return l
 }
 
 type raceResult struct {
