@@ -172,27 +172,32 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 		outs[i] = requests.Succeeded(FCFSResult{SeatID: seat, ReservedBy: r.UserID, Phone: p.Phone})
 		tally["success"]++
 	}
-	if len(seats) > 0 {
-		remaining, err := TakeSeats(ctx, tx, eventID, len(seats))
-		if err != nil {
-			return err
-		}
-		if f.Counts != nil {
-			b.AfterCommit(func(ctx context.Context) { _ = f.Counts.Set(ctx, eventID, remaining) })
-		}
-		if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = ANY($1)`, seats, b.Now); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, phone, created_at)
-			SELECT $1, s, u, nullif(p, ''), $5 FROM unnest($2::bigint[], $3::text[], $4::text[]) AS g(s, u, p)`,
-			eventID, seats, holders, phones, b.Now); err != nil {
-			return err
-		}
+	if len(seats) == 0 {
+		return nil
 	}
-	if len(seats) > 0 {
-		last := seats[len(seats)-1]
-		b.AfterCommit(func(context.Context) { f.passed.Put(eventID, last) })
+	return f.reserve(ctx, tx, b, eventID, seats, holders, phones)
+}
+
+// reserve gives seats to holders (with their phones), in one statement
+// each, and has the event's count and passed mark follow once committed.
+func (f *FCFS) reserve(ctx context.Context, tx pgx.Tx, b *keyed.Batch, eventID int64, seats []int64, holders, phones []string) error {
+	remaining, err := TakeSeats(ctx, tx, eventID, len(seats))
+	if err != nil {
+		return err
 	}
+	if f.Counts != nil {
+		b.AfterCommit(func(ctx context.Context) { _ = f.Counts.Set(ctx, eventID, remaining) })
+	}
+	if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = ANY($1)`, seats, b.Now); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, phone, created_at)
+		SELECT $1, s, u, nullif(p, ''), $5 FROM unnest($2::bigint[], $3::text[], $4::text[]) AS g(s, u, p)`,
+		eventID, seats, holders, phones, b.Now); err != nil {
+		return err
+	}
+	last := seats[len(seats)-1]
+	b.AfterCommit(func(context.Context) { f.passed.Put(eventID, last) })
 	return nil
 }
 

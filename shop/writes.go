@@ -131,77 +131,30 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 	if err := json.Unmarshal(payload, &p); err != nil {
 		return requests.Failed("undecodable confirm payload"), nil
 	}
-	notFound := reject(domain.CodeReservationNotFound, "no order reservation to confirm")
-	// The user's latest reservation: the rows of its newest reserve.
-	rows, err := tx.Query(ctx, `SELECT r.id, r.product_option_id, r.quantity, r.status, r.expires_at, o.price
-		FROM inventory_reservations r JOIN product_options o ON o.id = r.product_option_id
-		WHERE r.user_id = $1 AND r.reserved_at = (SELECT max(reserved_at) FROM inventory_reservations WHERE user_id = $1)
-		ORDER BY r.product_option_id FOR UPDATE OF r`, p.UserID)
+	r, err := latestReservation(ctx, tx, p.UserID, now)
 	if err != nil {
 		return requests.Outcome{}, err
 	}
-	order := Order{UserID: p.UserID, CreatedAt: now.UTC()}
-	var ids []int64
-	expired, used := false, false
-	for rows.Next() {
-		var id int64
-		var l OrderLine
-		var status string
-		var expiresAt time.Time
-		if err := rows.Scan(&id, &l.ProductOptionID, &l.Quantity, &status, &expiresAt, &l.UnitPrice); err != nil {
-			rows.Close()
-			return requests.Outcome{}, err
-		}
-		ids = append(ids, id)
-		switch {
-		case status == "EXPIRED" || (status == "RESERVED" && !expiresAt.After(now)):
-			expired = true
-		case status != "RESERVED": // confirmed or released already
-			used = true
-		}
-		l.LineTotal = l.UnitPrice * int64(l.Quantity)
-		order.Total += l.LineTotal
-		order.Lines = append(order.Lines, l)
+	if len(r.ids) == 0 || r.used {
+		return reject(domain.CodeReservationNotFound, "no order reservation to confirm"), nil
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return requests.Outcome{}, err
-	}
-	if len(ids) == 0 || used {
-		return notFound, nil
-	}
-	if expired {
+	if r.expired {
 		if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = $2
-			WHERE id = ANY($1) AND status = 'RESERVED'`, ids, now); err != nil {
+			WHERE id = ANY($1) AND status = 'RESERVED'`, r.ids, now); err != nil {
 			return requests.Outcome{}, err
 		}
 		return reject(domain.CodeReservationExpired, "the order reservation has expired"), nil
 	}
 	// Check every line before changing anything, so a refusal leaves no trace.
-	optionIDs := make([]int64, len(order.Lines))
-	for i, l := range order.Lines {
+	optionIDs := make([]int64, len(r.order.Lines))
+	for i, l := range r.order.Lines {
 		optionIDs[i] = l.ProductOptionID
 	}
-	stock := map[int64]int{}
-	srows, err := tx.Query(ctx, `SELECT product_option_id, stock_quantity FROM inventory
-		WHERE product_option_id = ANY($1) ORDER BY product_option_id FOR UPDATE`, optionIDs)
+	stock, err := lockStock(ctx, tx, optionIDs)
 	if err != nil {
 		return requests.Outcome{}, err
 	}
-	for srows.Next() {
-		var id int64
-		var q int
-		if err := srows.Scan(&id, &q); err != nil {
-			srows.Close()
-			return requests.Outcome{}, err
-		}
-		stock[id] += q
-	}
-	srows.Close()
-	if err := srows.Err(); err != nil {
-		return requests.Outcome{}, err
-	}
-	for _, l := range order.Lines {
+	for _, l := range r.order.Lines {
 		if stock[l.ProductOptionID] < l.Quantity { // stock was lowered below what was reserved
 			return requests.Rejected(domain.NewProblem(domain.CodeInsufficientStock,
 				"stock of product option %d fell below the reservation", l.ProductOptionID).
@@ -209,31 +162,99 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 		}
 		stock[l.ProductOptionID] -= l.Quantity
 	}
+	if err := placeOrder(ctx, tx, &r.order, r.ids, optionIDs, now); err != nil {
+		return requests.Outcome{}, err
+	}
+	return requests.Succeeded(r.order), nil
+}
+
+// reservation is a user's latest reservation, as confirm reads it: the
+// order it would make, its rows, and whether any of them lapsed or was
+// used already.
+type reservation struct {
+	order         Order
+	ids           []int64
+	expired, used bool
+}
+
+// latestReservation locks the rows of the user's newest reserve.
+func latestReservation(ctx context.Context, tx pgx.Tx, userID int64, now time.Time) (reservation, error) {
+	r := reservation{order: Order{UserID: userID, CreatedAt: now.UTC()}}
+	rows, err := tx.Query(ctx, `SELECT r.id, r.product_option_id, r.quantity, r.status, r.expires_at, o.price
+		FROM inventory_reservations r JOIN product_options o ON o.id = r.product_option_id
+		WHERE r.user_id = $1 AND r.reserved_at = (SELECT max(reserved_at) FROM inventory_reservations WHERE user_id = $1)
+		ORDER BY r.product_option_id FOR UPDATE OF r`, userID)
+	if err != nil {
+		return r, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var l OrderLine
+		var status string
+		var expiresAt time.Time
+		if err := rows.Scan(&id, &l.ProductOptionID, &l.Quantity, &status, &expiresAt, &l.UnitPrice); err != nil {
+			return r, err
+		}
+		r.ids = append(r.ids, id)
+		switch {
+		case status == "EXPIRED" || (status == "RESERVED" && !expiresAt.After(now)):
+			r.expired = true
+		case status != "RESERVED": // confirmed or released already
+			r.used = true
+		}
+		l.LineTotal = l.UnitPrice * int64(l.Quantity)
+		r.order.Total += l.LineTotal
+		r.order.Lines = append(r.order.Lines, l)
+	}
+	return r, rows.Err()
+}
+
+// lockStock locks the options' inventory rows and returns their stock.
+func lockStock(ctx context.Context, tx pgx.Tx, optionIDs []int64) (map[int64]int, error) {
+	stock := map[int64]int{}
+	rows, err := tx.Query(ctx, `SELECT product_option_id, stock_quantity FROM inventory
+		WHERE product_option_id = ANY($1) ORDER BY product_option_id FOR UPDATE`, optionIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var q int
+		if err := rows.Scan(&id, &q); err != nil {
+			return nil, err
+		}
+		stock[id] += q
+	}
+	return stock, rows.Err()
+}
+
+// placeOrder takes the order's stock, stores it with its lines, marks its
+// reservation rows confirmed and takes what was ordered out of the cart.
+func placeOrder(ctx context.Context, tx pgx.Tx, order *Order, ids, optionIDs []int64, now time.Time) error {
 	if _, err := tx.Exec(ctx, `UPDATE inventory i SET stock_quantity = i.stock_quantity - d.q, updated_at = $3
 		FROM unnest($1::bigint[], $2::int[]) AS d(id, q) WHERE i.product_option_id = d.id`,
 		optionIDs, quantities(order.Lines), now); err != nil {
-		return requests.Outcome{}, err
+		return err
 	}
 	if err := tx.QueryRow(ctx, `INSERT INTO orders (user_id, total, created_at) VALUES ($1, $2, $3) RETURNING id`,
-		p.UserID, order.Total, now).Scan(&order.OrderID); err != nil {
-		return requests.Outcome{}, err
+		order.UserID, order.Total, now).Scan(&order.OrderID); err != nil {
+		return err
 	}
 	for _, l := range order.Lines {
 		if _, err := tx.Exec(ctx, `INSERT INTO order_lines (order_id, product_option_id, quantity, unit_price)
 			VALUES ($1, $2, $3, $4)`, order.OrderID, l.ProductOptionID, l.Quantity, l.UnitPrice); err != nil {
-			return requests.Outcome{}, err
+			return err
 		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'CONFIRMED', order_id = $2, updated_at = $3
 		WHERE id = ANY($1)`, ids, order.OrderID, now); err != nil {
-		return requests.Outcome{}, err
+		return err
 	}
-	// What was ordered leaves the cart.
-	if _, err := tx.Exec(ctx, `DELETE FROM cart_items WHERE user_id = $1 AND product_option_id = ANY($2)`,
-		p.UserID, optionIDs); err != nil {
-		return requests.Outcome{}, err
-	}
-	return requests.Succeeded(order), nil
+	_, err := tx.Exec(ctx, `DELETE FROM cart_items WHERE user_id = $1 AND product_option_id = ANY($2)`,
+		order.UserID, optionIDs)
+	return err
 }
 
 // release gives the user's active reservation back; releasing nothing is a

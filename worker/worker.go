@@ -75,79 +75,19 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	}
 	defer st.Close()
 	storage.ServePprof(ctx, cfg.PprofAddr, log)
-	pool, rdb := st.Pool, st.Redis
-	go storage.WatchPool(ctx, pool, "worker", storage.PoolWatchInterval, log)
+	go storage.WatchPool(ctx, st.Pool, "worker", storage.PoolWatchInterval, log)
 
 	reg := metrics.NewRegistry()
-	m := metrics.NewPipeline(reg)
-	engine := keyed.New(pool, rdb, nil, log, m, keyed.Options{
-		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
-		RedriveAfter: cfg.RedriveAfter, Worker: opt.Name, ForgetAfter: cfg.KeyForgetAfter,
-	})
+	engine, periodic := assemble(st, cfg, log, opt.Name, reg, modules)
 	defer engine.Close()
-	var periodic []Periodic
-	for _, build := range modules {
-		m := build(st)
-		for _, t := range m.Types {
-			engine.Register(t)
-		}
-		periodic = append(periodic, m.Periodic...)
-		reg.MustRegister(m.Collectors...)
+	srv, err := serve(st.Redis, cfg, log, engine, periodic)
+	if err != nil {
+		return err
 	}
-	periodic = append(periodic, forget(engine, cfg.KeyForgetAfter, log))
-	if cfg.RequestRetention > 0 {
-		periodic = append(periodic, retention(requests.NewStore(pool), cfg.RequestRetention, log))
-	}
-	for _, q := range engine.Queues() {
-		if q != tasks.MaintenanceQueue {
-			m.InitQueues(q)
-		}
-	}
-
-	acfg := asynq.Config{
-		Concurrency:              cfg.Concurrency,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
-		TaskCheckInterval:        20 * time.Millisecond,
-		DelayedTaskCheckInterval: 100 * time.Millisecond,
-		RetryDelayFunc:           retryDelay,
-		Logger:                   asynqLogger{log},
-		LogLevel:                 asynq.WarnLevel,
-	}
-	engine.Aggregation(&acfg)
-	srv := newServers(rdb, engine.Queues(), acfg)
-	mux := asynq.NewServeMux()
-	engine.Handle(mux)
-	for _, p := range periodic {
-		handle := p.Handle
-		mux.HandleFunc(p.Type, func(ctx context.Context, _ *asynq.Task) error { return handle(ctx) })
-	}
-	if err := srv.start(mux); err != nil {
-		return fmt.Errorf("worker: start: %w", err)
-	}
-	sched := asynq.NewSchedulerFromRedisClient(rdb, &asynq.SchedulerOpts{
-		Logger: asynqLogger{log}, LogLevel: asynq.WarnLevel,
-		PostEnqueueFunc: func(_ *asynq.TaskInfo, err error) {
-			if err != nil && !errors.Is(err, asynq.ErrDuplicateTask) {
-				log.Warn("periodic enqueue failed", "err", err)
-			}
-		},
-	})
-	every := fmt.Sprintf("@every %s", cfg.ReconcileInterval)
-	if _, err := sched.Register(every, tasks.NewReconcile(cfg.ReconcileInterval)); err != nil {
+	sched, err := schedule(st.Redis, cfg, log, periodic)
+	if err != nil {
 		srv.shutdown()
-		return fmt.Errorf("worker: schedule reconcile: %w", err)
-	}
-	for _, p := range periodic {
-		task := asynq.NewTask(p.Type, nil, asynq.Queue(tasks.MaintenanceQueue), asynq.MaxRetry(tasks.PeriodicRetries),
-			asynq.Unique(max(p.Every-500*time.Millisecond, time.Second)))
-		if _, err := sched.Register(fmt.Sprintf("@every %s", p.Every), task); err != nil {
-			srv.shutdown()
-			return fmt.Errorf("worker: schedule %s: %w", p.Type, err)
-		}
-	}
-	if err := sched.Start(); err != nil {
-		srv.shutdown()
-		return fmt.Errorf("worker: start scheduler: %w", err)
+		return err
 	}
 	// Recover at once what a crash or a lost Redis left behind.
 	go func() {
@@ -156,7 +96,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		}
 	}()
 
-	hs := &http.Server{Handler: healthMux(pool, rdb, reg), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: healthMux(st.Pool, st.Redis, reg), ReadHeaderTimeout: 5 * time.Second}
 	ln := opt.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.WorkerAddr); err != nil {
@@ -183,6 +123,89 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	_ = hs.Shutdown(sctx)
 	log.Info("worker stopped")
 	return nil
+}
+
+// assemble builds the engine with every module's write types, and gathers
+// the periodic tasks: the modules' and the pipeline's own.
+func assemble(st *storage.Stores, cfg config.Config, log *slog.Logger, name string, reg *prometheus.Registry, modules []Types) (*keyed.Engine, []Periodic) {
+	m := metrics.NewPipeline(reg)
+	engine := keyed.New(st.Pool, st.Redis, nil, log, m, keyed.Options{
+		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
+		RedriveAfter: cfg.RedriveAfter, Worker: name, ForgetAfter: cfg.KeyForgetAfter,
+	})
+	var periodic []Periodic
+	for _, build := range modules {
+		mod := build(st)
+		for _, t := range mod.Types {
+			engine.Register(t)
+		}
+		periodic = append(periodic, mod.Periodic...)
+		reg.MustRegister(mod.Collectors...)
+	}
+	periodic = append(periodic, forget(engine, cfg.KeyForgetAfter, log))
+	if cfg.RequestRetention > 0 {
+		periodic = append(periodic, retention(requests.NewStore(st.Pool), cfg.RequestRetention, log))
+	}
+	for _, q := range engine.Queues() {
+		if q != tasks.MaintenanceQueue {
+			m.InitQueues(q)
+		}
+	}
+	return engine, periodic
+}
+
+// serve starts the Asynq servers with the engine's handlers and the
+// periodic tasks'.
+func serve(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, engine *keyed.Engine, periodic []Periodic) (servers, error) {
+	acfg := asynq.Config{
+		Concurrency:              cfg.Concurrency,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		TaskCheckInterval:        20 * time.Millisecond,
+		DelayedTaskCheckInterval: 100 * time.Millisecond,
+		RetryDelayFunc:           retryDelay,
+		Logger:                   asynqLogger{log},
+		LogLevel:                 asynq.WarnLevel,
+	}
+	engine.Aggregation(&acfg)
+	srv := newServers(rdb, engine.Queues(), acfg)
+	mux := asynq.NewServeMux()
+	engine.Handle(mux)
+	for _, p := range periodic {
+		handle := p.Handle
+		mux.HandleFunc(p.Type, func(ctx context.Context, _ *asynq.Task) error { return handle(ctx) })
+	}
+	if err := srv.start(mux); err != nil {
+		return nil, fmt.Errorf("worker: start: %w", err)
+	}
+	return srv, nil
+}
+
+// schedule starts the scheduler that enqueues the reconciler and the
+// periodic tasks on the maintenance queue.
+func schedule(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, periodic []Periodic) (*asynq.Scheduler, error) {
+	sched := asynq.NewSchedulerFromRedisClient(rdb, &asynq.SchedulerOpts{
+		Logger: asynqLogger{log}, LogLevel: asynq.WarnLevel,
+		PostEnqueueFunc: func(_ *asynq.TaskInfo, err error) {
+			if err != nil && !errors.Is(err, asynq.ErrDuplicateTask) {
+				log.Warn("periodic enqueue failed", "err", err)
+			}
+		},
+	})
+	every := fmt.Sprintf("@every %s", cfg.ReconcileInterval)
+	if _, err := sched.Register(every, tasks.NewReconcile(cfg.ReconcileInterval)); err != nil {
+		return nil, fmt.Errorf("worker: schedule reconcile: %w", err)
+	}
+	for _, p := range periodic {
+		task := asynq.NewTask(p.Type, nil, asynq.Queue(tasks.MaintenanceQueue), asynq.MaxRetry(tasks.PeriodicRetries),
+			asynq.Unique(max(p.Every-500*time.Millisecond, time.Second)))
+		if _, err := sched.Register(fmt.Sprintf("@every %s", p.Every), task); err != nil {
+			return nil, fmt.Errorf("worker: schedule %s: %w", p.Type, err)
+		}
+	}
+	if err := sched.Start(); err != nil {
+		return nil, fmt.Errorf("worker: start scheduler: %w", err)
+	}
+	return sched, nil
 }
 
 // servers are a worker's Asynq servers, one per queue. Asynq's dequeue
