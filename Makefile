@@ -34,7 +34,7 @@ lint: ## Lint the Go code with golangci-lint (pinned in tools/lint/go.mod; .gola
 	bin/golangci-lint run ./...
 
 test: lint-api lint ## Lint the OpenAPI document and the Go code, then run every test with -race against real Postgres and Redis (and the pages in headless Chromium)
-	$(GO) vet ./...
+	@# go vet runs inside make lint (golangci-lint's standard set).
 	@# axe-core, which the browser tests run inside the pages, pinned by e2e/browser/package-lock.json.
 	@[ -f e2e/browser/node_modules/axe-core/axe.min.js ] || npm ci --prefix e2e/browser --no-audit --no-fund --silent
 	@# e2e runs after the other packages, not beside them: its K4 and K5 bars are
