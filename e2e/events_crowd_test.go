@@ -259,6 +259,7 @@ func TestWaitingRoomExactUnderChurn(t *testing.T) {
 		}
 		return now.Before(end) || (told.Load() < perMinute*3/4 && now.Before(hardEnd))
 	}
+	var busy atomic.Int64 // status reads answered 503 with Retry-After
 	var wg sync.WaitGroup
 	for i, u := range us {
 		wg.Add(1)
@@ -273,6 +274,13 @@ func TestWaitingRoomExactUnderChurn(t *testing.T) {
 			time.Sleep(time.Duration(rng.IntN(3000)) * time.Millisecond)
 			for running(quitAt) {
 				r := u.Do("GET", base+"/status", nil)
+				if r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") != "" {
+					// A store too slow on a busy machine: the contract's answer,
+					// which a page retries (it changes nothing in the room).
+					busy.Add(1)
+					time.Sleep(500 * time.Millisecond)
+					continue
+				}
 				require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 				var st events.Status
 				r.JSON(t, &st)
@@ -300,7 +308,8 @@ func TestWaitingRoomExactUnderChurn(t *testing.T) {
 	}
 	wg.Wait()
 	perMinuteSeen, total := w.finish()
-	t.Logf("%d admitted; at most %d valid tokens and %d admissions in a minute seen", told.Load(), w.maxValid.Load(), perMinuteSeen)
+	t.Logf("%d admitted; at most %d valid tokens and %d admissions in a minute seen; %d status reads answered 503 and retried",
+		told.Load(), w.maxValid.Load(), perMinuteSeen, busy.Load())
 	require.LessOrEqual(t, w.maxValid.Load(), int64(maxConcurrent))
 	require.LessOrEqual(t, perMinuteSeen, perMinute)
 	require.Equal(t, int(told.Load()), total, "every admission the clients were told of, and no other")
