@@ -128,9 +128,14 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !ok {
 		deadline = time.Now().Add(t.maxWait)
 	}
-	stop := context.AfterFunc(ctx, t.closeAll)
+	closed := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { t.closeAll(); close(closed) })
 	err := t.c.DoDeadline(req, resp, deadline)
-	stop()
+	if !stop() && ctx.Err() != nil {
+		// closeAll has started: let it finish, or it could close the
+		// connection of the caller's next exchange under it.
+		<-closed
+	}
 	defer release()
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
