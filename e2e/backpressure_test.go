@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/probe"
 )
 
@@ -56,4 +59,30 @@ func TestBackpressureOnQueue(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond)
 	require.Equal(t, domain.CodeOverloaded, r.ErrorCode(t))
 	require.NotEmpty(t, r.Header.Get("Retry-After"))
+}
+
+// Tasks deferred into the aggregator's group count against QUEUE_CAP, as
+// scheduled ones did: requests that found their key held fill the queue
+// too. (Counting only pending tasks, none of these would.)
+func TestBackpressureCountsDeferredTasks(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Overrides: []string{"QUEUE_CAP", "10"}})
+	ctx := context.Background()
+	// A drain holds the key: every request on it is deferred.
+	require.NoError(t, s.Redis.Set(ctx, keyed.LeaseKey(probe.SerialKey("held")), 1, time.Minute).Err())
+	c := s.Client("u", domain.RoleUser)
+	for range 10 {
+		c.Probe(probe.Payload{Keys: []string{"held"}})
+	}
+	insp := asynq.NewInspectorFromRedisClient(s.Redis)
+	info, err := insp.GetQueueInfo(probe.Queue)
+	require.NoError(t, err)
+	require.Equal(t, 10, info.Aggregating, "deferred, waiting to be folded")
+	require.Zero(t, info.Pending+info.Scheduled)
+	// One request, once the API's queue sample (a second old at most) has
+	// seen them: each attempt that got through would add a pending task.
+	time.Sleep(1100 * time.Millisecond)
+	r := c.Do("POST", "/api/v1/probe", probe.Payload{Keys: []string{"fresh-key"}})
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "%s", r.Body)
+	require.Equal(t, domain.CodeOverloaded, r.ErrorCode(t))
 }
