@@ -131,15 +131,12 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 			outs[i] = requests.Failed("undecodable booking payload")
 			continue
 		}
-		reject := func(code, msg string) requests.Outcome {
-			return requests.Reject(code, "%s", msg)
-		}
 		var reserved bool
 		var seed []byte
 		err := tx.QueryRow(ctx, `SELECT s.reserved, e.shuffle_seed FROM seats s JOIN events e ON e.id = s.event_id
 			WHERE s.id = $1 AND s.event_id = $2`, p.SeatID, p.EventID).Scan(&reserved, &seed)
 		if errors.Is(err, pgx.ErrNoRows) {
-			outs[i] = reject(domain.CodeNotFound, "no such seat in this event")
+			outs[i] = requests.Reject(domain.CodeNotFound, "no such seat in this event")
 			continue
 		}
 		if err != nil {
@@ -161,9 +158,9 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]req
 				return nil, err
 			}
 			if !left {
-				outs[i] = reject(domain.CodeSoldOut, "no seat is left")
+				outs[i] = requests.Reject(domain.CodeSoldOut, "no seat is left")
 			} else {
-				outs[i] = reject(domain.CodeSeatTaken, "this seat is taken")
+				outs[i] = requests.Reject(domain.CodeSeatTaken, "this seat is taken")
 			}
 			continue
 		}

@@ -169,9 +169,9 @@ func collectIDs(ctx context.Context, tx pgx.Tx, into map[int64]bool, q string, i
 func (st *reserveState) decide(p *ReservePayload) (requests.Outcome, bool) {
 	switch {
 	case !st.users[p.UserID]:
-		return reject(domain.CodeUserNotFound, "user %d does not exist", p.UserID), false
+		return requests.Reject(domain.CodeUserNotFound, "user %d does not exist", p.UserID), false
 	case len(p.Items) == 0:
-		return reject(domain.CodeCartEmpty, "the cart is empty"), false
+		return requests.Reject(domain.CodeCartEmpty, "the cart is empty"), false
 	}
 	for _, l := range p.Items {
 		if o, ok := st.options[l.ProductOptionID]; !ok || !o.active {
@@ -180,7 +180,7 @@ func (st *reserveState) decide(p *ReservePayload) (requests.Outcome, bool) {
 		}
 	}
 	if st.holding[p.UserID] {
-		return reject(domain.CodeDuplicateReservation, "an order reservation is already in progress"), false
+		return requests.Reject(domain.CodeDuplicateReservation, "an order reservation is already in progress"), false
 	}
 	for _, l := range p.Items {
 		if st.options[l.ProductOptionID].available < l.Quantity {

@@ -109,10 +109,6 @@ func each(f func(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) 
 	}
 }
 
-func reject(code, format string, args ...any) requests.Outcome {
-	return requests.Reject(code, format, args...)
-}
-
 type optionRow struct {
 	id        int64
 	product   string
@@ -136,14 +132,14 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 		return requests.Outcome{}, err
 	}
 	if len(r.ids) == 0 || r.used {
-		return reject(domain.CodeReservationNotFound, "no order reservation to confirm"), nil
+		return requests.Reject(domain.CodeReservationNotFound, "no order reservation to confirm"), nil
 	}
 	if r.expired {
 		if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = $2
 			WHERE id = ANY($1) AND status = 'RESERVED'`, r.ids, now); err != nil {
 			return requests.Outcome{}, err
 		}
-		return reject(domain.CodeReservationExpired, "the order reservation has expired"), nil
+		return requests.Reject(domain.CodeReservationExpired, "the order reservation has expired"), nil
 	}
 	// Check every line before changing anything, so a refusal leaves no trace.
 	optionIDs := make([]int64, len(r.order.Lines))

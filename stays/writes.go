@@ -88,15 +88,11 @@ func (w *Writes) applyEach(f applyOne) keyed.ApplierFunc {
 	}
 }
 
-func problem(code, format string, args ...any) requests.Outcome {
-	return requests.Reject(code, format, args...)
-}
-
 // sellable checks that a room type and its hotel take bookings.
 func sellable(ctx context.Context, tx pgx.Tx, roomTypeID int64) (*requests.Outcome, error) {
 	rt, hotel, err := getRoomType(ctx, tx, roomTypeID)
 	if errors.Is(err, domain.ErrNotFound) {
-		o := problem(domain.CodeNotFound, "room type %d does not exist", roomTypeID)
+		o := requests.Reject(domain.CodeNotFound, "room type %d does not exist", roomTypeID)
 		return &o, nil
 	}
 	if err != nil {
@@ -104,10 +100,10 @@ func sellable(ctx context.Context, tx pgx.Tx, roomTypeID int64) (*requests.Outco
 	}
 	switch {
 	case hotel.Status != domain.StatusActive:
-		o := problem(domain.CodeHotelInactive, "hotel %d is inactive", hotel.HotelID)
+		o := requests.Reject(domain.CodeHotelInactive, "hotel %d is inactive", hotel.HotelID)
 		return &o, nil
 	case rt.Status != domain.StatusActive:
-		o := problem(domain.CodeRoomTypeInactive, "room type %d is inactive", roomTypeID)
+		o := requests.Reject(domain.CodeRoomTypeInactive, "room type %d is inactive", roomTypeID)
 		return &o, nil
 	}
 	return nil, nil
@@ -126,7 +122,7 @@ func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Re
 		return requests.Outcome{}, err
 	}
 	if waited := now.Sub(r.AcceptedAt); w.LockWait > 0 && waited > w.LockWait {
-		return problem(domain.CodeContention,
+		return requests.Reject(domain.CodeContention,
 			"the room type was too busy to take this hold within %s; try again", w.LockWait), nil
 	}
 	if o, err := sellable(ctx, tx, rt); o != nil || err != nil {
@@ -274,7 +270,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.R
 	res, err := scanReservation(tx.QueryRow(ctx, `SELECT `+reservationColumns+` FROM stay_reservations WHERE hold_id = $1`, p.HoldID))
 	if err == nil {
 		if res.UserID != r.UserID && !p.Staff {
-			return problem(domain.CodeForbidden, "this hold belongs to another user"), nil
+			return requests.Reject(domain.CodeForbidden, "this hold belongs to another user"), nil
 		}
 		return requests.Succeeded(res), nil
 	}
@@ -286,10 +282,10 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.R
 		return requests.Outcome{}, err
 	}
 	if h == nil {
-		return problem(domain.CodeHoldExpired, "the hold has expired or does not exist"), nil
+		return requests.Reject(domain.CodeHoldExpired, "the hold has expired or does not exist"), nil
 	}
 	if h.UserID != r.UserID && !p.Staff {
-		return problem(domain.CodeForbidden, "this hold belongs to another user"), nil
+		return requests.Reject(domain.CodeForbidden, "this hold belongs to another user"), nil
 	}
 	if o, err := sellable(ctx, tx, h.RoomTypeID); o != nil || err != nil {
 		if o != nil {
@@ -305,7 +301,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.R
 			AND s.status IN ('Confirmed', 'CheckedIn') AND s.stay && daterange($2::date, $3::date))
 		ORDER BY r.housekeeping_status = 'Dirty', r.id LIMIT 1`, h.RoomTypeID, h.CheckIn, h.CheckOut).Scan(&roomID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return problem(domain.CodeNotAvailable, "no room of this type is free for the whole stay"), nil
+		return requests.Reject(domain.CodeNotAvailable, "no room of this type is free for the whole stay"), nil
 	}
 	if err != nil {
 		return requests.Outcome{}, err
@@ -340,7 +336,7 @@ func (w *Writes) cancel(ctx context.Context, _ pgx.Tx, b *batch, r *requests.Req
 		return requests.Succeeded(result), nil
 	}
 	if h.UserID != r.UserID && !p.Staff {
-		return problem(domain.CodeForbidden, "this hold belongs to another user"), nil
+		return requests.Reject(domain.CodeForbidden, "this hold belongs to another user"), nil
 	}
 	if err := w.Holds.remove(ctx, b.Fences[SerialKey(h.RoomTypeID)], h); err != nil {
 		return requests.Outcome{}, err

@@ -235,15 +235,11 @@ func answer(c *fiber.Ctx, status int, v any, err error) error {
 	return c.Status(status).JSON(v)
 }
 
-func invalid(format string, args ...any) *domain.Problem {
-	return domain.NewProblem(domain.CodeInvalidInput, format, args...)
-}
-
 // caller is the request's X-User-Id, required.
 func caller(c *fiber.Ctx) (string, *domain.Problem) {
 	user := strings.Clone(c.Get(UserHeader))
 	if user == "" {
-		return "", invalid("%s header is required", UserHeader)
+		return "", domain.Invalid("%s header is required", UserHeader)
 	}
 	return user, nil
 }
@@ -255,7 +251,7 @@ func (s *Server) createHold(c *fiber.Ctx) error {
 	}
 	var req HoldRequest
 	if err := json.Unmarshal(c.Body(), &req); err != nil || req.RoomTypeID <= 0 {
-		return answerProblem(c, invalid(`body must be {"roomTypeId": 1, "checkIn": "YYYY-MM-DD", "checkOut": "YYYY-MM-DD", "clientHoldKey": "<uuid>"}`))
+		return answerProblem(c, domain.Invalid(`body must be {"roomTypeId": 1, "checkIn": "YYYY-MM-DD", "checkOut": "YYYY-MM-DD", "clientHoldKey": "<uuid>"}`))
 	}
 	dr, err := domain.ParseDateRange(req.CheckIn, req.CheckOut)
 	if err != nil {
@@ -265,7 +261,7 @@ func (s *Server) createHold(c *fiber.Ctx) error {
 		return answerProblem(c, domain.NewProblem(domain.CodeInvalidDateRange, "checkIn is in the past"))
 	}
 	if _, err := uuid.Parse(req.ClientHoldKey); err != nil || len(req.ClientHoldKey) != 36 {
-		return answerProblem(c, invalid("clientHoldKey must be a UUID"))
+		return answerProblem(c, domain.Invalid("clientHoldKey must be a UUID"))
 	}
 	h, err := s.hold(c.UserContext(), user, req, dr.Nights())
 	status := http.StatusCreated
@@ -487,7 +483,7 @@ func (s *Server) cancelHold(c *fiber.Ctx) error {
 func (s *Server) availability(c *fiber.Ctx) error {
 	hotel, err := strconv.ParseInt(c.Params("hotelId"), 10, 64)
 	if err != nil {
-		return answerProblem(c, invalid("the hotel id must be a number"))
+		return answerProblem(c, domain.Invalid("the hotel id must be a number"))
 	}
 	if _, err := domain.ParseDateRange(c.Query("from"), c.Query("to")); err != nil {
 		return answer(c, 0, nil, err)
@@ -513,7 +509,7 @@ func (s *Server) availability(c *fiber.Ctx) error {
 func (s *Server) createHotel(c *fiber.Ctx) error {
 	var in struct{ Name, Timezone, Currency string }
 	if err := json.Unmarshal(c.Body(), &in); err != nil || in.Name == "" || in.Timezone == "" || len(in.Currency) != 3 {
-		return answerProblem(c, invalid("body must be {name, timezone, currency}"))
+		return answerProblem(c, domain.Invalid("body must be {name, timezone, currency}"))
 	}
 	var id int64
 	if err := s.pool.QueryRow(c.UserContext(), s.holds.hotel, in.Name, in.Timezone, in.Currency).Scan(&id); err != nil {
@@ -526,7 +522,7 @@ func (s *Server) createRoomType(c *fiber.Ctx) error {
 	hotel, err := strconv.ParseInt(c.Params("hotelId"), 10, 64)
 	var in struct{ Name string }
 	if err != nil || json.Unmarshal(c.Body(), &in) != nil || in.Name == "" {
-		return answerProblem(c, invalid("body must be {name}, under a numeric hotel id"))
+		return answerProblem(c, domain.Invalid("body must be {name}, under a numeric hotel id"))
 	}
 	var id int64
 	err = s.pool.QueryRow(c.UserContext(), s.holds.roomType, hotel, in.Name).Scan(&id)
@@ -546,7 +542,7 @@ func (s *Server) createRoom(c *fiber.Ctx) error {
 		Number     string `json:"number"`
 	}
 	if err != nil || json.Unmarshal(c.Body(), &in) != nil || in.RoomTypeID <= 0 || in.Number == "" {
-		return answerProblem(c, invalid("body must be {roomTypeId, number}, under a numeric hotel id"))
+		return answerProblem(c, domain.Invalid("body must be {roomTypeId, number}, under a numeric hotel id"))
 	}
 	var id int64
 	err = s.pool.QueryRow(c.UserContext(), s.holds.room, hotel, in.RoomTypeID, in.Number).Scan(&id)
