@@ -208,11 +208,7 @@ func (s *Server) waitTerminal(ctx context.Context, stop <-chan struct{}, id uuid
 	for {
 		select {
 		case view := <-done:
-			if view != nil {
-				return view, nil, nil
-			}
-			next, err := s.read(ctx, id)
-			return nil, next, err
+			return view, nil, nil
 		case <-tick.C:
 		case <-deadline.C:
 			return s.current(ctx, id, r)

@@ -20,14 +20,8 @@ import (
 // processed them all, and reports how many there were and the CPU they cost.
 func TestRunDeferredFiresScheduledTasksAndWaitsForThem(t *testing.T) {
 	t.Parallel()
-	url, opt := asynqRedis(t)
-	cl := asynq.NewClient(opt)
-	t.Cleanup(func() { _ = cl.Close() })
 	const n = 30
-	for i := range n {
-		_, err := cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("later"), asynq.ProcessIn(time.Hour), asynq.TaskID(fmt.Sprint(i)))
-		require.NoError(t, err)
-	}
+	url, opt, cl := laterNoops(t, n, asynq.ProcessIn(time.Hour))
 	_, err := cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("now"))
 	require.NoError(t, err)
 	_, err = cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("other"), asynq.ProcessIn(time.Hour))
@@ -54,14 +48,8 @@ func TestRunDeferredFiresScheduledTasksAndWaitsForThem(t *testing.T) {
 // aggregator folded them and the folded task ran.
 func TestRunDeferredWaitsForAggregatingTasks(t *testing.T) {
 	t.Parallel()
-	url, opt := asynqRedis(t)
-	cl := asynq.NewClient(opt)
-	t.Cleanup(func() { _ = cl.Close() })
 	const n = 30
-	for i := range n {
-		_, err := cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("later"), asynq.Group("deferred"), asynq.TaskID(fmt.Sprint(i)))
-		require.NoError(t, err)
-	}
+	url, opt, _ := laterNoops(t, n, asynq.Group("deferred"))
 	ran := serveNoops(t, opt, 3*time.Millisecond, "later")
 
 	d, err := runDeferred(context.Background(), url, []string{"later"}, nil)
@@ -79,6 +67,20 @@ func TestRunDeferredWaitsForAggregatingTasks(t *testing.T) {
 // The tool fires the scheduled tasks of holdfast's queues and no others.
 func TestQueuesAreTheVerticals(t *testing.T) {
 	require.ElementsMatch(t, []string{stays.Queue, shop.Queue, events.Queue}, holdfastQueues)
+}
+
+// laterNoops enqueues n "noop" tasks on queue "later", each waiting as
+// wait says, on a Redis database of the test's own; it returns that
+// database's URL, Asynq's connection to it and the client.
+func laterNoops(t *testing.T, n int, wait asynq.Option) (string, asynq.RedisConnOpt, *asynq.Client) {
+	url, opt := asynqRedis(t)
+	cl := asynq.NewClient(opt)
+	t.Cleanup(func() { _ = cl.Close() })
+	for i := range n {
+		_, err := cl.Enqueue(asynq.NewTask("noop", nil), asynq.Queue("later"), wait, asynq.TaskID(fmt.Sprint(i)))
+		require.NoError(t, err)
+	}
+	return url, opt, cl
 }
 
 // asynqRedis reserves a Redis database for the test: its URL, and Asynq's

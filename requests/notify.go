@@ -60,7 +60,7 @@ type Tracked struct {
 	Owner     string
 	Announced bool // announced terminal since it was accepted
 	// View is the terminal view the announcement carried, kept when no poll
-	// was waiting for it (else nil, as when it carried none): a poll that
+	// was waiting for it (else nil; nil too once a poll took it): a poll that
 	// comes after the announcement answers with it, as a woken poll does,
 	// without reading Postgres.
 	View []byte
@@ -176,9 +176,9 @@ func (n *Notifier) wake(s, view string) {
 	delete(n.waiters, id)
 }
 
-// Wait returns a channel that receives the request's terminal view (nil if
-// the announcement did not carry it) when id is announced, and a cancel func
-// that must be called if the caller stops waiting first.
+// Wait returns a channel that receives the request's terminal view when id
+// is announced, and a cancel func that must be called if the caller stops
+// waiting first.
 func (n *Notifier) Wait(id uuid.UUID) (<-chan []byte, func()) {
 	c := make(chan []byte, 1)
 	n.mu.Lock()

@@ -38,12 +38,6 @@ const unguardedBatch = "systest:unguarded-batch"
 // to it for every key, so each handler passes as if it held the lease.
 const unguardedToken = 1
 
-type unguardedRequest struct {
-	ID    string   `json:"requestId"`
-	Keys  []string `json:"keys"`
-	Queue string   `json:"queue"`
-}
-
 // runUnguarded runs an unguarded worker on cfg's stores until ctx ends;
 // ln serves its readiness.
 func runUnguarded(ctx context.Context, cfg config.Config, ln net.Listener, modules []worker.Types) error {
@@ -88,13 +82,13 @@ type unguarded struct {
 }
 
 // foldUnguarded folds deferred request tasks into one batch task that
-// names each of them.
+// carries each of their payloads.
 func foldUnguarded(_ string, ts []*asynq.Task) *asynq.Task {
-	var batch []unguardedRequest
+	var batch []tasks.RequestPayload
 	for _, t := range ts {
 		var p tasks.RequestPayload
-		if json.Unmarshal(t.Payload(), &p) == nil {
-			batch = append(batch, unguardedRequest{ID: p.RequestID, Keys: p.Keys})
+		if tasks.Decode(t, &p) == nil {
+			batch = append(batch, p)
 		}
 	}
 	b, _ := json.Marshal(batch)
@@ -103,23 +97,23 @@ func foldUnguarded(_ string, ts []*asynq.Task) *asynq.Task {
 
 func (u *unguarded) handleRequest(ctx context.Context, t *asynq.Task) error {
 	var p tasks.RequestPayload
-	if err := json.Unmarshal(t.Payload(), &p); err != nil {
-		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	if err := tasks.Decode(t, &p); err != nil {
+		return err
 	}
 	return u.apply(ctx, p.RequestID, p.Keys)
 }
 
 func (u *unguarded) handleBatch(ctx context.Context, t *asynq.Task) error {
-	var batch []unguardedRequest
-	if err := json.Unmarshal(t.Payload(), &batch); err != nil {
-		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
+	var batch []tasks.RequestPayload
+	if err := tasks.Decode(t, &batch); err != nil {
+		return err
 	}
 	// Each at once, as their own tasks would have run on idle slots.
 	errs := make([]error, len(batch))
 	var g errgroup.Group
 	g.SetLimit(u.slots)
 	for i, r := range batch {
-		g.Go(func() error { errs[i] = u.apply(ctx, r.ID, r.Keys); return nil })
+		g.Go(func() error { errs[i] = u.apply(ctx, r.RequestID, r.Keys); return nil })
 	}
 	_ = g.Wait()
 	return errors.Join(errs...)
