@@ -95,68 +95,76 @@ const (
 // refused, and a claim this request may hold is given back if the request
 // is not accepted.
 func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limit) fiber.Handler {
-	var on []Limit
+	gd := guard{gcra: gcra{rdb: rdb, batch: storage.NewBatcher(rdb)}, log: log, w: w}
 	for _, l := range limits {
 		if l.PerSecond > 0 {
-			on = append(on, l)
+			interval, tolerance := l.gcra()
+			gd.on = append(gd.on, l)
+			gd.args = append(gd.args, []any{interval, tolerance})
+			gd.scopes = append(gd.scopes, l.Scope)
 		}
 	}
-	if len(on) == 0 && w.Duration <= 0 {
+	if len(gd.on) == 0 && w.Duration <= 0 {
 		return func(c *fiber.Ctx) error { return c.Next() }
 	}
-	g := gcra{rdb: rdb, batch: storage.NewBatcher(rdb)}
-	args := make([][]any, len(on))
-	scopes := make([]string, len(on))
-	for i, l := range on {
-		interval, tolerance := l.gcra()
-		args[i] = []any{interval, tolerance}
-		scopes[i] = l.Scope
+	return gd.serve
+}
+
+// guard is Guard's handler: the limits that are on, each with its
+// script's arguments.
+type guard struct {
+	gcra
+	log    *slog.Logger
+	w      Window
+	on     []Limit
+	args   [][]any
+	scopes []string
+}
+
+func (gd *guard) serve(c *fiber.Ctx) error {
+	ctx := c.UserContext()
+	keys := make([]string, len(gd.on))
+	for i, l := range gd.on {
+		keys[i] = "hf:" + l.Scope + ":" + l.Key(c)
 	}
-	return func(c *fiber.Ctx) error {
-		ctx := c.UserContext()
-		keys := make([]string, len(on))
-		for i, l := range on {
-			keys[i] = "hf:" + l.Scope + ":" + l.Key(c)
+	var cl claim
+	if gd.w.Duration > 0 {
+		if cl.key = gd.w.Key(c); cl.key != "" {
+			cl.token, cl.ttl = strconv.FormatUint(rand.Uint64(), 36), gd.w.Duration
 		}
-		var cl claim
-		if w.Duration > 0 {
-			if cl.key = w.Key(c); cl.key != "" {
-				cl.token, cl.ttl = strconv.FormatUint(rand.Uint64(), 36), w.Duration
-			}
-		}
-		wait, st, err := g.check(ctx, keys, args, cl)
-		if err != nil {
-			// Limits that cannot count fail open: refusing every write
-			// because Redis blinked would be worse than a moment unlimited.
-			log.WarnContext(ctx, "rate limiter unavailable; letting the request through", "scopes", scopes, "err", err)
-		}
-		giveBack := func() {
-			if st == claimFresh || st == claimUnknown {
-				releaseScript.Run(context.WithoutCancel(ctx), rdb, []string{cl.key}, cl.token)
-			}
-		}
-		if wait > 0 {
-			giveBack()
-			secs := max(1, int(math.Ceil(wait.Seconds())))
-			return domain.NewProblem(domain.CodeRateLimited,
-				"too many requests; retry in %d s", secs).WithMeta("retryAfterSeconds", secs)
-		}
-		if st == claimTaken {
-			if w.Valid != nil {
-				if err := w.Valid(c); err != nil {
-					return err
-				}
-			}
-			secs := max(1, int(math.Ceil(w.Duration.Seconds())))
-			return domain.NewProblem(domain.CodeDuplicateRequest,
-				"you sent this request a moment ago; wait for its outcome").WithMeta("retryAfterSeconds", secs)
-		}
-		err = c.Next()
-		if err != nil { // not accepted: the window must not lock the sender out
-			giveBack()
-		}
-		return err
 	}
+	wait, st, err := gd.check(ctx, keys, gd.args, cl)
+	if err != nil {
+		// Limits that cannot count fail open: refusing every write
+		// because Redis blinked would be worse than a moment unlimited.
+		gd.log.WarnContext(ctx, "rate limiter unavailable; letting the request through", "scopes", gd.scopes, "err", err)
+	}
+	giveBack := func() {
+		if st == claimFresh || st == claimUnknown {
+			releaseScript.Run(context.WithoutCancel(ctx), gd.rdb, []string{cl.key}, cl.token)
+		}
+	}
+	if wait > 0 {
+		giveBack()
+		secs := max(1, int(math.Ceil(wait.Seconds())))
+		return domain.NewProblem(domain.CodeRateLimited,
+			"too many requests; retry in %d s", secs).WithMeta("retryAfterSeconds", secs)
+	}
+	if st == claimTaken {
+		if gd.w.Valid != nil {
+			if err := gd.w.Valid(c); err != nil {
+				return err
+			}
+		}
+		secs := max(1, int(math.Ceil(gd.w.Duration.Seconds())))
+		return domain.NewProblem(domain.CodeDuplicateRequest,
+			"you sent this request a moment ago; wait for its outcome").WithMeta("retryAfterSeconds", secs)
+	}
+	err = c.Next()
+	if err != nil { // not accepted: the window must not lock the sender out
+		giveBack()
+	}
+	return err
 }
 
 // gcra returns the limit's emission interval (the time one request uses up)

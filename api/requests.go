@@ -142,7 +142,8 @@ func (s *Server) getRequest(c *fiber.Ctx) error {
 // It returns the view the worker announced (JSON) when that is what ended
 // the wait, else the request as read: terminal, or still open when the
 // wait ran out or stop closed (the server shutting down). Someone else's
-// request is errNotFound.
+// request is errNotFound. With ANNOUNCED_VIEWS=false the request is read
+// from Postgres at the start and once woken, and the view is never used.
 //
 // A long poll listens before it looks, so an announcement made between the
 // look and the wait is not missed, and the look need not be repeated once
@@ -157,21 +158,12 @@ func (s *Server) await(ctx context.Context, stop <-chan struct{}, p auth.Princip
 		var cancel func()
 		done, cancel = s.Notifier.Wait(id)
 		defer cancel()
-		var t requests.Tracked
-		if t, open = s.Notifier.Local(id, p.CanActFor); open {
-			if !p.CanActFor(t.Owner) {
-				return nil, nil, errNotFound
+		if s.cfg.AnnouncedViews {
+			view, tracked, err := s.announced(p, id, done)
+			if view != nil || err != nil {
+				return view, nil, err
 			}
-			if t.View == nil && t.Announced {
-				select { // announced to this poll's own wait, just now
-				case t.View = <-done:
-				default:
-				}
-			}
-			if t.View != nil {
-				return t.View, nil, nil
-			}
-			open = !t.Announced
+			open = tracked
 		}
 	}
 	if !open {
@@ -188,6 +180,26 @@ func (s *Server) await(ctx context.Context, stop <-chan struct{}, p auth.Princip
 		return s.waitTerminal(ctx, stop, id, r, done, wait)
 	}
 	return nil, r, nil
+}
+
+// announced answers from what this process knows of request id: its
+// announced view, or open when it accepted the request and no worker has
+// announced it yet. done is the poll's wait, listening already.
+func (s *Server) announced(p auth.Principal, id uuid.UUID, done <-chan []byte) (view []byte, open bool, err error) {
+	t, tracked := s.Notifier.Local(id, p.CanActFor)
+	if !tracked {
+		return nil, false, nil
+	}
+	if !p.CanActFor(t.Owner) {
+		return nil, false, errNotFound
+	}
+	if t.View == nil && t.Announced {
+		select { // announced to this poll's own wait, just now
+		case t.View = <-done:
+		default:
+		}
+	}
+	return t.View, !t.Announced, nil
 }
 
 // waitTerminal long-polls request id, whose state r was read after done
@@ -208,7 +220,10 @@ func (s *Server) waitTerminal(ctx context.Context, stop <-chan struct{}, id uuid
 	for {
 		select {
 		case view := <-done:
-			return view, nil, nil
+			if s.cfg.AnnouncedViews {
+				return view, nil, nil
+			}
+			return s.current(ctx, id, nil)
 		case <-tick.C:
 		case <-deadline.C:
 			return s.current(ctx, id, r)

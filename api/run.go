@@ -49,25 +49,22 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 		metrics.NewRedisMemory(rdb), metrics.NewOldestOpen(store))
 
 	engine := keyed.New(pool, rdb, insp, log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap,
-		ScheduleDeferred: !cfg.AggregateDeferred})
+		ScheduleDeferred: !cfg.AggregateDeferred, EnqueueEach: !cfg.BatchEnqueue})
 	defer engine.Close()
 	notifier := requests.NewNotifier(rdb, log)
 	nctx, stopNotifier := context.WithCancel(ctx)
 	defer stopNotifier()
 	go notifier.Run(nctx)
 
-	// Asynqmon opens its own connection, to the same deployment.
-	redisOpt, err := storage.AsynqRedisOpt(cfg.Redis)
+	mon, err := monitoring(cfg)
 	if err != nil {
-		return fmt.Errorf("api: redis for monitoring: %w", err)
+		return err
 	}
-	// With PROMETHEUS_URL its Metrics tab charts the queues from the
-	// Prometheus that scrapes this API's Asynq collector.
-	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: redisOpt, PrometheusAddress: cfg.PrometheusURL})
 	defer mon.Close()
 
 	intake := requests.NewIntake(store, engine, log)
 	intake.SetTimeout(cfg.DependencyTimeout)
+	intake.CommitEach = !cfg.GroupCommit
 	intake.Tracker = notifier
 	srv := New(cfg, Deps{
 		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,
@@ -80,13 +77,31 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 			return err
 		}
 	}
+	return listenAndServe(ctx, srv, cfg.HTTPAddr, ln, log)
+}
+
+// monitoring is Asynqmon, on a Redis connection of its own to the same
+// deployment. With PROMETHEUS_URL its Metrics tab charts the queues from
+// the Prometheus that scrapes this API's Asynq collector.
+func monitoring(cfg config.Config) (*asynqmon.HTTPHandler, error) {
+	redisOpt, err := storage.AsynqRedisOpt(cfg.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("api: redis for monitoring: %w", err)
+	}
+	return asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: redisOpt, PrometheusAddress: cfg.PrometheusURL}), nil
+}
+
+// listenAndServe serves srv on ln, or on addr when ln is nil, until ctx
+// ends.
+func listenAndServe(ctx context.Context, srv *Server, addr string, ln net.Listener, log *slog.Logger) error {
 	if ln == nil {
-		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("api: listen: %w", err)
 		}
 	}
 	log.Info("api listening", "addr", ln.Addr().String())
-	err = srv.Serve(ctx, ln)
+	err := srv.Serve(ctx, ln)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

@@ -88,6 +88,16 @@ type Config struct {
 	// deferred.go); false schedules each to run by itself a minute later.
 	// The API enqueues one way or the other; every worker folds.
 	AggregateDeferred bool `env:"AGGREGATE_DEFERRED_TASKS" envDefault:"true"`
+	// GroupCommit makes the writes that arrive together durable in one
+	// INSERT and commit (requests/group.go); false stores each by itself.
+	GroupCommit bool `env:"GROUP_COMMIT" envDefault:"true"`
+	// BatchEnqueue sends the Asynq enqueues of concurrent writes to Redis
+	// in one pipeline (storage/batch.go); false sends each by itself.
+	BatchEnqueue bool `env:"BATCH_ENQUEUE" envDefault:"true"`
+	// AnnouncedViews lets a long poll answer with the outcome the worker
+	// announced (requests/notify.go); false reads it from Postgres once
+	// woken. Either way the announcement wakes the poll.
+	AnnouncedViews bool `env:"ANNOUNCED_VIEWS" envDefault:"true"`
 
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 }

@@ -17,10 +17,18 @@ import (
 // in one transaction (Postgres's xmin tells rows of one transaction apart),
 // each with its own acceptance seq, every one stored with its own payload.
 // The control is the same writes sent one at a time: a transaction each.
+// With GROUP_COMMIT=false, the concurrent writes take a transaction each
+// too: the switch turns the mechanism off.
 func TestIntakeGroupCommit(t *testing.T) {
 	// Not parallel: it runs before the parallel wave, so its load does not
 	// add to the timing-sensitive tests there (K4).
-	s := systest.Start(t, systest.Options{})
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("GROUP_COMMIT=%t", on), func(t *testing.T) { testIntakeGroupCommit(t, on) })
+	}
+}
+
+func testIntakeGroupCommit(t *testing.T, on bool) {
+	s := systest.Start(t, systest.Options{Overrides: []string{"GROUP_COMMIT", fmt.Sprint(on)}})
 	c := s.Client("grouper", domain.RoleUser)
 	txns := func() (rows, txs int) {
 		require.NoError(t, s.Pool.QueryRow(context.Background(),
@@ -50,7 +58,11 @@ func TestIntakeGroupCommit(t *testing.T) {
 	wg.Wait()
 	rows, txs = txns()
 	require.Equal(t, 20+n, rows)
-	require.Less(t, txs-20, n/2, "concurrent writes share transactions")
+	if on {
+		require.Less(t, txs-20, n/2, "concurrent writes share transactions")
+	} else {
+		require.Equal(t, n, txs-20, "with the group commit off, each write is its own transaction")
+	}
 	t.Logf("%d concurrent writes in %d transactions", n, txs-20)
 
 	var distinctSeq, matching int

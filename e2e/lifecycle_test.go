@@ -120,7 +120,7 @@ func TestLongPollWakesOnOutcome(t *testing.T) {
 // the view where it was.
 func TestLongPollAfterTheAnnouncementAnswersFromTheAPI(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1})
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"ANNOUNCED_VIEWS", "true"}})
 	c := s.Client("dana", domain.RoleUser)
 	id := c.Probe(probe.Payload{Keys: []string{"kept"}})
 	path := "/api/v1/requests/" + id
@@ -140,6 +140,23 @@ func TestLongPollAfterTheAnnouncementAnswersFromTheAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, kept.Status)
 	require.Equal(t, string(stored.Body), string(kept.Body), "answered with the announced view, which another user's poll left")
 	require.Contains(t, string(c.Do("GET", path+"?wait=5s", nil).Body), `99`, "handed out once")
+}
+
+// With ANNOUNCED_VIEWS=false, the same poll after the announcement reads
+// Postgres: the switch turns the announced views off.
+func TestLongPollWithoutAnnouncedViewsReadsPostgres(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"ANNOUNCED_VIEWS", "false"}})
+	c := s.Client("dana", domain.RoleUser)
+	id := c.Probe(probe.Payload{Keys: []string{"kept"}})
+	path := "/api/v1/requests/" + id
+	require.Eventually(t, func() bool { // plain reads: no poll takes the announced view
+		return strings.Contains(string(c.Do("GET", path, nil).Body), `"status":"succeeded"`)
+	}, 20*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the announcement reaches the API
+	_, err := s.Pool.Exec(context.Background(), `UPDATE requests SET result = '{"values": {"kept": 99}}' WHERE id = $1`, id)
+	require.NoError(t, err)
+	require.Contains(t, string(c.Do("GET", path+"?wait=5s", nil).Body), `99`, "read from Postgres")
 }
 
 // A worker runs one Asynq server per queue, so fetching a task is one script

@@ -111,13 +111,9 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	eventID := payloads[start].EventID
 	// Outcomes are counted once the batch has committed: a batch that rolls
 	// back (fenced, retried, halved) must not count its requests twice.
-	tally := map[string]float64{}
-	reject := func(outcome string, code, format string, args ...any) requests.Outcome {
-		tally[outcome]++
-		return requests.Reject(code, format, args...)
-	}
+	t := tally{}
 	b.AfterCommit(func(context.Context) {
-		for outcome, n := range tally {
+		for outcome, n := range t {
 			f.Outcomes.WithLabelValues(outcome).Add(n)
 		}
 	})
@@ -134,7 +130,7 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	if errors.Is(err, pgx.ErrNoRows) {
 		for i := start; i < end; i++ {
 			if outs[i].Status == "" {
-				outs[i] = reject("not_found", domain.CodeNotFound, "no such event")
+				outs[i] = t.reject("not_found", domain.CodeNotFound, "no such event")
 			}
 		}
 		return nil
@@ -142,40 +138,62 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	if err != nil {
 		return err
 	}
-	var seats []int64
-	var holders, phones []string
-	for i := start; i < end; i++ {
-		if outs[i].Status != "" {
+	g := f.assign(b, payloads, outs[start:end], start, free, taken, t)
+	if len(g.seats) == 0 {
+		return nil
+	}
+	return f.reserve(ctx, tx, b, eventID, g.seats, g.holders, g.phones)
+}
+
+// tally counts a batch's outcomes by label.
+type tally map[string]float64
+
+// reject counts outcome and returns the rejection.
+func (t tally) reject(outcome string, code, format string, args ...any) requests.Outcome {
+	t[outcome]++
+	return requests.Reject(code, format, args...)
+}
+
+// grant is the seats a run gives: seats[i] to holders[i], who gave phones[i].
+type grant struct {
+	seats           []int64
+	holders, phones []string
+}
+
+// assign decides, in acceptance order, the open requests among outs (those
+// of b from first on): the free seats go one each to users holding none,
+// until none is left.
+func (f *FCFS) assign(b *keyed.Batch, payloads []FCFSPayload, outs []requests.Outcome, first int, free []int64, taken map[string]int64, t tally) grant {
+	var g grant
+	for k := range outs {
+		if outs[k].Status != "" {
 			continue
 		}
-		r, p := b.Requests[i], payloads[i]
+		r, p := b.Requests[first+k], payloads[first+k]
 		if seat, ok := taken[r.UserID]; ok {
-			outs[i] = requests.Rejected(domain.NewProblem(domain.CodeAlreadyReserved,
+			outs[k] = requests.Rejected(domain.NewProblem(domain.CodeAlreadyReserved,
 				"you already hold a seat for this event").WithMeta("seatId", seat))
-			tally["already_reserved"]++
+			t["already_reserved"]++
 			continue
 		}
 		if len(free) == 0 {
-			outs[i] = reject("sold_out", domain.CodeSoldOut, "no seat is left")
+			outs[k] = t.reject("sold_out", domain.CodeSoldOut, "no seat is left")
 			continue
 		}
 		// Only a request that would have got a seat is told it waited too long.
 		if f.LockWait > 0 && b.Now.Sub(r.AcceptedAt) > f.LockWait {
-			outs[i] = reject("contention", domain.CodeContention,
+			outs[k] = t.reject("contention", domain.CodeContention,
 				"the event was too busy to serve this request within %s; try again", f.LockWait)
 			continue
 		}
 		var seat int64
 		seat, free = free[0], free[1:]
 		taken[r.UserID] = seat
-		seats, holders, phones = append(seats, seat), append(holders, r.UserID), append(phones, p.Phone)
-		outs[i] = requests.Succeeded(FCFSResult{SeatID: seat, ReservedBy: r.UserID, Phone: p.Phone})
-		tally["success"]++
+		g.seats, g.holders, g.phones = append(g.seats, seat), append(g.holders, r.UserID), append(g.phones, p.Phone)
+		outs[k] = requests.Succeeded(FCFSResult{SeatID: seat, ReservedBy: r.UserID, Phone: p.Phone})
+		t["success"]++
 	}
-	if len(seats) == 0 {
-		return nil
-	}
-	return f.reserve(ctx, tx, b, eventID, seats, holders, phones)
+	return g
 }
 
 // reserve gives seats to holders (with their phones), in one statement

@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -48,8 +47,8 @@ type RoomWrites struct {
 // Types are the waiting room's write types.
 func (w *RoomWrites) Types() []keyed.Type {
 	return []keyed.Type{
-		{Name: TypeQueueEnter, Queue: Queue, Applier: keyed.ApplierFunc(w.enter)},
-		{Name: TypeSeatBook, Queue: Queue, Applier: keyed.ApplierFunc(w.book)},
+		{Name: TypeQueueEnter, Queue: Queue, Applier: keyed.Each(beginEntering, w.enter)},
+		{Name: TypeSeatBook, Queue: Queue, Applier: keyed.Each(keyed.Plain, w.book)},
 	}
 }
 
@@ -62,57 +61,62 @@ func (w *RoomWrites) Types() []keyed.Type {
 // pre-queue was sealed (seal.go): the seal cannot have happened while this
 // entry was visible and open, and placing it in the draw now would move
 // people back. An entry accepted before queueOpensAt is refused.
-func (w *RoomWrites) enter(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
-	outs := make([]requests.Outcome, len(b.Requests))
-	evs := map[int64]*Event{} // nil: no such event
-	for i, r := range b.Requests {
-		var p QueuePayload
-		if err := json.Unmarshal(r.Payload, &p); err != nil {
-			outs[i] = requests.Failed("undecodable queue payload")
-			continue
-		}
-		e, read := evs[p.EventID]
-		if !read {
-			ev, err := eventIn(ctx, tx, p.EventID)
-			if err != nil && !errors.Is(err, domain.ErrNotFound) {
-				return nil, err
-			}
-			if err == nil {
-				e = &ev
-			}
-			evs[p.EventID] = e
-		}
-		if e == nil {
-			outs[i] = requests.Rejected(domain.NewProblem(domain.CodeNotFound, "no such event"))
-			continue
-		}
-		if !e.queueOpen(r.AcceptedAt) {
-			outs[i] = requests.Rejected(queueNotOpen(*e))
-			continue
-		}
-		place := r.Seq
-		if e.inPrequeue(r.AcceptedAt) && e.sealedAt == nil {
-			place = 0
-			if _, err := tx.Exec(ctx, `INSERT INTO prequeue_entries (event_id, pseudonym, seq) VALUES ($1, $2, $3)
-				ON CONFLICT DO NOTHING`, e.EventID, e.member(r.UserID), r.Seq); err != nil {
-				return nil, err
-			}
-		}
-		st, err := w.Room.enter(ctx, *e, b.Fences[QueueKey(p.EventID)], r.UserID, place)
-		if err != nil {
-			return nil, err
-		}
-		outs[i] = requests.Succeeded(st)
+func (w *RoomWrites) enter(ctx context.Context, tx pgx.Tx, b *entering, r *requests.Request, p *QueuePayload) (requests.Outcome, error) {
+	e, err := w.event(ctx, tx, b, p.EventID)
+	if err != nil {
+		return requests.Outcome{}, err
 	}
-	// The first entries applied after the start may be what the seal
-	// waited for.
-	for _, e := range evs {
-		if e != nil && e.SalesStartAt != nil && e.sealedAt == nil && !b.Now.Before(*e.SalesStartAt) && w.Sealer != nil {
-			e := *e
-			b.AfterCommit(func(ctx context.Context) { _ = w.Sealer.TrySeal(ctx, e, b.Now) })
+	if e == nil {
+		return requests.Reject(domain.CodeNotFound, "no such event"), nil
+	}
+	if !e.queueOpen(r.AcceptedAt) {
+		return requests.Rejected(queueNotOpen(*e)), nil
+	}
+	place := r.Seq
+	if e.inPrequeue(r.AcceptedAt) && e.sealedAt == nil {
+		place = 0
+		if _, err := tx.Exec(ctx, `INSERT INTO prequeue_entries (event_id, pseudonym, seq) VALUES ($1, $2, $3)
+			ON CONFLICT DO NOTHING`, e.EventID, e.member(r.UserID), r.Seq); err != nil {
+			return requests.Outcome{}, err
 		}
 	}
-	return outs, nil
+	st, err := w.Room.enter(ctx, *e, b.Fences[QueueKey(p.EventID)], r.UserID, place)
+	if err != nil {
+		return requests.Outcome{}, err
+	}
+	return requests.Succeeded(st), nil
+}
+
+// entering is a batch of entries with the events they read (nil: no such
+// event).
+type entering struct {
+	*keyed.Batch
+	events map[int64]*Event
+}
+
+func beginEntering(b *keyed.Batch) *entering { return &entering{Batch: b, events: map[int64]*Event{}} }
+
+// event reads event id once a batch. The first entries applied after the
+// start may be what the pre-queue's seal waits for: once the batch commits,
+// the seal is tried.
+func (w *RoomWrites) event(ctx context.Context, tx pgx.Tx, b *entering, id int64) (*Event, error) {
+	if e, read := b.events[id]; read {
+		return e, nil
+	}
+	ev, err := eventIn(ctx, tx, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		b.events[id] = nil
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.events[id] = &ev
+	if ev.SalesStartAt != nil && ev.sealedAt == nil && !b.Now.Before(*ev.SalesStartAt) && w.Sealer != nil {
+		now := b.Now
+		b.AfterCommit(func(ctx context.Context) { _ = w.Sealer.TrySeal(ctx, ev, now) })
+	}
+	return &ev, nil
 }
 
 // queueNotOpen is the answer to an entry before the queue opens.
@@ -123,67 +127,54 @@ func queueNotOpen(e Event) *domain.Problem {
 
 // book reserves chosen seats, in acceptance order, on one event; success
 // gives the caller's entry token back.
-func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
-	outs := make([]requests.Outcome, len(b.Requests))
-	for i, r := range b.Requests {
-		var p BookPayload
-		if err := json.Unmarshal(r.Payload, &p); err != nil {
-			outs[i] = requests.Failed("undecodable booking payload")
-			continue
-		}
-		var reserved bool
-		var seed []byte
-		err := tx.QueryRow(ctx, `SELECT s.reserved, e.shuffle_seed FROM seats s JOIN events e ON e.id = s.event_id
-			WHERE s.id = $1 AND s.event_id = $2`, p.SeatID, p.EventID).Scan(&reserved, &seed)
-		if errors.Is(err, pgx.ErrNoRows) {
-			outs[i] = requests.Reject(domain.CodeNotFound, "no such seat in this event")
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var mine int64
-		err = tx.QueryRow(ctx, `SELECT seat_id FROM seat_reservations WHERE event_id = $1 AND user_id = $2`, p.EventID, r.UserID).Scan(&mine)
-		if err == nil {
-			outs[i] = requests.Rejected(domain.NewProblem(domain.CodeAlreadyReserved,
-				"you already hold a seat for this event").WithMeta("seatId", mine))
-			continue
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, err
-		}
-		if reserved {
-			var left bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE event_id = $1 AND NOT reserved)`, p.EventID).Scan(&left); err != nil {
-				return nil, err
-			}
-			if !left {
-				outs[i] = requests.Reject(domain.CodeSoldOut, "no seat is left")
-			} else {
-				outs[i] = requests.Reject(domain.CodeSeatTaken, "this seat is taken")
-			}
-			continue
-		}
-		if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = $1`, p.SeatID, b.Now); err != nil {
-			return nil, err
-		}
-		remaining, err := TakeSeats(ctx, tx, p.EventID, 1)
-		if err != nil {
-			return nil, err
-		}
-		res := BookResult{EventID: p.EventID, SeatID: p.SeatID, UserID: r.UserID}
-		if err := tx.QueryRow(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, created_at)
-			VALUES ($1, $2, $3, $4) RETURNING id`, p.EventID, p.SeatID, r.UserID, b.Now).Scan(&res.ReservationID); err != nil {
-			return nil, err
-		}
-		ev, user := Event{EventID: p.EventID, seed: seed}, r.UserID
-		b.AfterCommit(func(ctx context.Context) {
-			_ = w.Room.Leave(ctx, ev, user)
-			if w.Counts != nil {
-				_ = w.Counts.Set(ctx, ev.EventID, remaining)
-			}
-		})
-		outs[i] = requests.Succeeded(res)
+func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch, r *requests.Request, p *BookPayload) (requests.Outcome, error) {
+	var reserved bool
+	var seed []byte
+	err := tx.QueryRow(ctx, `SELECT s.reserved, e.shuffle_seed FROM seats s JOIN events e ON e.id = s.event_id
+		WHERE s.id = $1 AND s.event_id = $2`, p.SeatID, p.EventID).Scan(&reserved, &seed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return requests.Reject(domain.CodeNotFound, "no such seat in this event"), nil
 	}
-	return outs, nil
+	if err != nil {
+		return requests.Outcome{}, err
+	}
+	var mine int64
+	err = tx.QueryRow(ctx, `SELECT seat_id FROM seat_reservations WHERE event_id = $1 AND user_id = $2`, p.EventID, r.UserID).Scan(&mine)
+	if err == nil {
+		return requests.Rejected(domain.NewProblem(domain.CodeAlreadyReserved,
+			"you already hold a seat for this event").WithMeta("seatId", mine)), nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return requests.Outcome{}, err
+	}
+	if reserved {
+		var left bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE event_id = $1 AND NOT reserved)`, p.EventID).Scan(&left); err != nil {
+			return requests.Outcome{}, err
+		}
+		if !left {
+			return requests.Reject(domain.CodeSoldOut, "no seat is left"), nil
+		}
+		return requests.Reject(domain.CodeSeatTaken, "this seat is taken"), nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = $1`, p.SeatID, b.Now); err != nil {
+		return requests.Outcome{}, err
+	}
+	remaining, err := TakeSeats(ctx, tx, p.EventID, 1)
+	if err != nil {
+		return requests.Outcome{}, err
+	}
+	res := BookResult{EventID: p.EventID, SeatID: p.SeatID, UserID: r.UserID}
+	if err := tx.QueryRow(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, created_at)
+		VALUES ($1, $2, $3, $4) RETURNING id`, p.EventID, p.SeatID, r.UserID, b.Now).Scan(&res.ReservationID); err != nil {
+		return requests.Outcome{}, err
+	}
+	ev, user := Event{EventID: p.EventID, seed: seed}, r.UserID
+	b.AfterCommit(func(ctx context.Context) {
+		_ = w.Room.Leave(ctx, ev, user)
+		if w.Counts != nil {
+			_ = w.Counts.Set(ctx, ev.EventID, remaining)
+		}
+	})
+	return requests.Succeeded(res), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -127,7 +126,7 @@ func strandOne(t *testing.T, r *fenceRig) uuid.UUID {
 	intake := r.leaseReadingFirstEngine(t, "intake", func() {
 		require.NoError(t, e.drainHeld(ctx, l, "q")) // the holder lets go
 	})
-	in := requests.NewIntake(requests.NewStore(r.pool), intake, slog.Default())
+	in := r.newIntake(intake)
 	req, _, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
 	require.NoError(t, err)
 	return req.ID
@@ -276,7 +275,7 @@ func deferralRace(t *testing.T, schedule bool) raceResult {
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
 	intake := r.engine(t, "intake", 1)
-	in := requests.NewIntake(requests.NewStore(r.pool), intake, slog.Default())
+	in := r.newIntake(intake)
 
 	srv := asynq.NewServerFromRedisClient(r.rdb, asynq.Config{Concurrency: 4, Queues: map[string]int{"q": 1},
 		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.ErrorLevel})

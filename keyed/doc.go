@@ -11,7 +11,8 @@
 //     choices at its end.
 //  2. engine.go: what a write type gives (Type, Applier, Batch) and the
 //     intake side (Admit, Post, Enqueue, deferral); handleRequest is the
-//     task handler, and it only calls Drain.
+//     task handler, and it only calls Drain. each.go: Each, the apply loop
+//     of write types that decide one request at a time.
 //  3. lease.go and scripts.go: a lease and its token (acquire, release,
 //     reissue), the fence every apply transaction checks (fence, fenceAll),
 //     the Redis layout, and FenceCheck for appliers' own scripts.
@@ -25,11 +26,15 @@
 //  7. reconcile.go and forget.go: recovery from lost Redis state and dead
 //     holders, and how fencing state is let go.
 //
-// Throughput mechanisms outside the protocol, each with its measured gain
-// beside it: deferred.go (deferred tasks folded, switched by
-// AGGREGATE_DEFERRED_TASKS), the intake's group commit (requests/group.go),
-// batched Asynq enqueues (storage/batch.go), and the announced outcomes that
-// let long polls answer without Postgres (requests/notify.go). Groups
+// Throughput mechanisms outside the protocol, each in a file of its own
+// with a switch (docs/configuration.md) and its measured gain beside it:
+// deferred.go (deferred tasks folded, AGGREGATE_DEFERRED_TASKS), the
+// intake's group commit (requests/group.go, GROUP_COMMIT), batched Asynq
+// enqueues (storage/batch.go, BATCH_ENQUEUE), and the announced outcomes
+// that let long polls answer without Postgres (requests/notify.go,
+// ANNOUNCED_VIEWS). None of them is needed for K1–K6: make test runs the
+// protocol's tests again with every one of them off
+// (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups
 // (group.go) are part of the protocol: they are how a request with several
 // keys is applied at all.
 //

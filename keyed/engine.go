@@ -86,7 +86,10 @@ type Options struct {
 	// to run by itself, instead of adding it to the Asynq group the
 	// worker folds into one task (deferred.go).
 	ScheduleDeferred bool
-	Worker           string // name of this process, for logs and the probe's log
+	// EnqueueEach sends each Asynq enqueue to Redis by itself, instead of
+	// with those of concurrent writes in one pipeline (storage.BatchScripts).
+	EnqueueEach bool
+	Worker      string // name of this process, for logs and the probe's log
 	// ForgetAfter is how long a key's fencing state outlives its last
 	// acquire (doc.go, "Forgetting"): its Redis fence key expires and Forget
 	// deletes its key_fences row, and a token older than this is refused.
@@ -173,10 +176,14 @@ type queueSample struct {
 // requests (workers).
 func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, log *slog.Logger, m *metrics.Pipeline, opt Options) *Engine {
 	opt.defaults()
+	enqueue := storage.BatchScripts(rdb)
+	if opt.EnqueueEach {
+		enqueue = rdb
+	}
 	return &Engine{
 		pool:     pool,
 		rdb:      rdb,
-		client:   asynq.NewClientFromRedisClient(storage.BatchScripts(rdb)),
+		client:   asynq.NewClientFromRedisClient(enqueue),
 		insp:     insp,
 		store:    requests.NewStore(pool),
 		log:      log,

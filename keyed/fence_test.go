@@ -38,8 +38,16 @@ func newDeferringRig(t *testing.T, scheduleDeferred bool) *fenceRig {
 	_, err := pool.Exec(context.Background(), `CREATE TABLE applied (request_id uuid, worker text, token bigint, at timestamptz DEFAULT clock_timestamp())`)
 	require.NoError(t, err)
 	r := &fenceRig{pgURL: pgURL, redisURL: redisURL, pool: pool, rdb: rdb, scheduleDeferred: scheduleDeferred}
-	r.intake = requests.NewIntake(requests.NewStore(pool), r.engine(t, "intake", 1), slog.Default())
+	r.intake = r.newIntake(r.engine(t, "intake", 1))
 	return r
+}
+
+// newIntake is an intake on the rig's Postgres through disp, which stores
+// submissions as this run's speed-ups say (testenv.SpeedupsOff).
+func (r *fenceRig) newIntake(disp requests.Dispatcher) *requests.Intake {
+	in := requests.NewIntake(requests.NewStore(r.pool), disp, slog.Default())
+	in.CommitEach = testenv.SpeedupsOff()
+	return in
 }
 
 // engine builds an engine whose applier records who applied what with which
@@ -60,7 +68,8 @@ func (r *fenceRig) engineTTL(t *testing.T, name string, batch int, ttl time.Dura
 // engineOn is engineTTL on the given clients.
 func (r *fenceRig) engineOn(t *testing.T, name string, batch int, ttl time.Duration, pool *pgxpool.Pool, rdb redis.UniversalClient) *Engine {
 	e := New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name, ScheduleDeferred: r.scheduleDeferred})
+		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name, ScheduleDeferred: r.scheduleDeferred,
+			EnqueueEach: testenv.SpeedupsOff()})
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
 		func(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error) {

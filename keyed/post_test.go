@@ -3,6 +3,7 @@ package keyed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -24,8 +25,13 @@ import (
 // acceptConcurrently submits n requests on key k at once through an intake
 // on the rig's Redis client, and returns their ids.
 func acceptConcurrently(t *testing.T, r *fenceRig, n int) []string {
+	return acceptConcurrentlyWith(t, r, n, Options{})
+}
+
+// acceptConcurrentlyWith is acceptConcurrently through an engine with opt.
+func acceptConcurrentlyWith(t *testing.T, r *fenceRig, n int, opt Options) []string {
 	t.Helper()
-	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()), Options{})
+	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()), opt)
 	t.Cleanup(func() { _ = e.Close() })
 	in := requests.NewIntake(requests.NewStore(r.pool), e, slog.Default())
 	ids := make([]string, n)
@@ -88,6 +94,31 @@ func TestGroupCommitPostsABatchInOneRoundTrip(t *testing.T) {
 	pending, err := asynq.NewInspectorFromRedisClient(r.rdb).ListPendingTasks("q", asynq.PageSize(n+1))
 	require.NoError(t, err)
 	require.Len(t, pending, n, "one task per request")
+}
+
+// The Asynq enqueues of concurrent submissions reach Redis together, several
+// enqueue scripts a pipeline (storage.BatchScripts); with EnqueueEach
+// (BATCH_ENQUEUE=false) each goes by itself: the switch turns it off.
+func TestEnqueueEachTurnsBatchedEnqueuesOff(t *testing.T) {
+	t.Parallel()
+	for _, each := range []bool{false, true} {
+		t.Run(fmt.Sprintf("EnqueueEach=%t", each), func(t *testing.T) {
+			t.Parallel()
+			r := newFenceRig(t)
+			sent := testenv.WatchRedis(r.rdb)
+			const n = 60
+			acceptConcurrentlyWith(t, r, n, Options{EnqueueEach: each})
+			batched := sent.Pipelines("evalsha", "eval")
+			t.Logf("enqueue scripts in pipelines: %v; alone: %d", batched, sent.Alone("evalsha", "eval"))
+			if each {
+				require.Empty(t, batched, "no enqueue goes in a pipeline")
+				require.GreaterOrEqual(t, sent.Alone("evalsha", "eval"), n, "each enqueue is a round trip")
+			} else {
+				require.Equal(t, n, sum(batched), "every enqueue goes in a pipeline")
+				require.Greater(t, slices.Max(batched), 1, "some pipelines carry several")
+			}
+		})
+	}
 }
 
 // When posting a batch fails, each of its requests posts itself: nothing is
@@ -178,7 +209,7 @@ func TestIntakeTracksARequestBeforeItsPost(t *testing.T) {
 		subs, err := r.rdb.PubSubNumSub(ctx, requests.DoneChannel).Result()
 		return err == nil && subs[requests.DoneChannel] > 0
 	}, 5*time.Second, 10*time.Millisecond)
-	in := requests.NewIntake(requests.NewStore(r.pool), announceOnPost{r.engine(t, "w", 8), n}, slog.Default())
+	in := r.newIntake(announceOnPost{r.engine(t, "w", 8), n})
 	in.Tracker = n
 
 	for _, key := range []string{"", "idem-1"} {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -32,7 +31,7 @@ func redispatchRace(t *testing.T, afterRedispatch func(r *fenceRig)) []applicati
 	ctx := context.Background()
 	// The drain must keep its lease from the mailbox read to the last apply.
 	e, stall := r.stallingEngine(t, "w", 8, holdingTTL)
-	broken := requests.NewIntake(requests.NewStore(r.pool), failingDispatch{e}, slog.Default())
+	broken := r.newIntake(failingDispatch{e})
 	first, _, err := broken.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
 	require.NoError(t, err)
 	second := r.accept(t)

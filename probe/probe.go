@@ -101,35 +101,18 @@ func Mount(v1 fiber.Router, s *api.Server) {
 
 // Type is the worker side of the probe.
 func Type() keyed.Type {
-	return keyed.Type{Name: TypeIncr, Queue: Queue, Applier: keyed.ApplierFunc(apply)}
+	return keyed.Type{Name: TypeIncr, Queue: Queue, Applier: keyed.Each(keyed.Plain, incr)}
 }
 
 // Types is Type in the form worker.Run takes.
 func Types(*storage.Stores) worker.Module { return worker.Module{Types: []keyed.Type{Type()}} }
 
-func apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
-	outs := make([]requests.Outcome, len(b.Requests))
-	for i, r := range b.Requests {
-		var p Payload
-		if err := json.Unmarshal(r.Payload, &p); err != nil {
-			outs[i] = requests.Failed("undecodable probe payload")
-			continue
-		}
-		if p.Poison {
-			return nil, fmt.Errorf("probe: poisoned request %s", r.ID)
-		}
-		o, err := incr(ctx, tx, r, &p, b.Worker)
-		if err != nil {
-			return nil, err
-		}
-		outs[i] = o
-	}
-	return outs, nil
-}
-
 // incr reads, waits, then writes the computed values: a lost update if any
 // other transaction increments the same counter in between.
-func incr(ctx context.Context, tx pgx.Tx, r *requests.Request, p *Payload, worker string) (requests.Outcome, error) {
+func incr(ctx context.Context, tx pgx.Tx, b *keyed.Batch, r *requests.Request, p *Payload) (requests.Outcome, error) {
+	if p.Poison {
+		return requests.Outcome{}, errors.New("probe: poisoned request")
+	}
 	started := time.Now()
 	values := make(map[string]int64, len(p.Keys))
 	for _, k := range p.Keys {
@@ -154,7 +137,7 @@ func incr(ctx context.Context, tx pgx.Tx, r *requests.Request, p *Payload, worke
 			return requests.Outcome{}, fmt.Errorf("probe: write %s: %w", k, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO probe_log (request_id, key, value, worker, started_at, ended_at)
-			VALUES ($1, $2, $3, $4, $5, $6)`, r.ID, k, values[k], worker, started, ended); err != nil {
+			VALUES ($1, $2, $3, $4, $5, $6)`, r.ID, k, values[k], b.Worker, started, ended); err != nil {
 			return requests.Outcome{}, fmt.Errorf("probe: log %s: %w", k, err)
 		}
 	}

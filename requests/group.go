@@ -21,6 +21,13 @@ import (
 // leads a flush when none is in flight, and a leader that
 // has flushed maxRounds batches hands its place to the next waiter, so no
 // client waits behind an endless stream of others.
+//
+// Its gain, measured in pairs with it bypassed (scripts/ab.sh, fcfs-rush of
+// 40,000 users on two cores, 2026-11-26): 6,023 and 6,156 accepted writes a
+// second against 3,771 and 4,624, and 0.267 and 0.234 ms of CPU a journey
+// against 0.483 and 0.385 (Postgres alone 0.058 and 0.054 against 0.174 and
+// 0.142). GROUP_COMMIT=false (Intake.CommitEach) stores each write in a
+// transaction of its own.
 type groupCommit struct {
 	store   *Store
 	post    func(context.Context, []*Request) ([]Posting, error) // Intake.postBatch; nil: callers post their own

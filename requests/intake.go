@@ -65,6 +65,9 @@ type Intake struct {
 	log   *slog.Logger
 	now   func() time.Time
 	group *groupCommit
+	// CommitEach stores each submission in a transaction of its own,
+	// instead of with the others that arrive meanwhile (group.go).
+	CommitEach bool
 	// Tracker, when set, is told of each new request before it is posted
 	// to its mailboxes, so before a worker can announce it (the API's
 	// Notifier).
@@ -117,7 +120,8 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	}
 	var posted bool
 	var posting Posting
-	if sub.IdempotencyKey == "" {
+	grouped := sub.IdempotencyKey == "" && !in.CommitEach
+	if grouped {
 		p := in.group.insert(ctx, &sub, id, in.now().UTC())
 		r, err, posted, posting = p.r, p.err, p.posted, p.posting
 		created = true
@@ -130,13 +134,19 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	if r.Status.Terminal() {
 		return r, created, nil
 	}
-	if created && sub.IdempotencyKey != "" && in.Tracker != nil {
+	if created && !grouped && in.Tracker != nil {
 		in.Tracker.Track(r.ID, r.UserID) // the group commit tracks its own
 	}
-	// The request is durable from here on. A failed dispatch is not the
-	// client's problem: it is retried briefly (both steps are idempotent),
-	// and the reconciler re-drives requests Redis never saw. The group
-	// commit has usually posted it already, with the rest of its batch.
+	in.dispatch(ctx, r, posted, posting)
+	return r, created, nil
+}
+
+// dispatch posts r, unless the group commit already has (posted, with what
+// it saw in posting), and enqueues its task. r is durable by now, so a
+// failed dispatch is not the client's problem: it is retried briefly (both
+// steps are idempotent), then r is marked undispatched and left to the
+// reconciler, which re-drives requests Redis never saw.
+func (in *Intake) dispatch(ctx context.Context, r *Request, posted bool, posting Posting) {
 	for try := 0; ; try++ {
 		var err error
 		if !posted {
@@ -149,7 +159,7 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 			err = in.disp.Enqueue(ctx, r, posting)
 		}
 		if err == nil {
-			break
+			return
 		}
 		if try == 2 || ctx.Err() != nil {
 			in.log.WarnContext(ctx, "dispatch failed; the reconciler will re-drive it",
@@ -158,11 +168,10 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 			if merr := in.store.MarkUndispatched(context.WithoutCancel(ctx), r.ID); merr != nil {
 				in.log.ErrorContext(ctx, "could not mark request undispatched", "requestId", r.ID, "err", merr)
 			}
-			break
+			return
 		}
 		time.Sleep(10 * time.Millisecond << (2 * try))
 	}
-	return r, created, nil
 }
 
 // NormalizeKeys sorts and de-duplicates keys: the global order in which

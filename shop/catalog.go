@@ -122,7 +122,7 @@ func (c *Catalog) Stock(ctx context.Context, id int64, now time.Time) (Stock, er
 	err := c.pool.QueryRow(ctx, `SELECT i.stock_quantity, coalesce((SELECT sum(quantity) FROM inventory_reservations r
 			WHERE r.product_option_id = i.product_option_id AND r.status = 'RESERVED' AND r.expires_at > $2), 0)
 		FROM inventory i WHERE i.product_option_id = $1`, id, now).Scan(&s.StockQuantity, &s.ReservedQuantity)
-	s.AvailableStock = s.StockQuantity - s.ReservedQuantity
+	s.AvailableStock = domain.AvailableStock(s.StockQuantity, s.ReservedQuantity)
 	return s, storage.Translate("shop: stock", err)
 }
 

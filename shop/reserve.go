@@ -145,7 +145,7 @@ func readReserveState(ctx context.Context, tx pgx.Tx, users, options []int64, no
 		if err := rows.Scan(&o.id, &o.product, &o.code, &o.price, &o.active, &o.available); err != nil {
 			return nil, err
 		}
-		o.available -= reserved[o.id]
+		o.available = domain.AvailableStock(o.available, reserved[o.id]) // scanned as the stock
 		st.options[o.id] = &o
 	}
 	return st, rows.Err()

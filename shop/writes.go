@@ -2,8 +2,6 @@ package shop
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -90,22 +88,8 @@ type Writes struct {
 func (w *Writes) Types() []keyed.Type {
 	return []keyed.Type{
 		{Name: TypeReserve, Queue: Queue, Applier: keyed.ApplierFunc(w.reserveBatch)},
-		{Name: TypeConfirm, Queue: Queue, Applier: each(w.confirm)},
-		{Name: TypeRelease, Queue: Queue, Applier: each(w.release)},
-	}
-}
-
-func each(f func(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error)) keyed.ApplierFunc {
-	return func(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
-		outs := make([]requests.Outcome, len(b.Requests))
-		for i, r := range b.Requests {
-			o, err := f(ctx, tx, b.Now, r.Payload)
-			if err != nil {
-				return nil, fmt.Errorf("shop: %s %s: %w", r.Type, r.ID, err)
-			}
-			outs[i] = o
-		}
-		return outs, nil
+		{Name: TypeConfirm, Queue: Queue, Applier: keyed.Each(keyed.Plain, w.confirm)},
+		{Name: TypeRelease, Queue: Queue, Applier: keyed.Each(keyed.Plain, w.release)},
 	}
 }
 
@@ -122,12 +106,8 @@ type optionRow struct {
 // creates the order. It holds only the user's key: confirming leaves every
 // option's available stock unchanged (stock and reserved both drop by the
 // quantity), and the stock rows are locked while they are deducted.
-func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error) {
-	var p ConfirmPayload
-	if err := json.Unmarshal(payload, &p); err != nil {
-		return requests.Failed("undecodable confirm payload"), nil
-	}
-	r, err := latestReservation(ctx, tx, p.UserID, now)
+func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *keyed.Batch, _ *requests.Request, p *ConfirmPayload) (requests.Outcome, error) {
+	r, err := latestReservation(ctx, tx, p.UserID, b.Now)
 	if err != nil {
 		return requests.Outcome{}, err
 	}
@@ -136,7 +116,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 	}
 	if r.expired {
 		if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = $2
-			WHERE id = ANY($1) AND status = 'RESERVED'`, r.ids, now); err != nil {
+			WHERE id = ANY($1) AND status = 'RESERVED'`, r.ids, b.Now); err != nil {
 			return requests.Outcome{}, err
 		}
 		return requests.Reject(domain.CodeReservationExpired, "the order reservation has expired"), nil
@@ -158,7 +138,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, now time.Time, payload 
 		}
 		stock[l.ProductOptionID] -= l.Quantity
 	}
-	if err := placeOrder(ctx, tx, &r.order, r.ids, optionIDs, now); err != nil {
+	if err := placeOrder(ctx, tx, &r.order, r.ids, optionIDs, b.Now); err != nil {
 		return requests.Outcome{}, err
 	}
 	return requests.Succeeded(r.order), nil
@@ -255,13 +235,9 @@ func placeOrder(ctx context.Context, tx pgx.Tx, order *Order, ids, optionIDs []i
 
 // release gives the user's active reservation back; releasing nothing is a
 // success too.
-func (w *Writes) release(ctx context.Context, tx pgx.Tx, now time.Time, payload []byte) (requests.Outcome, error) {
-	var p ReleasePayload
-	if err := json.Unmarshal(payload, &p); err != nil {
-		return requests.Failed("undecodable release payload"), nil
-	}
+func (w *Writes) release(ctx context.Context, tx pgx.Tx, b *keyed.Batch, _ *requests.Request, p *ReleasePayload) (requests.Outcome, error) {
 	tag, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = 'RELEASED', updated_at = $2
-		WHERE user_id = $1 AND status = 'RESERVED' AND expires_at > $2`, p.UserID, now)
+		WHERE user_id = $1 AND status = 'RESERVED' AND expires_at > $2`, p.UserID, b.Now)
 	if err != nil {
 		return requests.Outcome{}, err
 	}

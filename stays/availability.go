@@ -211,7 +211,6 @@ var errNoHotel = domain.NewProblem(domain.CodeNotFound, "no such hotel")
 // pipeline for the live holds.
 func (a *Availability) Hotel(ctx context.Context, q AvailabilityQuery, now time.Time) (HotelAvailability, error) {
 	const op = "stays: availability"
-	nights := q.Range.Nights()
 	sql := aggregateSQL
 	if q.RoomTypeID != 0 {
 		sql = aggregateOfTypeSQL
@@ -221,22 +220,66 @@ func (a *Availability) Hotel(ctx context.Context, q AvailabilityQuery, now time.
 	if err != nil {
 		return HotelAvailability{}, storage.Translate(op, err)
 	}
+	h, err := scanHotel(rows, q)
+	if err != nil {
+		return HotelAvailability{}, err
+	}
+	if !h.found {
+		return HotelAvailability{}, errNoHotel
+	}
+	if err := scope(q, h.status, h.typeStatus); err != nil {
+		return HotelAvailability{}, err
+	}
+	ids := make([]int64, len(h.types))
+	for i, t := range h.types {
+		ids[i] = t.id
+	}
+	dates := q.Range.Dates()
+	held, err := a.holds.HeldCounts(ctx, ids, dates, now)
+	if err != nil {
+		return HotelAvailability{}, fmt.Errorf("%s: held counts: %w", op, err)
+	}
+	out := HotelAvailability{HotelID: q.HotelID, Currency: h.currency,
+		Items: make([]AvailabilityItem, 0, len(dates)*len(h.types))}
+	for i, d := range dates {
+		date := d.Format(domain.DateLayout)
+		for _, t := range h.types {
+			it := AvailabilityItem{Date: date, RoomTypeID: t.id, RoomTypeName: t.name, TotalRooms: t.total,
+				UnavailableRooms: t.occupied[i] + t.excluded[i], HeldRooms: held[t.id][i]}
+			it.AvailableRooms = domain.AvailableRooms(it.TotalRooms, it.UnavailableRooms, it.HeldRooms)
+			out.Items = append(out.Items, it)
+		}
+	}
+	return out, nil
+}
+
+// hotelRows is what the availability query says of a hotel: its statuses
+// and each active room type's counts per night.
+type hotelRows struct {
+	found            bool // the hotel exists
+	currency, status string
+	typeStatus       *string // the asked room type's, if it exists
+	types            []typeNights
+}
+
+// scanHotel reads the availability query's rows (one per room type, or one
+// with no type when the hotel has none active) and turns each type's
+// changes per night into counts per night. It closes rows.
+func scanHotel(rows pgx.Rows, q AvailabilityQuery) (hotelRows, error) {
+	const op = "stays: availability"
 	defer rows.Close()
-	out := HotelAvailability{HotelID: q.HotelID}
-	var hotelStatus string
-	var typeStatus *string
-	var types []typeNights
-	found := false
+	nights := q.Range.Nights()
+	var h hotelRows
 	for rows.Next() {
-		found = true
+		h.found = true
 		var id *int64
 		var name *string
 		var total, dirty int64
 		var offsets []int32
 		var changes, dirtyChanges []int64
-		if err := rows.Scan(&out.Currency, &hotelStatus, &typeStatus, &id, &name, &total, &dirty,
+		if err := rows.Scan(&h.currency, &h.status, &h.typeStatus, &id, &name, &total, &dirty,
 			&offsets, &changes, &dirtyChanges); err != nil {
-			return HotelAvailability{}, storage.Translate(op, err)
+			return hotelRows{}, storage.Translate(op, err)
 		}
 		if id == nil { // the hotel has no active room type
 			continue
@@ -246,7 +289,7 @@ func (a *Availability) Hotel(ctx context.Context, q AvailabilityQuery, now time.
 		occ, occDirty := make([]int64, nights+1), make([]int64, nights+1)
 		for k, i := range offsets {
 			if i < 0 || int(i) > nights {
-				return HotelAvailability{}, fmt.Errorf("%s: night offset %d out of range", op, i)
+				return hotelRows{}, fmt.Errorf("%s: night offset %d out of range", op, i)
 			}
 			occ[i] += changes[k] // a night may start some stays and end others
 			occDirty[i] += dirtyChanges[k]
@@ -259,44 +302,9 @@ func (a *Availability) Hotel(ctx context.Context, q AvailabilityQuery, now time.
 				tn.excluded[i] = dirty - nDirty // Dirty and occupied counts once
 			}
 		}
-		types = append(types, tn)
+		h.types = append(h.types, tn)
 	}
-	if err := rows.Err(); err != nil {
-		return HotelAvailability{}, storage.Translate(op, err)
-	}
-	if !found {
-		return HotelAvailability{}, errNoHotel
-	}
-	if err := scope(q, hotelStatus, typeStatus); err != nil {
-		return HotelAvailability{}, err
-	}
-
-	ids := make([]int64, len(types))
-	for i, t := range types {
-		ids[i] = t.id
-	}
-	dates := q.Range.Dates()
-	held, err := a.holds.HeldCounts(ctx, ids, dates, now)
-	if err != nil {
-		return HotelAvailability{}, fmt.Errorf("%s: held counts: %w", op, err)
-	}
-	out.Items = make([]AvailabilityItem, 0, len(dates)*len(types))
-	for i, d := range dates {
-		date := d.Format(domain.DateLayout)
-		for _, t := range types {
-			it := AvailabilityItem{Date: date, RoomTypeID: t.id, RoomTypeName: t.name, TotalRooms: t.total,
-				UnavailableRooms: t.occupied[i] + t.excluded[i], HeldRooms: held[t.id][i]}
-			it.AvailableRooms = AvailableRooms(it.TotalRooms, it.UnavailableRooms, it.HeldRooms)
-			out.Items = append(out.Items, it)
-		}
-	}
-	return out, nil
-}
-
-// AvailableRooms is what is left to sell: never below zero (holds taken
-// before a room went out of service can outnumber what is left).
-func AvailableRooms(total, unavailable, held int64) int64 {
-	return max(0, total-unavailable-held)
+	return h, storage.Translate(op, rows.Err())
 }
 
 // Check answers whether one more stay of q.RoomTypeID fits every night of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,13 +50,11 @@ type Writes struct {
 // Types are the stays write types for the worker.
 func (w *Writes) Types() []keyed.Type {
 	return []keyed.Type{
-		{Name: TypeHoldCreate, Queue: Queue, Applier: keyed.ApplierFunc(w.applyEach(w.create))},
-		{Name: TypeHoldConfirm, Queue: Queue, Applier: keyed.ApplierFunc(w.applyEach(w.confirm))},
-		{Name: TypeHoldCancel, Queue: Queue, Applier: keyed.ApplierFunc(w.applyEach(w.cancel))},
+		{Name: TypeHoldCreate, Queue: Queue, Applier: keyed.Each(newBatch, w.create)},
+		{Name: TypeHoldConfirm, Queue: Queue, Applier: keyed.Each(newBatch, w.confirm)},
+		{Name: TypeHoldCancel, Queue: Queue, Applier: keyed.Each(newBatch, w.cancel)},
 	}
 }
-
-type applyOne func(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Request) (requests.Outcome, error)
 
 // batch is one keyed batch with what its requests learned so far.
 type batch struct {
@@ -71,21 +68,9 @@ type batch struct {
 
 type night struct{ reserved, held int64 }
 
-// applyEach applies a batch one request at a time, in order, in the batch's
-// transaction, while the room type's lease is held.
-func (w *Writes) applyEach(f applyOne) keyed.ApplierFunc {
-	return func(ctx context.Context, tx pgx.Tx, kb *keyed.Batch) ([]requests.Outcome, error) {
-		b := &batch{Batch: kb, nights: make(map[string]*night), total: -1}
-		outs := make([]requests.Outcome, len(b.Requests))
-		for i, r := range b.Requests {
-			o, err := f(ctx, tx, b, r)
-			if err != nil {
-				return nil, fmt.Errorf("stays: %s %s: %w", r.Type, r.ID, err)
-			}
-			outs[i] = o
-		}
-		return outs, nil
-	}
+// newBatch begins a batch of one room type's holds: nothing cached yet.
+func newBatch(kb *keyed.Batch) *batch {
+	return &batch{Batch: kb, nights: make(map[string]*night), total: -1}
 }
 
 // sellable checks that a room type and its hotel take bookings.
@@ -109,11 +94,7 @@ func sellable(ctx context.Context, tx pgx.Tx, roomTypeID int64) (*requests.Outco
 	return nil, nil
 }
 
-func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Request) (requests.Outcome, error) {
-	var p CreatePayload
-	if err := json.Unmarshal(r.Payload, &p); err != nil {
-		return requests.Failed("undecodable hold payload"), nil
-	}
+func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Request, p *CreatePayload) (requests.Outcome, error) {
 	rt, now := p.RoomTypeID, b.Now
 	// Applied before, but its transaction did not commit: same result again.
 	if done, err := w.Holds.rdb.Get(ctx, doneKey(rt, r.ID.String())).Bytes(); err == nil {
@@ -131,30 +112,13 @@ func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Re
 		}
 		return requests.Outcome{}, err
 	}
-
-	ids, err := w.Holds.rdb.MGet(ctx, idxKey(rt, r.UserID, p.CheckIn, p.CheckOut),
-		snapKey(rt, p.ClientHoldKey, p.CheckIn, p.CheckOut)).Result()
-	if err != nil {
+	h, o, err := w.existingHold(ctx, r, p, now)
+	if o != nil || err != nil {
+		if o != nil {
+			return *o, nil
+		}
 		return requests.Outcome{}, err
 	}
-	var existing *Hold
-	if id, ok := ids[0].(string); ok {
-		if existing, err = w.Holds.get(ctx, rt, id, now); err != nil {
-			return requests.Outcome{}, err
-		}
-	}
-	if bound, ok := ids[1].(string); ok && (existing == nil || bound != existing.HoldID) {
-		other, err := w.Holds.get(ctx, rt, bound, now)
-		if err != nil {
-			return requests.Outcome{}, err
-		}
-		if other != nil {
-			return requests.Rejected(domain.NewProblem(domain.CodeHoldKeyConflict,
-				"clientHoldKey is already bound to another hold").WithMeta("holdId", bound)), nil
-		}
-	}
-
-	h := existing
 	if h != nil {
 		// One active hold per user and range: return it with its TTL extended.
 		h.Reused, h.ClientHoldKey = true, p.ClientHoldKey
@@ -185,6 +149,35 @@ func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Re
 	return requests.Succeeded(json.RawMessage(result)), nil
 }
 
+// existingHold is the user's live hold of this range, if any (a create
+// again returns it). A clientHoldKey bound to another live hold is refused.
+func (w *Writes) existingHold(ctx context.Context, r *requests.Request, p *CreatePayload, now time.Time) (*Hold, *requests.Outcome, error) {
+	rt := p.RoomTypeID
+	ids, err := w.Holds.rdb.MGet(ctx, idxKey(rt, r.UserID, p.CheckIn, p.CheckOut),
+		snapKey(rt, p.ClientHoldKey, p.CheckIn, p.CheckOut)).Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	var existing *Hold
+	if id, ok := ids[0].(string); ok {
+		if existing, err = w.Holds.get(ctx, rt, id, now); err != nil {
+			return nil, nil, err
+		}
+	}
+	if bound, ok := ids[1].(string); ok && (existing == nil || bound != existing.HoldID) {
+		other, err := w.Holds.get(ctx, rt, bound, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		if other != nil {
+			o := requests.Rejected(domain.NewProblem(domain.CodeHoldKeyConflict,
+				"clientHoldKey is already bound to another hold").WithMeta("holdId", bound))
+			return nil, &o, nil
+		}
+	}
+	return existing, nil, nil
+}
+
 // capacity refuses a new hold if any night of the range has no room left:
 // active rooms minus confirmed or checked-in stays minus live holds. It
 // returns the range's nights for the caller to count the new hold in.
@@ -202,7 +195,7 @@ func (w *Writes) capacity(ctx context.Context, tx pgx.Tx, b *batch, rt int64, ch
 	for _, d := range dr.Dates() {
 		day := d.Format(domain.DateLayout)
 		n := b.nights[day]
-		if n.reserved+n.held >= b.total {
+		if domain.AvailableRooms(b.total, n.reserved, n.held) < 1 {
 			o := requests.Rejected(domain.NewProblem(domain.CodeNotAvailable,
 				"no room of this type is left on %s", day).WithMeta("date", day))
 			return nil, &o, nil
@@ -261,11 +254,7 @@ func (w *Writes) loadNights(ctx context.Context, tx pgx.Tx, b *batch, rt int64, 
 	return nil
 }
 
-func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Request) (requests.Outcome, error) {
-	var p HoldPayload
-	if err := json.Unmarshal(r.Payload, &p); err != nil {
-		return requests.Failed("undecodable hold payload"), nil
-	}
+func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Request, p *HoldPayload) (requests.Outcome, error) {
 	// Confirmed before (a repeat, or a redelivered task): the same reservation.
 	res, err := scanReservation(tx.QueryRow(ctx, `SELECT `+reservationColumns+` FROM stay_reservations WHERE hold_id = $1`, p.HoldID))
 	if err == nil {
@@ -322,11 +311,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.R
 	return requests.Succeeded(res), nil
 }
 
-func (w *Writes) cancel(ctx context.Context, _ pgx.Tx, b *batch, r *requests.Request) (requests.Outcome, error) {
-	var p HoldPayload
-	if err := json.Unmarshal(r.Payload, &p); err != nil {
-		return requests.Failed("undecodable hold payload"), nil
-	}
+func (w *Writes) cancel(ctx context.Context, _ pgx.Tx, b *batch, r *requests.Request, p *HoldPayload) (requests.Outcome, error) {
 	result := map[string]any{"holdId": p.HoldID, "cancelled": true}
 	h, err := w.Holds.Get(ctx, p.HoldID, b.Now)
 	if err != nil {

@@ -96,20 +96,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		}
 	}()
 
-	hs := &http.Server{Handler: healthMux(st.Pool, st.Redis, reg), ReadHeaderTimeout: 5 * time.Second}
-	ln := opt.Listener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", cfg.WorkerAddr); err != nil {
-			sched.Shutdown()
-			srv.shutdown()
-			return fmt.Errorf("worker: listen: %w", err)
-		}
+	hs, ln, err := serveHealth(st, reg, cfg.WorkerAddr, opt.Listener, log)
+	if err != nil {
+		sched.Shutdown()
+		srv.shutdown()
+		return err
 	}
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("worker http", "err", err)
-		}
-	}()
 	log.Info("worker started", "addr", ln.Addr().String(), "queues", engine.Queues(), "concurrency", cfg.Concurrency)
 
 	<-ctx.Done()
@@ -125,6 +117,24 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 	return nil
 }
 
+// serveHealth serves the worker's /healthz, /readyz and /metrics on ln, or
+// on addr when ln is nil.
+func serveHealth(st *storage.Stores, reg *prometheus.Registry, addr string, ln net.Listener, log *slog.Logger) (*http.Server, net.Listener, error) {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, nil, fmt.Errorf("worker: listen: %w", err)
+		}
+	}
+	hs := &http.Server{Handler: healthMux(st.Pool, st.Redis, reg), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("worker http", "err", err)
+		}
+	}()
+	return hs, ln, nil
+}
+
 // assemble builds the engine with every module's write types, and gathers
 // the periodic tasks: the modules' and the pipeline's own.
 func assemble(st *storage.Stores, cfg config.Config, log *slog.Logger, name string, reg *prometheus.Registry, modules []Types) (*keyed.Engine, []Periodic) {
@@ -132,6 +142,7 @@ func assemble(st *storage.Stores, cfg config.Config, log *slog.Logger, name stri
 	engine := keyed.New(st.Pool, st.Redis, nil, log, m, keyed.Options{
 		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
 		RedriveAfter: cfg.RedriveAfter, Worker: name, ForgetAfter: cfg.KeyForgetAfter,
+		EnqueueEach: !cfg.BatchEnqueue,
 	})
 	var periodic []Periodic
 	for _, build := range modules {

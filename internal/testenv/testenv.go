@@ -338,6 +338,11 @@ func baseVars(pgURL, redisURL string) map[string]string {
 	if redisURL != "" {
 		vars["REDIS_URL"] = redisURL
 	}
+	if SpeedupsOff() {
+		for k, v := range speedupsOff {
+			vars[k] = v
+		}
+	}
 	return vars
 }
 
