@@ -9,21 +9,16 @@ import (
 	"math"
 	"net/http"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
-	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/requests"
-	"github.com/holdfast/holdfast/storage"
-	"github.com/holdfast/holdfast/worker"
 )
 
 // MaxSeats bounds the seats of one event.
@@ -63,26 +58,6 @@ func API(duplicateWindow time.Duration) api.Mount {
 		v1.Delete("/events/:eventId/queue/token", h.leave)
 		v1.Post("/events/:eventId/seats/:seatId/reservation", writes, h.book)
 		Pages(s.Root())
-	}
-}
-
-// Worker returns the events write types and counters for worker.Run; the
-// entry-token secret is JWT_SECRET.
-func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Types {
-	return func(st *storage.Stores) worker.Module {
-		counts := NewCounts(st.Pool, st.Redis)
-		f := NewFCFS(fcfsLockWait)
-		f.Counts = counts
-		room := NewRoom(st.Redis, secret)
-		sealer := NewSealer(st.Pool, room)
-		rw := &RoomWrites{Room: room, Sealer: sealer, Counts: counts}
-		rooms := NewRooms(st.Pool, room, sealer, counts)
-		return worker.Module{
-			Types:      append([]keyed.Type{f.Type()}, rw.Types()...),
-			Collectors: slices.Concat([]prometheus.Collector{f.Outcomes}, room.Collectors(), rooms.Collectors()),
-			Periodic: []worker.Periodic{{Type: TypeReconcile, Every: reconcileEvery,
-				Handle: func(ctx context.Context) error { return rooms.Reconcile(ctx, time.Now()) }}},
-		}
 	}
 }
 

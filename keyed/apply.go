@@ -37,64 +37,75 @@ type pickFunc func(open []*requests.Request, limit int) []*requests.Request
 //     the batch is halved until that request is alone; a request that fails
 //     alone twice is recorded as failed, so it cannot block its key.
 //
-// limit is the batch size, narrowed here and regrown after each success.
-func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc, limit *int) ([]Lease, result, error) {
+// limit is the batch size to try first; what it returns says the size for
+// the next step.
+func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc, limit int) (applied, error) {
 	reissued := map[string]bool{}
 	transientTries, aloneFailures := 0, 0
 	for {
 		stop := e.keepAlive(ctx, leases)
-		res, err := e.attempt(ctx, leases, ids, pick, *limit, nil)
+		res, err := e.attempt(ctx, leases, ids, pick, limit, nil)
 		stop()
 		var fenced *fencedError
 		switch {
 		case err == nil:
-			*limit = min(*limit*2, e.opt.BatchMax)
-			return leases, res, nil
+			limit = min(limit*2, e.opt.BatchMax)
+			return applied{leases, res, limit}, nil
 		case errors.As(err, &fenced):
 			if reissued[fenced.key] {
-				return leases, res, ErrLeaseLost
+				return applied{leases, res, limit}, ErrLeaseLost
 			}
 			reissued[fenced.key] = true
 			i := slices.IndexFunc(leases, func(l Lease) bool { return l.Key == fenced.key })
 			nl, rerr := e.reissue(ctx, leases[i])
 			if rerr != nil {
-				return leases, res, rerr
+				return applied{leases, res, limit}, rerr
 			}
 			leases[i] = nl
 			continue
 		case ctx.Err() != nil:
-			return leases, res, err
+			return applied{leases, res, limit}, err
 		case errors.Is(err, ErrLeaseLost): // an applier's own fenced script
-			return leases, res, ErrLeaseLost
+			return applied{leases, res, limit}, ErrLeaseLost
 		case errors.Is(err, errOvertaking):
 			// An earlier request on these keys never reached its mailbox: put
 			// it there (it sorts first by seq) and let the caller re-read.
 			if rerr := e.Redispatch(ctx, leaseKeys(leases)); rerr != nil {
-				return leases, res, rerr
+				return applied{leases, res, limit}, rerr
 			}
-			return leases, result{}, nil
+			return applied{leases, result{}, limit}, nil
 		case transient(err):
 			if transientTries++; transientTries > 3 {
-				return leases, res, err
+				return applied{leases, res, limit}, err
 			}
 			e.log.Warn("apply failed, retrying", "keys", leaseKeys(leases), "try", transientTries, "err", err)
 			time.Sleep(time.Duration(25<<(2*(transientTries-1))) * time.Millisecond)
 			continue
 		case len(res.tried) == 0:
-			return leases, res, err
+			return applied{leases, res, limit}, err
 		}
 		e.log.Warn("applier failed; isolating the request", "keys", leaseKeys(leases), "batch", len(res.tried), "err", err)
 		if len(res.tried) > 1 {
-			*limit = len(res.tried) / 2
+			limit = len(res.tried) / 2
 			continue
 		}
 		if aloneFailures++; aloneFailures < 2 {
 			continue
 		}
-		*limit = 1
+		limit = 1
 		res, ferr := e.attempt(ctx, leases, []uuid.UUID{res.tried[0].ID}, pick, 1, err)
-		return leases, res, ferr
+		return applied{leases, res, limit}, ferr
 	}
+}
+
+// applied is how applyRetrying ended: the leases as they stand (it may have
+// re-issued one), the last attempt's result, and the batch size for the
+// next step: halved while a failing request is isolated, doubled back
+// after each success, up to BatchMax.
+type applied struct {
+	leases []Lease
+	result
+	limit int
 }
 
 // errOvertaking means the batch would be applied ahead of an earlier request

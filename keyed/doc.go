@@ -9,10 +9,11 @@
 //
 //  1. This comment: the protocol, groups, forgetting, and the measured
 //     choices at its end.
-//  2. engine.go: what a write type gives (Type, Applier, Batch) and the
-//     intake side (Admit, Post, Enqueue, deferral); handleRequest is the
-//     task handler, and it only calls Drain. each.go: Each, the apply loop
-//     of write types that decide one request at a time.
+//  2. engine.go: what a write type gives (Type, Applier, Batch);
+//     handleRequest is the task handler, and it only calls Drain.
+//     dispatch.go: the intake side (Post, Enqueue, deferral); admit.go:
+//     the caps intake checks first. each.go: Each, the apply loop of write
+//     types that decide one request at a time.
 //  3. lease.go and scripts.go: a lease and its token (acquire, release,
 //     reissue), the fence every apply transaction checks (fence, fenceAll),
 //     the Redis layout, and FenceCheck for appliers' own scripts.

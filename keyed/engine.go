@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/recent"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
@@ -157,21 +156,6 @@ type Engine struct {
 	qsizes map[string]queueSample
 }
 
-// backlogKeys bounds the backlog samples an engine keeps (see backlog):
-// at about 100 B a sample, at most 10 MiB.
-const backlogKeys = 50_000
-
-type backlogSample struct {
-	n  int64
-	at time.Time
-}
-
-type queueSample struct {
-	n          int
-	at         time.Time
-	refreshing bool
-}
-
 // New builds an engine. insp may be nil in processes that do not admit
 // requests (workers).
 func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, log *slog.Logger, m *metrics.Pipeline, opt Options) *Engine {
@@ -242,158 +226,6 @@ func (e *Engine) stopped() bool {
 
 // Close releases the engine's Asynq client.
 func (e *Engine) Close() error { return e.client.Close() }
-
-// overloaded is the 429 intake answers when a backlog is over its cap.
-func overloaded(what string, retryAfter int) *domain.Problem {
-	return domain.NewProblem(domain.CodeOverloaded,
-		"%s is over its backlog cap; retry later", what).WithMeta("retryAfterSeconds", retryAfter)
-}
-
-// Admit refuses work over the key and queue caps. Backlog sizes come from a
-// one-second cache that Post feeds with what it sees of each key's mailbox,
-// so Admit costs no round trip: a key this API posted to within the last
-// second is held to its cap, and a key it has not is let through (its
-// backlog cannot have grown past the cap through this API, and the next
-// request on it is held to what this one's post sees). A key that each
-// request brings anew (a shopper's) so never costs a round trip before its
-// request is stored.
-func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
-	now := e.now()
-	for _, k := range keys {
-		if s, ok := e.backlog.Get(k); ok && now.Sub(s.at) < time.Second && s.n >= int64(e.opt.KeyCap) {
-			e.m.Overloaded.WithLabelValues(queue).Inc()
-			return overloaded("key "+k, 1)
-		}
-	}
-	if n := e.queueSize(queue); n >= e.opt.QueueCap {
-		e.m.Overloaded.WithLabelValues(queue).Inc()
-		return overloaded("queue "+queue, 5)
-	}
-	return nil
-}
-
-// queueSize returns the queue's unfinished tasks, refreshed at most once a
-// second by one caller while the others use the last sample; without an
-// inspector, or on error, it reports 0 (admit).
-func (e *Engine) queueSize(queue string) int {
-	if e.insp == nil {
-		return 0
-	}
-	e.qmu.Lock()
-	s, ok := e.qsizes[queue]
-	if (ok && e.now().Sub(s.at) < time.Second) || s.refreshing {
-		e.qmu.Unlock()
-		return s.n
-	}
-	s.refreshing = true
-	e.qsizes[queue] = s
-	e.qmu.Unlock()
-
-	n := s.n
-	if info, err := e.insp.GetQueueInfo(queue); err == nil {
-		n = info.Pending + info.Active + info.Scheduled + info.Retry + info.Aggregating
-	}
-	e.qmu.Lock()
-	e.qsizes[queue] = queueSample{n: n, at: e.now()}
-	e.qmu.Unlock()
-	return n
-}
-
-// Dispatch adds r to its keys' mailboxes and enqueues its task. Both steps
-// are idempotent, so the reconciler may repeat them.
-func (e *Engine) Dispatch(ctx context.Context, r *requests.Request) error {
-	postings, err := e.Post(ctx, []*requests.Request{r})
-	if err != nil {
-		return err
-	}
-	return e.Enqueue(ctx, r, postings[0])
-}
-
-// Post puts rs in their keys' mailboxes (scored by seq), all in one round
-// trip, and returns what it saw right after each was added: the length of
-// its longest mailbox and, for a request on one key, whether that key's
-// lease was held. Intake posts a group commit's whole batch at once.
-func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.Posting, error) {
-	// A request is told whether its first key (the one its task drains) was
-	// held once it was in the mailboxes; one read per key serves all of a
-	// batch's requests on it.
-	held := map[string]*redis.IntCmd{}
-	pipe := e.rdb.Pipeline()
-	cards := make([][]*redis.IntCmd, len(rs))
-	for i, r := range rs {
-		member := r.ID.String()
-		cards[i] = make([]*redis.IntCmd, len(r.Keys))
-		for j, k := range r.Keys {
-			pipe.ZAddNX(ctx, mboxKey(k), redis.Z{Score: float64(r.Seq), Member: member})
-			cards[i][j] = pipe.ZCard(ctx, mboxKey(k))
-		}
-	}
-	// Read after every ZADD: a holder seen now finds the requests in the
-	// mailbox before it can let the key go (a release is atomic with finding
-	// the mailbox empty, a hand-off enqueues a drain, and the reconciler
-	// re-drives a key whose holder died). Under Redis Cluster, a slot
-	// migrating mid-pipeline can have the read answered first; the request
-	// then waits for the reconciler, not forever.
-	for _, r := range rs {
-		if k := r.Keys[0]; held[k] == nil {
-			held[k] = pipe.Exists(ctx, leaseKey(k))
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("keyed: mailbox: %w", err)
-	}
-	now := e.now()
-	postings := make([]requests.Posting, len(rs))
-	for i, r := range rs {
-		for j, k := range r.Keys {
-			n := cards[i][j].Val()
-			e.backlog.Put(k, backlogSample{n, now})
-			postings[i].Backlog = max(postings[i].Backlog, n)
-		}
-		postings[i].Held = held[r.Keys[0]].Val() == 1
-	}
-	return postings, nil
-}
-
-// Enqueue enqueues r's task (TaskID = requestId), deferred when
-// something else applies r first (see deferral). r must be in its mailboxes
-// already: a task that finds its key's mailbox empty does nothing.
-func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Posting) error {
-	var later []asynq.Option
-	if d := deferral(p, e.opt.DeferAfter); d > 0 {
-		later = append(later, e.laterOption(d))
-	}
-	t, err := tasks.NewRequest(r.Type, r.Queue, r.ID.String(), r.Keys, r.Seq, later...)
-	if err != nil {
-		return err
-	}
-	if _, err := e.client.EnqueueContext(ctx, t); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return fmt.Errorf("keyed: enqueue: %w", err)
-	}
-	return nil
-}
-
-// deferral is how long to defer the task of a request that something
-// else applies first: the holder of its first key (whose group gathers the
-// rest, group.go), when that key was held as the request entered its
-// mailboxes, or the drain that the tasks of the requests ahead of
-// it start, when it waits behind more than after others. The key's holder
-// applies such a request in order whatever its task does, and the
-// reconciler, not the task, recovers a key whose holder died; the task is
-// there so Asynqmon shows the request (K1). Deferring it (deferred.go:
-// folded with others into one task, or scheduled well past the expected
-// drain) keeps one hot key's tasks from filling the pending list ahead of
-// every other key (K4), even when they were accepted while no worker ran,
-// and leaves the worker's slots and Redis to the drain while a rush lasts;
-// it runs later as a no-op. A request that nothing else would apply, the
-// doorbell of an idle key, has its task due at once. The duration is the
-// schedule's; a folded task waits for the aggregator instead.
-func deferral(p requests.Posting, after int) time.Duration {
-	if p.Backlog <= int64(after) && !p.Held {
-		return 0
-	}
-	return min(time.Minute+time.Duration(p.Backlog)*time.Millisecond, 10*time.Minute)
-}
 
 func (e *Engine) handleRequest(ctx context.Context, t *asynq.Task) error {
 	var p tasks.RequestPayload

@@ -363,13 +363,14 @@ func (g *group) apply(ctx context.Context, wins map[string]window, merged []entr
 	if err := e.store.MarkProcessingMany(ctx, progressMarks(wins)); err != nil {
 		return result{}, err
 	}
-	leases, res, err := e.applyRetrying(ctx, g.leases(), ids, g.picker(wins, p), &g.limit)
-	g.setLeases(leases)
+	a, err := e.applyRetrying(ctx, g.leases(), ids, g.picker(wins, p), g.limit)
+	g.setLeases(a.leases)
+	g.limit = a.limit
 	if err != nil {
 		return result{}, err
 	}
-	e.finish(ctx, g.queue, res, mailboxesOf(merged))
-	return res, nil
+	e.finish(ctx, g.queue, a.result, mailboxesOf(merged))
+	return a.result, nil
 }
 
 // signature names what a step sees: the keys held and the requests in

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,10 +30,11 @@ type Store struct {
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
+// columns are what scan reads, in its order.
 const columns = `id, seq, type, queue, user_id, keys, payload, trace_id, status, result, error, accepted_at, started_at, completed_at`
 
 // qualifiedColumns are columns taken from requests aliased r.
-var qualifiedColumns = "r." + strings.ReplaceAll(columns, ", ", ", r.")
+const qualifiedColumns = `r.id, r.seq, r.type, r.queue, r.user_id, r.keys, r.payload, r.trace_id, r.status, r.result, r.error, r.accepted_at, r.started_at, r.completed_at`
 
 // viewColumns are columns as a client sees the request: one still queued
 // reads as processing once a drain of one of its keys has read it at the
@@ -42,9 +42,11 @@ var qualifiedColumns = "r." + strings.ReplaceAll(columns, ", ", ", r.")
 // as far as its highest seq). A request whose dispatch failed is not in its
 // mailboxes and stays queued until it is back. Rows of requests marked
 // before key_progress existed say processing themselves.
-var viewColumns = strings.Replace(columns, "status,", `CASE WHEN status = 'queued' AND NOT undispatched AND EXISTS (
-	SELECT 1 FROM key_progress p WHERE p.key = ANY (requests.keys) AND p.through_seq >= requests.seq)
-	THEN 'processing' ELSE status END,`, 1)
+const viewColumns = `id, seq, type, queue, user_id, keys, payload, trace_id,
+	CASE WHEN status = 'queued' AND NOT undispatched AND EXISTS (
+		SELECT 1 FROM key_progress p WHERE p.key = ANY (requests.keys) AND p.through_seq >= requests.seq)
+	THEN 'processing' ELSE status END,
+	result, error, accepted_at, started_at, completed_at`
 
 func scan(row pgx.Row) (*Request, error) {
 	var r Request

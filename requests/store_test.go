@@ -3,6 +3,7 @@ package requests
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,4 +77,14 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 		return Complete(ctx, tx, open, []Outcome{Succeeded(map[string]int{"n": 1})}, time.Now().UTC())
 	}))
 	require.Equal(t, domain.StatusSucceeded, status(first), "an outcome overrides the mark")
+}
+
+// The three column lists name the same columns in scan's order: the
+// qualified one with the alias, the view one with status computed.
+func TestColumnListsAgree(t *testing.T) {
+	require.Equal(t, columns, strings.ReplaceAll(qualifiedColumns, "r.", ""))
+	view := strings.Join(strings.Fields(viewColumns), " ")
+	start, end := strings.Index(view, "CASE "), strings.Index(view, " END")
+	require.Positive(t, start)
+	require.Equal(t, columns, view[:start]+"status"+view[end+len(" END"):])
 }

@@ -424,8 +424,8 @@ func (a *Availability) Rooms(ctx context.Context, q AvailabilityQuery, status st
 
 // mountAvailability adds the availability reads of seed 001 §4 (staff and
 // admin) and the public, per-IP rate-limited copy of the aggregate.
-func (h *HTTP) mountAvailability(v1 fiber.Router, s *api.Server) {
-	av := NewAvailability(s.Pool, h.Holds)
+func (h *handlers) mountAvailability(v1 fiber.Router, s *api.Server) {
+	av := NewAvailability(s.Pool, h.holds)
 	staff := api.RequireRole(domain.RoleStaff, domain.RoleAdmin)
 	hotel := func(c *fiber.Ctx) error {
 		q, err := parseAvailability(c, false)

@@ -12,14 +12,14 @@ import (
 	"github.com/holdfast/holdfast/requests"
 )
 
-func (h *HTTP) mountHolds(v1 fiber.Router, s *api.Server) {
+func (h *handlers) mountHolds(v1 fiber.Router, s *api.Server) {
 	v1.Post("/holds", func(c *fiber.Ctx) error { return h.createHold(c, s) })
 	v1.Post("/holds/:holdId/confirm", func(c *fiber.Ctx) error { return h.holdWrite(c, s, TypeHoldConfirm) })
 	v1.Delete("/holds/:holdId", func(c *fiber.Ctx) error { return h.holdWrite(c, s, TypeHoldCancel) })
 	v1.Get("/holds/:holdId", h.getHold)
 }
 
-func (h *HTTP) createHold(c *fiber.Ctx, s *api.Server) error {
+func (h *handlers) createHold(c *fiber.Ctx, s *api.Server) error {
 	var p CreatePayload
 	if err := api.Decode(c, &p); err != nil {
 		return err
@@ -45,7 +45,7 @@ func (h *HTTP) createHold(c *fiber.Ctx, s *api.Server) error {
 		Keys: []string{SerialKey(p.RoomTypeID)}, Payload: body})
 }
 
-func (h *HTTP) holdWrite(c *fiber.Ctx, s *api.Server, typ string) error {
+func (h *handlers) holdWrite(c *fiber.Ctx, s *api.Server, typ string) error {
 	id := c.Params("holdId")
 	rt, ok := ParseHoldID(id)
 	if !ok {
@@ -63,8 +63,8 @@ func (h *HTTP) holdWrite(c *fiber.Ctx, s *api.Server, typ string) error {
 	return s.Accept(c, requests.Submission{Type: typ, Queue: Queue, Keys: []string{SerialKey(rt)}, Payload: body})
 }
 
-func (h *HTTP) getHold(c *fiber.Ctx) error {
-	hold, err := h.Holds.Get(c.UserContext(), c.Params("holdId"), time.Now())
+func (h *handlers) getHold(c *fiber.Ctx) error {
+	hold, err := h.holds.Get(c.UserContext(), c.Params("holdId"), time.Now())
 	if err != nil {
 		return err
 	}

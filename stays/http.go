@@ -11,37 +11,27 @@ import (
 
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
-	"github.com/holdfast/holdfast/storage"
-	"github.com/holdfast/holdfast/worker"
 )
 
 // API returns the stays routes as an api.Mount.
 func API(holdTTL time.Duration) api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
 		s.DeclareWrites(Queue, TypeHoldCreate, TypeHoldConfirm, TypeHoldCancel)
-		h := &HTTP{Catalog: NewCatalog(s.Pool), Holds: NewHoldStore(s.Redis), HoldTTL: holdTTL}
-		h.Mount(v1, s)
+		h := &handlers{catalog: NewCatalog(s.Pool), holds: NewHoldStore(s.Redis), holdTTL: holdTTL}
+		h.mount(v1, s)
 	}
 }
 
-// Worker returns the stays write types for worker.Run.
-func Worker(holdTTL, lockWait time.Duration) worker.Types {
-	return func(st *storage.Stores) worker.Module {
-		w := &Writes{Holds: NewHoldStore(st.Redis), TTL: holdTTL, LockWait: lockWait}
-		return worker.Module{Types: w.Types()}
-	}
+// handlers are the stays routes, with what they share.
+type handlers struct {
+	catalog *Catalog
+	holds   *HoldStore
+	holdTTL time.Duration
 }
 
-// HTTP is the stays routes' shared state.
-type HTTP struct {
-	Catalog *Catalog
-	Holds   *HoldStore
-	HoldTTL time.Duration
-}
-
-// Mount adds the stays routes: catalog and reservations (staff/admin),
+// mount adds the stays routes: catalog and reservations (staff/admin),
 // availability, and holds.
-func (h *HTTP) Mount(v1 fiber.Router, s *api.Server) {
+func (h *handlers) mount(v1 fiber.Router, s *api.Server) {
 	staff := api.RequireRole(domain.RoleStaff, domain.RoleAdmin)
 	v1.Post("/hotels", staff, h.createHotel)
 	v1.Patch("/hotels/:hotelId", staff, h.patchHotel)
@@ -68,7 +58,7 @@ func oneOf(field, v string, allowed ...string) error {
 	return api.InvalidField(field, "%s must be one of %s", field, strings.Join(allowed, ", "))
 }
 
-func (h *HTTP) createHotel(c *fiber.Ctx) error {
+func (h *handlers) createHotel(c *fiber.Ctx) error {
 	var in struct {
 		Name     string `json:"name"`
 		Timezone string `json:"timezone"`
@@ -86,7 +76,7 @@ func (h *HTTP) createHotel(c *fiber.Ctx) error {
 	if !currencyPattern.MatchString(in.Currency) {
 		return api.InvalidField("currency", "currency must be an ISO 4217 code such as KRW")
 	}
-	hotel, err := h.Catalog.CreateHotel(c.UserContext(), Hotel{Name: in.Name, Timezone: in.Timezone, Currency: in.Currency})
+	hotel, err := h.catalog.CreateHotel(c.UserContext(), Hotel{Name: in.Name, Timezone: in.Timezone, Currency: in.Currency})
 	if err != nil {
 		return err
 	}
@@ -103,7 +93,7 @@ func decodeStatus(c *fiber.Ctx, allowed ...string) (string, error) {
 	return in.Status, oneOf("status", in.Status, allowed...)
 }
 
-func (h *HTTP) patchHotel(c *fiber.Ctx) error {
+func (h *handlers) patchHotel(c *fiber.Ctx) error {
 	id, err := api.PathID(c, "hotelId")
 	if err != nil {
 		return err
@@ -112,14 +102,14 @@ func (h *HTTP) patchHotel(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	hotel, err := h.Catalog.SetHotelStatus(c.UserContext(), id, status)
+	hotel, err := h.catalog.SetHotelStatus(c.UserContext(), id, status)
 	if err != nil {
 		return err
 	}
 	return c.JSON(hotel)
 }
 
-func (h *HTTP) createRoomType(c *fiber.Ctx) error {
+func (h *handlers) createRoomType(c *fiber.Ctx) error {
 	hotelID, err := api.PathID(c, "hotelId")
 	if err != nil {
 		return err
@@ -133,14 +123,14 @@ func (h *HTTP) createRoomType(c *fiber.Ctx) error {
 	if err := api.RequireName("name", in.Name); err != nil {
 		return err
 	}
-	rt, err := h.Catalog.CreateRoomType(c.UserContext(), RoomType{HotelID: hotelID, Name: in.Name})
+	rt, err := h.catalog.CreateRoomType(c.UserContext(), RoomType{HotelID: hotelID, Name: in.Name})
 	if err != nil {
 		return err
 	}
 	return c.Status(http.StatusCreated).JSON(rt)
 }
 
-func (h *HTTP) patchRoomType(c *fiber.Ctx) error {
+func (h *handlers) patchRoomType(c *fiber.Ctx) error {
 	id, err := api.PathID(c, "roomTypeId")
 	if err != nil {
 		return err
@@ -149,14 +139,14 @@ func (h *HTTP) patchRoomType(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	rt, err := h.Catalog.SetRoomTypeStatus(c.UserContext(), id, status)
+	rt, err := h.catalog.SetRoomTypeStatus(c.UserContext(), id, status)
 	if err != nil {
 		return err
 	}
 	return c.JSON(rt)
 }
 
-func (h *HTTP) createRoom(c *fiber.Ctx) error {
+func (h *handlers) createRoom(c *fiber.Ctx) error {
 	hotelID, err := api.PathID(c, "hotelId")
 	if err != nil {
 		return err
@@ -174,14 +164,14 @@ func (h *HTTP) createRoom(c *fiber.Ctx) error {
 	if strings.TrimSpace(in.Number) == "" || len(in.Number) > 32 {
 		return api.InvalidField("number", "number must be 1 to 32 characters")
 	}
-	room, err := h.Catalog.CreateRoom(c.UserContext(), Room{HotelID: hotelID, RoomTypeID: in.RoomTypeID, Number: in.Number})
+	room, err := h.catalog.CreateRoom(c.UserContext(), Room{HotelID: hotelID, RoomTypeID: in.RoomTypeID, Number: in.Number})
 	if err != nil {
 		return err
 	}
 	return c.Status(http.StatusCreated).JSON(room)
 }
 
-func (h *HTTP) patchRoom(c *fiber.Ctx) error {
+func (h *handlers) patchRoom(c *fiber.Ctx) error {
 	id, err := api.PathID(c, "roomId")
 	if err != nil {
 		return err
@@ -206,19 +196,19 @@ func (h *HTTP) patchRoom(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	room, err := h.Catalog.PatchRoom(c.UserContext(), id, in.Status, in.HousekeepingStatus)
+	room, err := h.catalog.PatchRoom(c.UserContext(), id, in.Status, in.HousekeepingStatus)
 	if err != nil {
 		return err
 	}
 	return c.JSON(room)
 }
 
-func (h *HTTP) listReservations(c *fiber.Ctx) error {
+func (h *handlers) listReservations(c *fiber.Ctx) error {
 	hotelID, err := api.PathID(c, "hotelId")
 	if err != nil {
 		return err
 	}
-	if _, err := h.Catalog.Hotel(c.UserContext(), hotelID); err != nil {
+	if _, err := h.catalog.Hotel(c.UserContext(), hotelID); err != nil {
 		return err
 	}
 	status := c.Query("status")
@@ -236,7 +226,7 @@ func (h *HTTP) listReservations(c *fiber.Ctx) error {
 		}
 		limit = n
 	}
-	items, err := h.Catalog.Reservations(c.UserContext(), hotelID, status, limit)
+	items, err := h.catalog.Reservations(c.UserContext(), hotelID, status, limit)
 	if err != nil {
 		return err
 	}
@@ -246,13 +236,13 @@ func (h *HTTP) listReservations(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"items": items})
 }
 
-func (h *HTTP) transition(action string) fiber.Handler {
+func (h *handlers) transition(action string) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		id, err := api.PathID(c, "reservationId")
 		if err != nil {
 			return err
 		}
-		r, err := h.Catalog.Transition(c.UserContext(), id, action)
+		r, err := h.catalog.Transition(c.UserContext(), id, action)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,33 @@
+package events
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/holdfast/holdfast/keyed"
+	"github.com/holdfast/holdfast/storage"
+	"github.com/holdfast/holdfast/worker"
+)
+
+// Worker returns the events write types and counters for worker.Run; the
+// entry-token secret is JWT_SECRET.
+func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Types {
+	return func(st *storage.Stores) worker.Module {
+		counts := NewCounts(st.Pool, st.Redis)
+		f := NewFCFS(fcfsLockWait)
+		f.Counts = counts
+		room := NewRoom(st.Redis, secret)
+		sealer := NewSealer(st.Pool, room)
+		rw := &RoomWrites{Room: room, Sealer: sealer, Counts: counts}
+		rooms := NewRooms(st.Pool, room, sealer, counts)
+		return worker.Module{
+			Types:      append([]keyed.Type{f.Type()}, rw.Types()...),
+			Collectors: slices.Concat([]prometheus.Collector{f.Outcomes}, room.Collectors(), rooms.Collectors()),
+			Periodic: []worker.Periodic{{Type: TypeReconcile, Every: reconcileEvery,
+				Handle: func(ctx context.Context) error { return rooms.Reconcile(ctx, time.Now()) }}},
+		}
+	}
+}
