@@ -12,7 +12,13 @@
 # the load tool is measured with the load tool it came with. Sizes:
 # AB_USERS (40000), AB_SEATS (20000), AB_CONCURRENCY (200). AB_SCENARIO
 # (fcfs-rush) names another of the load tool's scenarios, hold-storm or
-# cart-rush say, run with the same flags. Reports land in bin/ab/<time>/.
+# cart-rush say, run with the same flags. AB_ENV_A and AB_ENV_B are
+# settings (NAME=value, space-separated) for that side's API and worker
+# only, to measure a switch on one revision:
+#
+#   AB_ENV_B="GROUP_COMMIT=false" scripts/ab.sh HEAD HEAD
+#
+# Reports land in bin/ab/<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: scripts/ab.sh REV_A REV_B [PAIRS]" >&2; exit 2; }
@@ -41,7 +47,8 @@ build() { # label rev
   fi
   for c in api worker load; do (cd "$src" && go build -o "$dir/$c" "./cmd/$c"); done
   if [ "$src" != . ]; then git worktree remove --force "$src"; fi
-  echo "$1 = $2 ($(git rev-parse --short "${2/#./HEAD}")$([ "$2" = . ] && echo ', working tree'))" >> "$out/revisions.txt"
+  local side_env="AB_ENV_$1"
+  echo "$1 = $2 ($(git rev-parse --short "${2/#./HEAD}")$([ "$2" = . ] && echo ', working tree'))${!side_env:+ with ${!side_env}}" >> "$out/revisions.txt"
 }
 step "building A ($1) and B ($2)"
 build A "$1"
@@ -55,8 +62,11 @@ run() { # label pair
   psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_ab' 2>/dev/null
   redis-cli -u "$REDIS_URL" flushall >/dev/null
   "$bin/api" migrate
-  HTTP_ADDR=$api_addr "$bin/api" > "$out/$1-$2-api.log" 2>&1 & api_pid=$!; pids+=("$api_pid")
-  WORKER_ADDR=$worker_addr "$bin/worker" > "$out/$1-$2-worker.log" 2>&1 & worker_pid=$!; pids+=("$worker_pid")
+  local side_env="AB_ENV_$1"
+  # shellcheck disable=SC2086 # the settings are words on purpose
+  env ${!side_env:-} HTTP_ADDR=$api_addr "$bin/api" > "$out/$1-$2-api.log" 2>&1 & api_pid=$!; pids+=("$api_pid")
+  # shellcheck disable=SC2086
+  env ${!side_env:-} WORKER_ADDR=$worker_addr "$bin/worker" > "$out/$1-$2-worker.log" 2>&1 & worker_pid=$!; pids+=("$worker_pid")
   wait_ready "http://$api_addr/readyz" "$api_pid"
   wait_ready "http://$worker_addr/readyz" "$worker_pid"
   settle

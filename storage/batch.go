@@ -84,14 +84,15 @@ func (b *Batcher) send(batch []*batchCall) {
 // through the client it was given); should that change, enqueues go one by
 // one again, still correct.
 //
-// Its gain, measured in five pairs with it bypassed (scripts/ab.sh,
-// fcfs-rush of 40,000 users on two cores, 2026-11-26): Redis CPU a journey
-// 0.034–0.040 ms against 0.042–0.047, lower in every pair, and CPU a journey
-// overall 0.251 against 0.268 ms on average; the rate, 6,202 against 5,977
-// a second on average, is within the noise (it was higher in two pairs of
-// five). It is kept for Redis, the one process holdfast cannot scale out
-// (docs/benchmarks.md). BATCH_ENQUEUE=false (keyed.Options.EnqueueEach)
-// turns it off.
+// Its gain, measured in seven pairs (scripts/ab.sh, fcfs-rush of 40,000
+// users on two cores, 2026-11-26; five against a build that bypassed it,
+// two with BATCH_ENQUEUE=false on the same build): Redis CPU a journey
+// 0.034–0.040 ms against 0.042–0.047, lower in every pair, and CPU a
+// journey overall lower in four (the other three within 0.002 ms); the
+// rate was higher in four pairs of seven (means 6,090 against 5,847 a
+// second), within the noise. It is kept for
+// Redis, the one process holdfast cannot scale out (docs/benchmarks.md).
+// BATCH_ENQUEUE=false (keyed.Options.EnqueueEach) turns it off.
 func BatchScripts(rdb redis.UniversalClient) redis.UniversalClient {
 	return &batchedScripts{UniversalClient: rdb, b: NewBatcher(rdb)}
 }
