@@ -42,11 +42,6 @@ func NewCounts(pool *pgxpool.Pool, rdb redis.UniversalClient) *Counts {
 		Name: "holdfast_event_remaining_seats", Help: "Seats not yet reserved, per event."}, []string{"event"})}
 }
 
-// Collectors are the gauges, for the worker's registry.
-func (c *Counts) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.RemainingGauge}
-}
-
 // Recount sets the event's remaining-seat copy from Postgres.
 func (c *Counts) Recount(ctx context.Context, ev int64) (int64, error) {
 	var n int64

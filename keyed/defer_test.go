@@ -148,7 +148,7 @@ func TestFoldedDeferredTasksDrainTheirKeys(t *testing.T) {
 
 	cfg := asynq.Config{Concurrency: 2, Queues: map[string]int{"q": 1}, TaskCheckInterval: 10 * time.Millisecond,
 		LogLevel: asynq.ErrorLevel}
-	e.Aggregation(&cfg)
+	Aggregation(&cfg)
 	srv := asynq.NewServerFromRedisClient(r.rdb, cfg)
 	mux := asynq.NewServeMux()
 	e.Handle(mux)

@@ -53,7 +53,7 @@ const (
 // Aggregation sets cfg's group settings to fold the deferred tasks. Every
 // worker sets them whatever the API's ScheduleDeferred, so APIs of either
 // setting can share the workers.
-func (e *Engine) Aggregation(cfg *asynq.Config) {
+func Aggregation(cfg *asynq.Config) {
 	cfg.GroupGracePeriod = deferredGroupGrace
 	cfg.GroupMaxDelay = deferredGroupWait
 	cfg.GroupMaxSize = deferredGroupMax

@@ -2,6 +2,13 @@ package storage
 
 import "github.com/redis/go-redis/v9"
 
+// waiting counts the callers queued behind the batch in flight.
+func (t *turns[T]) waiting() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.queue)
+}
+
 // Waiting counts the callers queued behind the batch in flight.
 func (b *Batcher) Waiting() int { return b.turns.waiting() }
 

@@ -85,10 +85,3 @@ func (t *turns[T]) dismiss(done func(T)) {
 		c.lead <- false
 	}
 }
-
-// waiting counts the callers queued behind the batch in flight.
-func (t *turns[T]) waiting() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.queue)
-}

@@ -177,7 +177,7 @@ func serve(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, engin
 		Logger:                   asynqLogger{log},
 		LogLevel:                 asynq.WarnLevel,
 	}
-	engine.Aggregation(&acfg)
+	keyed.Aggregation(&acfg)
 	srv := newServers(rdb, engine.Queues(), acfg)
 	mux := asynq.NewServeMux()
 	engine.Handle(mux)
