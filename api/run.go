@@ -65,7 +65,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	intake := requests.NewIntake(store, engine, log)
 	intake.SetTimeout(cfg.DependencyTimeout)
 	intake.CommitEach = !cfg.GroupCommit
-	intake.Tracker = notifier
+	if cfg.AnnouncedViews {
+		intake.Tracker = notifier // it keeps the views of what it tracks for them
+	}
 	srv := New(cfg, Deps{
 		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,
 		Intake:   intake,

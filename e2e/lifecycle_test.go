@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
@@ -142,21 +144,47 @@ func TestLongPollAfterTheAnnouncementAnswersFromTheAPI(t *testing.T) {
 	require.Contains(t, string(c.Do("GET", path+"?wait=5s", nil).Body), `99`, "handed out once")
 }
 
-// With ANNOUNCED_VIEWS=false, the same poll after the announcement reads
-// Postgres: the switch turns the announced views off.
+// With ANNOUNCED_VIEWS=false, a long poll never answers with an announced
+// view: it reads Postgres before it waits, and again once an announcement
+// wakes it. No worker runs, so the request stays queued; the announcement
+// is a fake that says it succeeded. With the views on (the control), the
+// poll answers with the fake.
 func TestLongPollWithoutAnnouncedViewsReadsPostgres(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"ANNOUNCED_VIEWS", "false"}})
-	c := s.Client("dana", domain.RoleUser)
-	id := c.Probe(probe.Payload{Keys: []string{"kept"}})
-	path := "/api/v1/requests/" + id
-	require.Eventually(t, func() bool { // plain reads: no poll takes the announced view
-		return strings.Contains(string(c.Do("GET", path, nil).Body), `"status":"succeeded"`)
-	}, 20*time.Second, 10*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // the announcement reaches the API
-	_, err := s.Pool.Exec(context.Background(), `UPDATE requests SET result = '{"values": {"kept": 99}}' WHERE id = $1`, id)
-	require.NoError(t, err)
-	require.Contains(t, string(c.Do("GET", path+"?wait=5s", nil).Body), `99`, "read from Postgres")
+	for _, views := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ANNOUNCED_VIEWS=%t", views), func(t *testing.T) {
+			t.Parallel()
+			s := systest.Start(t, systest.Options{Overrides: []string{"ANNOUNCED_VIEWS", fmt.Sprint(views)}})
+			c := s.Client("dana", domain.RoleUser)
+			id := c.Probe(probe.Payload{Keys: []string{"kept"}})
+			fake := &requests.Request{ID: uuid.MustParse(id), Type: probe.TypeIncr, UserID: "dana",
+				Status: domain.StatusSucceeded, Result: []byte(`{"values":{"kept":424242}}`)}
+			msg, err := requests.DoneMessage([]*requests.Request{fake})
+			require.NoError(t, err)
+
+			answer := make(chan systest.Response, 1)
+			go func() { answer <- c.Do("GET", "/api/v1/requests/"+id+"?wait=20s", nil) }()
+			var got systest.Response
+			tick := time.NewTicker(50 * time.Millisecond) // until the poll listens
+			defer tick.Stop()
+		announce:
+			for {
+				select {
+				case got = <-answer:
+					break announce
+				case <-tick.C:
+					require.NoError(t, s.Redis.Publish(context.Background(), requests.DoneChannel, msg).Err())
+				}
+			}
+			require.Equal(t, http.StatusOK, got.Status)
+			if views {
+				require.Contains(t, string(got.Body), `424242`, "answered with the announced view")
+			} else {
+				require.Contains(t, string(got.Body), `"status":"queued"`, "woken, it read Postgres")
+				require.NotContains(t, string(got.Body), `424242`)
+			}
+		})
+	}
 }
 
 // A worker runs one Asynq server per queue, so fetching a task is one script

@@ -138,7 +138,7 @@ func strandOne(t *testing.T, r *fenceRig) uuid.UUID {
 // were applied already.
 func TestFoldedDeferredTasksDrainTheirKeys(t *testing.T) {
 	t.Parallel()
-	r := newFenceRig(t)
+	r := newDeferringRig(t, false) // folds, whatever the run's speed-ups
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
 	l := holding(t, e, "k")
@@ -196,7 +196,7 @@ func TestAggregateDeferredKeepsEachFirstKeyOnce(t *testing.T) {
 // Asynqmon shows the backlog); then it ends.
 func TestFoldOutlivesNoneOfItsRequests(t *testing.T) {
 	t.Parallel()
-	r := newFenceRig(t)
+	r := newDeferringRig(t, false) // folds, whatever the run's speed-ups
 	ctx := context.Background()
 	e := r.engineTTL(t, "w", 8, holdingTTL)
 	l := holding(t, e, "k")

@@ -128,8 +128,6 @@ func (o *Options) defaults() {
 // Engine is the per-key serialization engine. The API uses it to admit and
 // dispatch requests; the worker to apply them.
 type Engine struct {
-	// local marks the keys a drain of this process holds (key → *drain).
-	local  sync.Map
 	pool   *pgxpool.Pool
 	rdb    redis.UniversalClient
 	client *asynq.Client

@@ -28,7 +28,9 @@ type fenceRig struct {
 	scheduleDeferred bool
 }
 
-func newFenceRig(t *testing.T) *fenceRig { return newDeferringRig(t, false) }
+// newFenceRig is a rig whose engines defer tasks as this run's speed-ups
+// say (folded, or scheduled when they are off: testenv.SpeedupsOff).
+func newFenceRig(t *testing.T) *fenceRig { return newDeferringRig(t, testenv.SpeedupsOff()) }
 
 // newDeferringRig is newFenceRig with its engines deferring tasks as
 // scheduleDeferred says.
@@ -133,7 +135,6 @@ func (r *fenceRig) stalledHolder(t *testing.T, a *Engine, stall *pgStall, b *Eng
 	g := b.newGroup("q", l)
 	g.limit = 1
 	_, err = g.step(ctx) // applies the first request alone
-	g.leave()
 	require.NoError(t, err)
 	require.Equal(t, first, r.applied(t)[0].ID)
 	return func() error { close(resume); return <-done }
@@ -214,7 +215,6 @@ func (r *fenceRig) stalledGroup(t *testing.T, a *Engine, stall *pgStall, b *Engi
 	done := make(chan error, 1)
 	go func() {
 		_, err := stalled.step(ctx)
-		stalled.leave()
 		done <- err
 	}()
 	<-paused
@@ -231,7 +231,6 @@ func (r *fenceRig) stalledGroup(t *testing.T, a *Engine, stall *pgStall, b *Engi
 	g.add(ls[1])
 	g.limit = 1
 	_, err = g.step(ctx)
-	g.leave()
 	require.NoError(t, err)
 	require.Equal(t, first, r.applied(t)[0].ID)
 	return func() error { close(resume); return <-done }

@@ -223,6 +223,25 @@ func (s *Store) storedSeqs(ctx context.Context, batch []*pending, timeout time.D
 	return out
 }
 
+// insertAlone stores sub, which has no idempotency key, in a transaction of
+// its own (GROUP_COMMIT=false), bounded by timeout as a group commit's
+// INSERT is. As there, an INSERT whose answer was lost may have committed:
+// sub found stored under its fresh id is accepted, so its caller is not
+// told to retry a write that will be applied anyway.
+func (s *Store) insertAlone(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time, timeout time.Duration) (*Request, error) {
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, _, err := s.Insert(ictx, sub, id, now)
+	if err == nil {
+		return r, nil
+	}
+	p := &pending{sub: sub, id: id, now: now}
+	if seq, ok := s.storedSeqs(context.WithoutCancel(ctx), []*pending{p}, timeout)[id]; ok {
+		return p.request(seq), nil
+	}
+	return nil, err
+}
+
 // request is p as stored under seq.
 func (p *pending) request(seq int64) *Request {
 	return &Request{ID: p.id, Seq: seq, Type: p.sub.Type, Queue: p.sub.Queue, UserID: p.sub.UserID, Keys: p.sub.Keys,

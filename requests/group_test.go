@@ -108,3 +108,27 @@ func TestGroupPostThatPanicsLeavesEachCallerToPost(t *testing.T) {
 		require.False(t, p.posted)
 	}
 }
+
+// With GROUP_COMMIT=false a write is stored alone, and resolved the same
+// way: an INSERT that failed after its row was stored hands back the stored
+// request; one that stored nothing, the error.
+func TestInsertAloneResolvesAFailedInsertByWhatIsStored(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	s := NewStore(pool)
+	ctx := context.Background()
+
+	p := pendingBatch(t, 1, `{}`)[0]
+	first, _, err := s.Insert(ctx, p.sub, p.id, p.now)
+	require.NoError(t, err)
+	_, _, err = s.Insert(ctx, p.sub, p.id, p.now)
+	require.Error(t, err, "the same id again: the INSERT fails although the row is there")
+	r, err := s.insertAlone(ctx, p.sub, p.id, p.now, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, first.Seq, r.Seq)
+
+	lost := pendingBatch(t, 1, `{`)[0] // not JSON: the INSERT fails and stores nothing
+	r, err = s.insertAlone(ctx, lost.sub, lost.id, lost.now, time.Minute)
+	require.Error(t, err)
+	require.Nil(t, r)
+}

@@ -1,6 +1,7 @@
 package requests
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -121,11 +122,15 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	var posted bool
 	var posting Posting
 	grouped := sub.IdempotencyKey == "" && !in.CommitEach
-	if grouped {
+	switch {
+	case grouped:
 		p := in.group.insert(ctx, &sub, id, in.now().UTC())
 		r, err, posted, posting = p.r, p.err, p.posted, p.posting
 		created = true
-	} else {
+	case sub.IdempotencyKey == "":
+		r, err = in.store.insertAlone(ctx, &sub, id, in.now().UTC(), cmp.Or(in.group.timeout, storeTimeout))
+		created = true
+	default:
 		r, created, err = in.store.Insert(ctx, &sub, id, in.now().UTC())
 	}
 	if err != nil {
