@@ -31,7 +31,8 @@
 // with a switch (docs/configuration.md) and its measured gain beside it:
 // deferred.go (deferred tasks folded, AGGREGATE_DEFERRED_TASKS), the
 // intake's group commit (requests/group.go, GROUP_COMMIT), batched Asynq
-// enqueues (storage/batch.go, BATCH_ENQUEUE), and the announced outcomes
+// enqueues (storage/batch.go, BATCH_ENQUEUE), the local shortcut (Drain,
+// LOCAL_SHORTCUT), and the announced outcomes
 // that let long polls answer without Postgres (requests/notify.go,
 // ANNOUNCED_VIEWS, with the API's await). None of them is needed for K1–K6:
 // make test runs the protocol's tests again with every one of them off

@@ -71,7 +71,7 @@ func (r *fenceRig) engineTTL(t *testing.T, name string, batch int, ttl time.Dura
 func (r *fenceRig) engineOn(t *testing.T, name string, batch int, ttl time.Duration, pool *pgxpool.Pool, rdb redis.UniversalClient) *Engine {
 	e := New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
 		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name, ScheduleDeferred: r.scheduleDeferred,
-			EnqueueEach: testenv.SpeedupsOff()})
+			EnqueueEach: testenv.SpeedupsOff(), AlwaysAcquire: testenv.SpeedupsOff()})
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
 		func(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error) {
@@ -135,6 +135,7 @@ func (r *fenceRig) stalledHolder(t *testing.T, a *Engine, stall *pgStall, b *Eng
 	g := b.newGroup("q", l)
 	g.limit = 1
 	_, err = g.step(ctx) // applies the first request alone
+	g.leave()
 	require.NoError(t, err)
 	require.Equal(t, first, r.applied(t)[0].ID)
 	return func() error { close(resume); return <-done }
@@ -215,6 +216,7 @@ func (r *fenceRig) stalledGroup(t *testing.T, a *Engine, stall *pgStall, b *Engi
 	done := make(chan error, 1)
 	go func() {
 		_, err := stalled.step(ctx)
+		stalled.leave()
 		done <- err
 	}()
 	<-paused
@@ -231,6 +233,7 @@ func (r *fenceRig) stalledGroup(t *testing.T, a *Engine, stall *pgStall, b *Engi
 	g.add(ls[1])
 	g.limit = 1
 	_, err = g.step(ctx)
+	g.leave()
 	require.NoError(t, err)
 	require.Equal(t, first, r.applied(t)[0].ID)
 	return func() error { close(resume); return <-done }

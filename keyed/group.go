@@ -56,11 +56,26 @@ func (e *Engine) newGroup(queue string, l Lease) *group {
 	return g
 }
 
-// add holds l in the group.
-func (g *group) add(l Lease) { g.held[l.Key] = l }
+// add holds l in the group and marks its key as drained here, so this
+// process's tasks for it return at once.
+func (g *group) add(l Lease) {
+	g.held[l.Key] = l
+	g.e.local.Store(l.Key, g)
+}
 
-// drop takes key out of the group.
-func (g *group) drop(key string) { delete(g.held, key) }
+// drop takes key out of the group, withdrawing its local mark first: a task
+// that arrives after it goes for the lease itself.
+func (g *group) drop(key string) {
+	g.e.local.CompareAndDelete(key, g)
+	delete(g.held, key)
+}
+
+// leaves withdraws every local mark (the drain ends).
+func (g *group) leave() {
+	for k := range g.held {
+		g.e.local.CompareAndDelete(k, g)
+	}
+}
 
 func (g *group) keys() []string {
 	ks := make([]string, 0, len(g.held))
