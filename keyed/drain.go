@@ -22,10 +22,10 @@ func (e *Engine) Drain(ctx context.Context, key, queue string) error {
 	// off): in the FCFS rush (40,000 users, one key) no gain beyond the
 	// noise, 7,296/6,722/6,146 a second with it against 6,714/6,848/6,242;
 	// in the cart rush (3,000 carts over five hot options and each user's
-	// key, where a group's keys are met by many tasks) 4,353/4,211/3,965
-	// against 4,448/3,623/3,729, and runs without it that spent up to half
-	// as much again in the worker and Redis (0.117 and 0.070 ms a journey
-	// against 0.080–0.083 and 0.050).
+	// key, where a group's keys are met by many tasks) eleven runs with it
+	// averaged 4,074 a second and five without it 3,821, and the slow runs
+	// whose worker spent 0.117–0.133 ms a journey (against 0.067–0.093)
+	// were two of the five without it and one of the eleven with it.
 	if _, held := e.local.Load(key); held && !e.opt.AlwaysAcquire {
 		e.m.LeaseBusy.WithLabelValues(queue).Inc()
 		return nil
