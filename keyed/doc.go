@@ -27,15 +27,15 @@
 //  7. reconcile.go and forget.go: recovery from lost Redis state and dead
 //     holders, and how fencing state is let go.
 //
-// Throughput mechanisms outside the protocol, each in files of its own
-// with a switch (docs/configuration.md) and its measured gain beside it:
-// deferred.go (deferred tasks folded, AGGREGATE_DEFERRED_TASKS), the
-// intake's group commit (requests/group.go, GROUP_COMMIT), batched Asynq
-// enqueues (storage/batch.go, BATCH_ENQUEUE), the local shortcut (Drain,
-// LOCAL_SHORTCUT), and the announced outcomes
-// that let long polls answer without Postgres (requests/notify.go,
-// ANNOUNCED_VIEWS, with the API's await). None of them is needed for K1–K6:
-// make test runs the protocol's tests again with every one of them off
+// Throughput mechanisms outside the protocol, each with a switch
+// (docs/configuration.md) and its measured gain beside its code: deferred.go
+// (deferred tasks folded, AGGREGATE_DEFERRED_TASKS), the intake's group
+// commit (requests/group.go, GROUP_COMMIT), batched Asynq enqueues
+// (storage/batch.go, BATCH_ENQUEUE), the local shortcut (Drain,
+// LOCAL_SHORTCUT), and the announced outcomes that let long polls answer
+// without Postgres (requests/notify.go and the API's await,
+// ANNOUNCED_VIEWS). None of them is needed for K1–K6: make test runs the
+// protocol's tests again with every one of them off
 // (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups
 // (group.go) are part of the protocol: they are how a request with several
 // keys is applied at all.
