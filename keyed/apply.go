@@ -37,75 +37,67 @@ type pickFunc func(open []*requests.Request, limit int) []*requests.Request
 //     the batch is halved until that request is alone; a request that fails
 //     alone twice is recorded as failed, so it cannot block its key.
 //
-// limit is the batch size to try first; what it returns says the size for
-// the next step.
-func (e *Engine) applyRetrying(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc, limit int) (applied, error) {
+// It works on the group's state: a re-issued lease replaces the one held,
+// and g.limit, the batch size, is halved while a failing request is
+// isolated and doubled back after each success, up to BatchMax.
+func (g *group) applyRetrying(ctx context.Context, ids []uuid.UUID, pick pickFunc) (result, error) {
+	e, leases := g.e, g.leases()
 	reissued := map[string]bool{}
 	transientTries, aloneFailures := 0, 0
 	for {
 		stop := e.keepAlive(ctx, leases)
-		res, err := e.attempt(ctx, leases, ids, pick, limit, nil)
+		res, err := e.attempt(ctx, leases, ids, pick, g.limit, nil)
 		stop()
 		var fenced *fencedError
 		switch {
 		case err == nil:
-			limit = min(limit*2, e.opt.BatchMax)
-			return applied{leases, res, limit}, nil
+			g.limit = min(g.limit*2, e.opt.BatchMax)
+			return res, nil
 		case errors.As(err, &fenced):
 			if reissued[fenced.key] {
-				return applied{leases, res, limit}, ErrLeaseLost
+				return res, ErrLeaseLost
 			}
 			reissued[fenced.key] = true
 			i := slices.IndexFunc(leases, func(l Lease) bool { return l.Key == fenced.key })
 			nl, rerr := e.reissue(ctx, leases[i])
 			if rerr != nil {
-				return applied{leases, res, limit}, rerr
+				return res, rerr
 			}
-			leases[i] = nl
+			leases[i], g.held[nl.Key] = nl, nl
 			continue
 		case ctx.Err() != nil:
-			return applied{leases, res, limit}, err
+			return res, err
 		case errors.Is(err, ErrLeaseLost): // an applier's own fenced script
-			return applied{leases, res, limit}, ErrLeaseLost
+			return res, ErrLeaseLost
 		case errors.Is(err, errOvertaking):
 			// An earlier request on these keys never reached its mailbox: put
 			// it there (it sorts first by seq) and let the caller re-read.
 			if rerr := e.Redispatch(ctx, leaseKeys(leases)); rerr != nil {
-				return applied{leases, res, limit}, rerr
+				return res, rerr
 			}
-			return applied{leases, result{}, limit}, nil
+			return result{}, nil
 		case transient(err):
 			if transientTries++; transientTries > 3 {
-				return applied{leases, res, limit}, err
+				return res, err
 			}
 			e.log.Warn("apply failed, retrying", "keys", leaseKeys(leases), "try", transientTries, "err", err)
 			time.Sleep(time.Duration(25<<(2*(transientTries-1))) * time.Millisecond)
 			continue
 		case len(res.tried) == 0:
-			return applied{leases, res, limit}, err
+			return res, err
 		}
 		e.log.Warn("applier failed; isolating the request", "keys", leaseKeys(leases), "batch", len(res.tried), "err", err)
 		if len(res.tried) > 1 {
-			limit = len(res.tried) / 2
+			g.limit = len(res.tried) / 2
 			continue
 		}
 		if aloneFailures++; aloneFailures < 2 {
 			continue
 		}
-		limit = 1
+		g.limit = 1
 		res, ferr := e.attempt(ctx, leases, []uuid.UUID{res.tried[0].ID}, pick, 1, err)
-		return applied{leases, res, limit}, ferr
+		return res, ferr
 	}
-}
-
-// applied is how applyRetrying ended: the leases as they stand (it may have
-// re-issued one), the last attempt's result, and the batch size for the
-// next step: halved while a failing request is isolated, doubled back
-// after each success, up to BatchMax.
-type applied struct {
-	leases []Lease
-	result
-	limit int
 }
 
 // errOvertaking means the batch would be applied ahead of an earlier request

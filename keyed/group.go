@@ -95,15 +95,6 @@ func (g *group) leases() []Lease {
 	return out
 }
 
-// setLeases takes back leases applyRetrying may have re-issued.
-func (g *group) setLeases(ls []Lease) {
-	for _, l := range ls {
-		if _, ok := g.held[l.Key]; ok {
-			g.held[l.Key] = l
-		}
-	}
-}
-
 // window is what a peek saw of one key's mailbox.
 type window struct {
 	ids  []string
@@ -363,14 +354,12 @@ func (g *group) apply(ctx context.Context, wins map[string]window, merged []entr
 	if err := e.store.MarkProcessingMany(ctx, progressMarks(wins)); err != nil {
 		return result{}, err
 	}
-	a, err := e.applyRetrying(ctx, g.leases(), ids, g.picker(wins, p), g.limit)
-	g.setLeases(a.leases)
-	g.limit = a.limit
+	res, err := g.applyRetrying(ctx, ids, g.picker(wins, p))
 	if err != nil {
 		return result{}, err
 	}
-	e.finish(ctx, g.queue, a.result, mailboxesOf(merged))
-	return a.result, nil
+	e.finish(ctx, g.queue, res, mailboxesOf(merged))
+	return res, nil
 }
 
 // signature names what a step sees: the keys held and the requests in
