@@ -101,7 +101,6 @@ func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limi
 			interval, tolerance := l.gcra()
 			gd.on = append(gd.on, l)
 			gd.args = append(gd.args, []any{interval, tolerance})
-			gd.scopes = append(gd.scopes, l.Scope)
 		}
 	}
 	if len(gd.on) == 0 && w.Duration <= 0 {
@@ -114,11 +113,10 @@ func Guard(rdb redis.UniversalClient, log *slog.Logger, w Window, limits ...Limi
 // script's arguments.
 type guard struct {
 	gcra
-	log    *slog.Logger
-	w      Window
-	on     []Limit
-	args   [][]any
-	scopes []string
+	log  *slog.Logger
+	w    Window
+	on   []Limit
+	args [][]any
 }
 
 func (gd *guard) serve(c *fiber.Ctx) error {
@@ -137,7 +135,11 @@ func (gd *guard) serve(c *fiber.Ctx) error {
 	if err != nil {
 		// Limits that cannot count fail open: refusing every write
 		// because Redis blinked would be worse than a moment unlimited.
-		gd.log.WarnContext(ctx, "rate limiter unavailable; letting the request through", "scopes", gd.scopes, "err", err)
+		scopes := make([]string, len(gd.on))
+		for i, l := range gd.on {
+			scopes[i] = l.Scope
+		}
+		gd.log.WarnContext(ctx, "rate limiter unavailable; letting the request through", "scopes", scopes, "err", err)
 	}
 	giveBack := func() {
 		if st == claimFresh || st == claimUnknown {

@@ -16,8 +16,9 @@ func AvailableRooms(total, unavailable, held int64) int64 {
 }
 
 // AvailableStock is what a product option can still sell: its stock less
-// the quantities of RESERVED reservations not yet expired; the shop seed's availableStock (002, 3-2).
-// A reserve fits when every line's quantity is at most this.
+// the quantities of RESERVED reservations not yet expired, the shop seed's
+// availableStock (002, 3-2). A reserve fits when every line's quantity is
+// at most this.
 func AvailableStock(stock, reserved int) int {
 	return stock - reserved
 }

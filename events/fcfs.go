@@ -138,7 +138,7 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	if err != nil {
 		return err
 	}
-	g := f.assign(b, payloads, outs[start:end], start, free, taken, t)
+	g := f.assign(b.Requests[start:end], payloads[start:end], outs[start:end], b.Now, free, taken, t)
 	if len(g.seats) == 0 {
 		return nil
 	}
@@ -160,16 +160,16 @@ type grant struct {
 	holders, phones []string
 }
 
-// assign decides, in acceptance order, the open requests among outs (those
-// of b from first on): the free seats go one each to users holding none,
-// until none is left.
-func (f *FCFS) assign(b *keyed.Batch, payloads []FCFSPayload, outs []requests.Outcome, first int, free []int64, taken map[string]int64, t tally) grant {
+// assign decides, in acceptance order, the open requests among rs (those
+// whose outs are still empty): the free seats go one each to users holding
+// none, until none is left.
+func (f *FCFS) assign(rs []*requests.Request, payloads []FCFSPayload, outs []requests.Outcome, now time.Time, free []int64, taken map[string]int64, t tally) grant {
 	var g grant
-	for k := range outs {
+	for k, r := range rs {
 		if outs[k].Status != "" {
 			continue
 		}
-		r, p := b.Requests[first+k], payloads[first+k]
+		p := payloads[k]
 		if seat, ok := taken[r.UserID]; ok {
 			outs[k] = requests.Rejected(domain.NewProblem(domain.CodeAlreadyReserved,
 				"you already hold a seat for this event").WithMeta("seatId", seat))
@@ -181,7 +181,7 @@ func (f *FCFS) assign(b *keyed.Batch, payloads []FCFSPayload, outs []requests.Ou
 			continue
 		}
 		// Only a request that would have got a seat is told it waited too long.
-		if f.LockWait > 0 && b.Now.Sub(r.AcceptedAt) > f.LockWait {
+		if f.LockWait > 0 && now.Sub(r.AcceptedAt) > f.LockWait {
 			outs[k] = t.reject("contention", domain.CodeContention,
 				"the event was too busy to serve this request within %s; try again", f.LockWait)
 			continue

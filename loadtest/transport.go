@@ -131,7 +131,7 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	closed := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() { t.closeAll(); close(closed) })
 	err := t.c.DoDeadline(req, resp, deadline)
-	if !stop() && ctx.Err() != nil {
+	if !stop() {
 		// closeAll has started: let it finish, or it could close the
 		// connection of the caller's next exchange under it.
 		<-closed

@@ -1,7 +1,6 @@
 package requests
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,7 +82,11 @@ const storeTimeout = 30 * time.Second
 // SetTimeout bounds how long making a write durable may wait on Postgres
 // (the API's DEPENDENCY_TIMEOUT). A write that outlasts it fails with
 // context.DeadlineExceeded unless its INSERT is found to have committed.
-func (in *Intake) SetTimeout(d time.Duration) { in.group.timeout = d }
+func (in *Intake) SetTimeout(d time.Duration) {
+	if d > 0 {
+		in.group.timeout = d
+	}
+}
 
 // NewIntake wires intake.
 func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
@@ -128,7 +131,7 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 		r, err, posted, posting = p.r, p.err, p.posted, p.posting
 		created = true
 	case sub.IdempotencyKey == "":
-		r, err = in.store.insertAlone(ctx, &sub, id, in.now().UTC(), cmp.Or(in.group.timeout, storeTimeout))
+		r, err = in.store.insertAlone(ctx, &sub, id, in.now().UTC(), in.group.timeout)
 		created = true
 	default:
 		r, created, err = in.store.Insert(ctx, &sub, id, in.now().UTC())

@@ -142,10 +142,11 @@ func readReserveState(ctx context.Context, tx pgx.Tx, users, options []int64, no
 	defer rows.Close()
 	for rows.Next() {
 		var o optionRow
-		if err := rows.Scan(&o.id, &o.product, &o.code, &o.price, &o.active, &o.available); err != nil {
+		var stock int
+		if err := rows.Scan(&o.id, &o.product, &o.code, &o.price, &o.active, &stock); err != nil {
 			return nil, err
 		}
-		o.available = domain.AvailableStock(o.available, reserved[o.id]) // scanned as the stock
+		o.available = domain.AvailableStock(stock, reserved[o.id])
 		st.options[o.id] = &o
 	}
 	return st, rows.Err()

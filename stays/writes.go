@@ -73,6 +73,15 @@ func newBatch(kb *keyed.Batch) *batch {
 	return &batch{Batch: kb, nights: make(map[string]*night), total: -1}
 }
 
+// refusedOr is what a create or confirm answers when one of its
+// checks stopped it: the check's refusal o, or else its error.
+func refusedOr(o *requests.Outcome, err error) (requests.Outcome, error) {
+	if o != nil {
+		return *o, nil
+	}
+	return requests.Outcome{}, err
+}
+
 // sellable checks that a room type and its hotel take bookings.
 func sellable(ctx context.Context, tx pgx.Tx, roomTypeID int64) (*requests.Outcome, error) {
 	rt, hotel, err := getRoomType(ctx, tx, roomTypeID)
@@ -107,17 +116,11 @@ func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Re
 			"the room type was too busy to take this hold within %s; try again", w.LockWait), nil
 	}
 	if o, err := sellable(ctx, tx, rt); o != nil || err != nil {
-		if o != nil {
-			return *o, nil
-		}
-		return requests.Outcome{}, err
+		return refusedOr(o, err)
 	}
 	h, o, err := w.existingHold(ctx, r, p, now)
 	if o != nil || err != nil {
-		if o != nil {
-			return *o, nil
-		}
-		return requests.Outcome{}, err
+		return refusedOr(o, err)
 	}
 	if h != nil {
 		// One active hold per user and range: return it with its TTL extended.
@@ -125,10 +128,7 @@ func (w *Writes) create(ctx context.Context, tx pgx.Tx, b *batch, r *requests.Re
 	} else {
 		dates, o, err := w.capacity(ctx, tx, b, rt, p.CheckIn, p.CheckOut)
 		if o != nil || err != nil {
-			if o != nil {
-				return *o, nil
-			}
-			return requests.Outcome{}, err
+			return refusedOr(o, err)
 		}
 		defer func() {
 			for _, d := range dates {
@@ -277,10 +277,7 @@ func (w *Writes) confirm(ctx context.Context, tx pgx.Tx, b *batch, r *requests.R
 		return requests.Reject(domain.CodeForbidden, "this hold belongs to another user"), nil
 	}
 	if o, err := sellable(ctx, tx, h.RoomTypeID); o != nil || err != nil {
-		if o != nil {
-			return *o, nil
-		}
-		return requests.Outcome{}, err
+		return refusedOr(o, err)
 	}
 	// Capacity, re-checked in Postgres: a concrete active room free on every
 	// night, clean ones first. The exclusion constraint backs it up.
