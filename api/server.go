@@ -41,7 +41,7 @@ type Deps struct {
 	Redis    redis.UniversalClient
 	Intake   *requests.Intake
 	Store    *requests.Store
-	Notifier *requests.Notifier
+	Notifier *Notifier
 	Signer   *auth.Signer
 	Registry *prometheus.Registry
 	Metrics  *metrics.Pipeline

@@ -95,7 +95,7 @@ type Config struct {
 	// in one pipeline (storage/batch.go); false sends each by itself.
 	BatchEnqueue bool `env:"BATCH_ENQUEUE" envDefault:"true"`
 	// AnnouncedViews lets a long poll answer with the outcome the worker
-	// announced (requests/notify.go); false reads it from Postgres once
+	// announced (api/notify.go); false reads it from Postgres once
 	// woken. Either way the announcement wakes the poll.
 	AnnouncedViews bool `env:"ANNOUNCED_VIEWS" envDefault:"true"`
 	// LocalShortcut lets a task whose key a drain of the same worker holds

@@ -141,7 +141,7 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 		return res, fmt.Errorf("keyed: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := fenceAll(ctx, tx, leases, e.opt.ForgetAfter); err != nil {
+	if err := fence(ctx, tx, leases, e.opt.ForgetAfter); err != nil {
 		return res, err
 	}
 	open, err := requests.LockOpen(ctx, tx, ids)

@@ -15,7 +15,7 @@
 //     the caps intake checks first. each.go: Each, the apply loop of write
 //     types that decide one request at a time.
 //  3. lease.go and scripts.go: a lease and its token (acquire, release,
-//     reissue), the fence every apply transaction checks (fence, fenceAll),
+//     reissue), the fence every apply transaction checks (fence),
 //     the Redis layout, and FenceCheck for appliers' own scripts.
 //  4. drain.go: Drain and drainHeld, the loop a holder runs until its
 //     mailboxes are empty or its slice is up; finish, handOff, keepAlive.
@@ -33,7 +33,7 @@
 // commit (requests/group.go, GROUP_COMMIT), batched Asynq enqueues
 // (storage/batch.go, BATCH_ENQUEUE), the local shortcut (Drain,
 // LOCAL_SHORTCUT), and the announced outcomes that let long polls answer
-// without Postgres (requests/notify.go and the API's await,
+// without Postgres (api/notify.go and await in api/requests.go,
 // ANNOUNCED_VIEWS). None of them is needed for K1–K6: make test runs the
 // protocol's tests again with every one of them off
 // (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups

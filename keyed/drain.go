@@ -148,7 +148,7 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes ma
 // carries on after delay. A lease that had already lapsed is handled as lost:
 // tasks that arrived meanwhile may have left their requests to this holder.
 func (e *Engine) handOff(ctx context.Context, l Lease, queue string, delay time.Duration) error {
-	st, err := e.release(ctx, l, false)
+	st, err := e.release(ctx, l)
 	switch {
 	case err != nil:
 		return err

@@ -89,7 +89,7 @@ func TestForgottenFenceControlNaiveCheckTakesAnOldToken(t *testing.T) {
 
 	tx, err := r.pool.Begin(ctx)
 	require.NoError(t, err)
-	require.ErrorIs(t, fence(ctx, tx, Lease{Key: "k", Token: old}, forgetAfter), ErrFenced)
+	require.ErrorIs(t, fence(ctx, tx, []Lease{{Key: "k", Token: old}}, forgetAfter), ErrFenced)
 	require.NoError(t, tx.Rollback(ctx))
 
 	tx, err = r.pool.Begin(ctx)

@@ -351,7 +351,7 @@ func mailboxesOf(merged []entry) map[string][]string {
 // step's plan in p, and clears what it applied from the mailboxes.
 func (g *group) apply(ctx context.Context, wins map[string]window, merged []entry, ids []uuid.UUID, p *plan) (result, error) {
 	e := g.e
-	if err := e.store.MarkProcessingMany(ctx, progressMarks(wins)); err != nil {
+	if err := e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
 		return result{}, err
 	}
 	res, err := g.applyRetrying(ctx, ids, g.picker(wins, p))
@@ -404,7 +404,7 @@ func (g *group) parseIDs(ctx context.Context, merged []entry) ([]uuid.UUID, erro
 }
 
 // progressMarks is how far each key's window reaches: the processing mark
-// of its requests (requests.Store.MarkProcessingMany).
+// of its requests (requests.Store.MarkProcessing).
 func progressMarks(wins map[string]window) map[string]int64 {
 	marks := make(map[string]int64, len(wins))
 	for k, w := range wins {

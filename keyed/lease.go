@@ -77,14 +77,9 @@ func acquired(c *redis.Cmd) (tok int64, keptFor string, err error) {
 	return 0, "", fmt.Errorf("unexpected reply %T", v)
 }
 
-// release gives l up; with ifEmpty it keeps the lease while the mailbox has
-// entries (so no entry is ever left without a holder or a task).
-func (e *Engine) release(ctx context.Context, l Lease, ifEmpty bool) (int, error) {
-	mode := "force"
-	if ifEmpty {
-		mode = "ifempty"
-	}
-	st, err := releaseScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)}, l.Token, mode).Int()
+// release gives l up, whatever its mailbox holds.
+func (e *Engine) release(ctx context.Context, l Lease) (int, error) {
+	st, err := releaseScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)}, l.Token, "force").Int()
 	if err != nil {
 		return 0, fmt.Errorf("keyed: release %s: %w", l.Key, err)
 	}
@@ -98,38 +93,14 @@ func floorSQL(n int) string {
 	return fmt.Sprintf("(extract(epoch FROM now()) * 1000000)::bigint - $%d", n)
 }
 
-// fence records l's token in key_fences inside tx, refusing with ErrFenced
-// if a newer token has already applied changes to the key, or the token is
-// older than forget. The row lock it takes also serializes every apply
-// transaction on the key.
-func fence(ctx context.Context, tx pgx.Tx, l Lease, forget time.Duration) error {
-	var tok int64
-	err := tx.QueryRow(ctx, `INSERT INTO key_fences (key, token) SELECT $1, $2 WHERE $2 > `+floorSQL(3)+`
-		ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token WHERE key_fences.token <= EXCLUDED.token
-		RETURNING token`, l.Key, l.Token, forget.Microseconds()).Scan(&tok)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: key %s token %d", ErrFenced, l.Key, l.Token)
-	}
-	if err != nil {
-		return fmt.Errorf("keyed: fence %s: %w", l.Key, err)
-	}
-	return nil
-}
-
-// fenceAll is fence for every lease of a group in one statement, in key
-// order (the order every apply transaction takes these rows in, so two of
-// them never wait for each other in a cycle). It returns a *fencedError
-// naming a key whose fence refused its token.
-func fenceAll(ctx context.Context, tx pgx.Tx, ls []Lease, forget time.Duration) error {
-	if len(ls) == 1 {
-		if err := fence(ctx, tx, ls[0], forget); err != nil {
-			if errors.Is(err, ErrFenced) {
-				return &fencedError{key: ls[0].Key}
-			}
-			return err
-		}
-		return nil
-	}
+// fence records each lease's token in key_fences inside tx, in one
+// statement and in key order (the order every apply transaction takes these
+// rows in, so two of them never wait for each other in a cycle). A token is
+// refused if a newer one has already applied changes to its key, or it is
+// older than forget: fence then returns a *fencedError (ErrFenced) naming
+// that key. The row locks it takes also serialize every apply transaction
+// on the keys.
+func fence(ctx context.Context, tx pgx.Tx, ls []Lease, forget time.Duration) error {
 	sorted := slices.Clone(ls)
 	slices.SortFunc(sorted, func(a, b Lease) int { return strings.Compare(a.Key, b.Key) })
 	keys := make([]string, len(sorted))
@@ -147,9 +118,6 @@ func fenceAll(ctx context.Context, tx pgx.Tx, ls []Lease, forget time.Duration) 
 	ok, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return fmt.Errorf("keyed: fence: %w", err)
-	}
-	if len(ok) == len(keys) {
-		return nil
 	}
 	slices.Sort(ok)
 	for _, k := range keys {

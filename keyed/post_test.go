@@ -7,16 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
@@ -150,78 +150,57 @@ func TestFailedBatchPostFallsBackToEachRequest(t *testing.T) {
 	require.Greater(t, sum(sent.Pipelines("zadd")), n, "the failed batch was posted again, request by request")
 }
 
-// announceOnPost posts through the real engine and then announces the
-// posted requests done before Post returns, as a drain already holding the
-// key can do before intake has handed the request back: it publishes on
-// the done channel and waits until the notifier has delivered it.
-type announceOnPost struct {
+// trackBeforePost is a Tracker and a Dispatcher in one: it records the
+// requests intake tracks, and for each request posted whether it was
+// tracked by then. The API's Notifier must know of a request before a
+// worker can announce it, which a drain already holding the key can do the
+// moment the request is in its mailbox.
+type trackBeforePost struct {
 	*Engine
-	n *requests.Notifier
+	mu          sync.Mutex
+	tracked     map[uuid.UUID]string
+	postedFirst []uuid.UUID // posted before they were tracked
 }
 
-func (d announceOnPost) Post(ctx context.Context, rs []*requests.Request) ([]requests.Posting, error) {
-	postings, err := d.Engine.Post(ctx, rs)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	done := make([]*requests.Request, len(rs))
-	delivered := make([]<-chan []byte, len(rs))
-	for i, r := range rs {
-		c := *r
-		c.Status, c.CompletedAt = domain.StatusSucceeded, &now
-		done[i] = &c
-		ch, cancel := d.n.Wait(r.ID)
-		defer cancel()
-		delivered[i] = ch
-	}
-	msg, err := requests.DoneMessage(done)
-	if err != nil {
-		return nil, err
-	}
-	if err := d.rdb.Publish(ctx, requests.DoneChannel, msg).Err(); err != nil {
-		return nil, err
-	}
-	for _, ch := range delivered {
-		select {
-		case <-ch:
-		case <-time.After(5 * time.Second):
-			return nil, errors.New("announcement not delivered")
+func (d *trackBeforePost) Track(id uuid.UUID, owner string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.tracked[id] = owner
+}
+
+func (d *trackBeforePost) Post(ctx context.Context, rs []*requests.Request) ([]requests.Posting, error) {
+	d.mu.Lock()
+	for _, r := range rs {
+		if _, ok := d.tracked[r.ID]; !ok {
+			d.postedFirst = append(d.postedFirst, r.ID)
 		}
 	}
-	return postings, nil
+	d.mu.Unlock()
+	return d.Engine.Post(ctx, rs)
 }
 
-// Intake tells the notifier of a request before posting it to its mailboxes,
-// so an announcement that comes before Accept returns is remembered: the
-// client's long poll then reads the outcome at once instead of waiting for
-// an announcement that has passed (which cost it a second, the poll's
-// fallback). Both paths: the group commit's batch post and an idempotent
-// submission's own.
+// Intake tracks a request before posting it to its mailboxes, so the
+// API's Notifier remembers an announcement that comes before Accept
+// returns: the client's long poll then reads the outcome at once instead
+// of waiting for an announcement that has passed (which cost it a second,
+// the poll's fallback). Both paths: the group commit's batch post and an
+// idempotent submission's own.
 func TestIntakeTracksARequestBeforeItsPost(t *testing.T) {
 	t.Parallel()
 	r := newFenceRig(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	n := requests.NewNotifier(r.rdb, slog.Default())
-	go n.Run(ctx)
-	require.Eventually(t, func() bool {
-		subs, err := r.rdb.PubSubNumSub(ctx, requests.DoneChannel).Result()
-		return err == nil && subs[requests.DoneChannel] > 0
-	}, 5*time.Second, 10*time.Millisecond)
-	in := r.newIntake(announceOnPost{r.engine(t, "w", 8), n})
-	in.Tracker = n
+	ctx := context.Background()
+	d := &trackBeforePost{Engine: r.engine(t, "w", 8), tracked: map[uuid.UUID]string{}}
+	in := r.newIntake(d)
+	in.Tracker = d
 
 	for _, key := range []string{"", "idem-1"} {
 		req, created, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u",
 			Keys: []string{"k"}, Route: "test", IdempotencyKey: key})
 		require.NoError(t, err)
 		require.True(t, created)
-		got, ok := n.Local(req.ID, func(string) bool { return true })
-		require.True(t, ok, "key %q: tracked", key)
-		require.Equal(t, "u", got.Owner)
-		require.True(t, got.Announced, "key %q: the announcement made during the post is remembered", key)
+		require.Equal(t, "u", d.tracked[req.ID], "key %q: tracked for its owner", key)
 	}
+	require.Empty(t, d.postedFirst, "every request was tracked before it was posted")
 }
 
 // A task whose key a drain of its own process holds returns without a

@@ -91,7 +91,7 @@ func TestBatchStatementsDoNotGrowWithTheTable(t *testing.T) {
 		store := NewStore(pool)
 		applyBatch := func(ids []uuid.UUID, lastSeq int64) {
 			now := time.Now().UTC()
-			require.NoError(t, store.MarkProcessing(ctx, "k", lastSeq))
+			require.NoError(t, store.MarkProcessing(ctx, map[string]int64{"k": lastSeq}))
 			require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				open, err := LockOpen(ctx, tx, ids)
 				require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -143,28 +144,16 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
 	return r, storage.Translate("requests: get", err)
 }
 
-// MarkProcessing records that key's drain has read its mailbox as far as
-// throughSeq and is about to apply what it read: those still queued read as
-// processing (viewColumns) until they are completed. One row per key,
-// whatever the batch's size; the mark only ever moves forward.
-func (s *Store) MarkProcessing(ctx context.Context, key string, throughSeq int64) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO key_progress (key, through_seq) VALUES ($1, $2)
-		ON CONFLICT (key) DO UPDATE SET through_seq = EXCLUDED.through_seq
-		WHERE key_progress.through_seq < EXCLUDED.through_seq`, key, throughSeq)
-	return storage.Translate("requests: mark processing", err)
-}
-
-// MarkProcessingMany is MarkProcessing for several keys in one statement:
-// through maps each key to the highest seq its holder has read.
-func (s *Store) MarkProcessingMany(ctx context.Context, through map[string]int64) error {
+// MarkProcessing records that each key's drain has read its mailbox as far
+// as the seq through maps it to, and is about to apply what it read: those
+// still queued read as processing (viewColumns) until they are completed.
+// One row per key, whatever the batch's size; a mark only ever moves
+// forward.
+func (s *Store) MarkProcessing(ctx context.Context, through map[string]int64) error {
 	if len(through) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(through))
-	for k := range through {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // one order for every writer of these rows
+	keys := slices.Sorted(maps.Keys(through)) // one order for every writer of these rows
 	seqs := make([]int64, len(keys))
 	for i, k := range keys {
 		seqs[i] = through[k]

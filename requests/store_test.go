@@ -49,7 +49,7 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 	}
 	require.NoError(t, store.MarkUndispatched(ctx, lost.ID))
 
-	require.NoError(t, store.MarkProcessing(ctx, "k", second.Seq))
+	require.NoError(t, store.MarkProcessing(ctx, map[string]int64{"k": second.Seq}))
 	require.Equal(t, domain.StatusProcessing, status(first))
 	require.Equal(t, domain.StatusProcessing, status(second))
 	require.Equal(t, domain.StatusQueued, status(lost), "not in its mailbox: nothing works on it")
@@ -63,10 +63,10 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 	require.Equal(t, second.ID, replay.ID)
 	require.Equal(t, domain.StatusProcessing, replay.Status, "a replay reads as Get does")
 
-	require.NoError(t, store.MarkProcessing(ctx, "k", first.Seq))
+	require.NoError(t, store.MarkProcessing(ctx, map[string]int64{"k": first.Seq}))
 	require.Equal(t, domain.StatusProcessing, status(second), "the mark does not move back")
 
-	require.NoError(t, store.MarkProcessing(ctx, "a", multi.Seq))
+	require.NoError(t, store.MarkProcessing(ctx, map[string]int64{"a": multi.Seq}))
 	require.Equal(t, domain.StatusProcessing, status(multi), "marked on one of its keys")
 	require.Equal(t, domain.StatusQueued, status(third), "another key's mark")
 

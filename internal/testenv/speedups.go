@@ -17,7 +17,7 @@ var speedupsOff = map[string]string{
 	"AGGREGATE_DEFERRED_TASKS": "false", // keyed/deferred.go
 	"GROUP_COMMIT":             "false", // requests/group.go
 	"BATCH_ENQUEUE":            "false", // storage.BatchScripts
-	"ANNOUNCED_VIEWS":          "false", // requests/notify.go, api await
+	"ANNOUNCED_VIEWS":          "false", // api/notify.go, api await
 	"CART_GROUP_READ":          "false", // storage.GroupRead in the shop
 	"LOCAL_SHORTCUT":           "false", // keyed's Drain
 }

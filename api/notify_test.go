@@ -1,4 +1,4 @@
-package requests
+package api
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/requests"
 )
 
 // An announcement hands each waiter the view of its own request, leaves
@@ -16,10 +17,10 @@ import (
 func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 	n := NewNotifier(nil, nil)
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	reqs := make([]*Request, 3)
+	reqs := make([]*requests.Request, 3)
 	waits := make([]<-chan []byte, 3)
 	for i := range reqs {
-		reqs[i] = &Request{ID: uuid.New(), Type: "t", AcceptedAt: now}
+		reqs[i] = &requests.Request{ID: uuid.New(), Type: "t", AcceptedAt: now}
 		var cancel func()
 		waits[i], cancel = n.Wait(reqs[i].ID)
 		defer cancel()
@@ -27,11 +28,11 @@ func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 	reqs[0].Status, reqs[0].Result, reqs[0].CompletedAt = domain.StatusSucceeded, json.RawMessage(`{"seatId":7}`), &now
 	reqs[1].Status, reqs[1].Problem, reqs[1].CompletedAt = domain.StatusRejected, domain.NewProblem(domain.CodeSoldOut, "no seat is left"), &now
 
-	msg, err := DoneMessage(reqs[:2])
+	msg, err := requests.DoneMessage(reqs[:2])
 	require.NoError(t, err)
 	n.deliver(msg)
 	for i, r := range reqs[:2] {
-		var got, want View
+		var got, want requests.View
 		require.NoError(t, json.Unmarshal(<-waits[i], &got))
 		want = r.View()
 		require.Equal(t, want.RequestID, got.RequestID)
@@ -54,7 +55,7 @@ func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 		t.Fatalf("a line without a view woke request 2's waiter with %q", v)
 	default:
 	}
-	msg, err = DoneMessage(reqs[2:])
+	msg, err = requests.DoneMessage(reqs[2:])
 	require.NoError(t, err)
 	n.deliver(msg)
 	require.NotNil(t, <-waits[2])
@@ -67,7 +68,7 @@ func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	n := NewNotifier(nil, nil)
 	anyone := func(string) bool { return true }
-	mine, other := &Request{ID: uuid.New(), Type: "t", Status: domain.StatusSucceeded}, uuid.New()
+	mine, other := &requests.Request{ID: uuid.New(), Type: "t", Status: domain.StatusSucceeded}, uuid.New()
 	n.Track(mine.ID, "alice")
 
 	got, ok := n.Local(mine.ID, anyone)
@@ -76,7 +77,7 @@ func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	_, ok = n.Local(other, anyone)
 	require.False(t, ok, "accepted elsewhere")
 
-	msg, err := DoneMessage([]*Request{mine})
+	msg, err := requests.DoneMessage([]*requests.Request{mine})
 	require.NoError(t, err)
 	n.deliver(msg)
 	got, ok = n.Local(mine.ID, func(owner string) bool { return owner == "mallory" })
@@ -93,11 +94,11 @@ func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
 	require.Equal(t, Tracked{Owner: "alice", Announced: true}, got, "and handed out once")
 
 	// A view delivered to a poll that was waiting is not kept as well.
-	waited := &Request{ID: uuid.New(), Type: "t", Status: domain.StatusRejected}
+	waited := &requests.Request{ID: uuid.New(), Type: "t", Status: domain.StatusRejected}
 	n.Track(waited.ID, "carol")
 	c, cancel := n.Wait(waited.ID)
 	defer cancel()
-	msg, err = DoneMessage([]*Request{waited})
+	msg, err = requests.DoneMessage([]*requests.Request{waited})
 	require.NoError(t, err)
 	n.deliver(msg)
 	require.NotNil(t, <-c)

@@ -1,9 +1,7 @@
-package requests
+package api
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,33 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/internal/recent"
+	"github.com/holdfast/holdfast/requests"
 )
 
-// DoneChannel is the Redis pub/sub channel on which workers announce the
-// requests that just became terminal, one message per batch. It only speeds
-// up long-polls: a poll that misses it re-reads Postgres.
-const DoneChannel = "holdfast:requests:done"
-
-// DoneMessage announces that reqs are terminal, as Complete left them: one
-// line per request, its id, a space and the view GET would now read from
-// Postgres, so a waiting long-poll can answer without reading it again.
-func DoneMessage(reqs []*Request) (string, error) {
-	var b strings.Builder
-	for _, r := range reqs {
-		v, err := json.Marshal(r.View())
-		if err != nil {
-			return "", fmt.Errorf("requests: announce %s: %w", r.ID, err)
-		}
-		b.WriteString(r.ID.String())
-		b.WriteByte(' ')
-		b.Write(v)
-		b.WriteByte('\n')
-	}
-	return b.String(), nil
-}
-
-// Notifier fans DoneChannel messages out to the long polls waiting in this
-// process. It also remembers, for a few seconds, the requests accepted here
+// Notifier fans the outcomes workers announce (requests.DoneChannel) out to
+// the long polls waiting in this process. It also remembers, for a few seconds, the requests accepted here
 // (Track) and whether they have been announced since. A client mostly polls
 // over the connection it submitted on, right after its 202, so its long poll
 // usually reaches the process that accepted the request before the outcome
@@ -49,7 +25,7 @@ func DoneMessage(reqs []*Request) (string, error) {
 // woken, measured in pairs (scripts/ab.sh, fcfs-rush of 40,000 users on two
 // cores, 2026-11-26): 6,608 and 6,552 journeys a second against 3,832 and
 // 3,683 without it, and 0.232 and 0.240 ms of CPU a journey against 0.363
-// and 0.384. ANNOUNCED_VIEWS=false turns that off (the API's await); the
+// and 0.384. ANNOUNCED_VIEWS=false turns that off (await); the
 // announcement still wakes the poll.
 type Notifier struct {
 	rdb redis.UniversalClient
@@ -117,7 +93,7 @@ func (n *Notifier) Local(id uuid.UUID, mayRead func(owner string) bool) (Tracked
 // Run listens until ctx ends, resubscribing after connection loss.
 func (n *Notifier) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		sub := n.rdb.Subscribe(ctx, DoneChannel)
+		sub := n.rdb.Subscribe(ctx, requests.DoneChannel)
 		ch := sub.Channel(redis.WithChannelHealthCheckInterval(5 * time.Second))
 	loop:
 		for {
@@ -138,7 +114,7 @@ func (n *Notifier) Run(ctx context.Context) {
 	}
 }
 
-// deliver hands each announced request's view (DoneMessage) to its
+// deliver hands each announced request's view (requests.DoneMessage) to its
 // waiters; a line that is not an id and a view is ignored.
 func (n *Notifier) deliver(payload string) {
 	n.mu.Lock()
