@@ -41,7 +41,7 @@ func overloaded(what string, retryAfter int) *domain.Problem {
 // request brings anew (a shopper's) so never costs a round trip before its
 // request is stored.
 func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
-	now := e.now()
+	now := time.Now()
 	for _, k := range keys {
 		if s, ok := e.backlog.Get(k); ok && now.Sub(s.at) < time.Second && s.n >= int64(e.opt.KeyCap) {
 			e.m.Overloaded.WithLabelValues(queue).Inc()
@@ -64,7 +64,7 @@ func (e *Engine) queueSize(queue string) int {
 	}
 	e.qmu.Lock()
 	s, ok := e.qsizes[queue]
-	if (ok && e.now().Sub(s.at) < time.Second) || s.refreshing {
+	if (ok && time.Since(s.at) < time.Second) || s.refreshing {
 		e.qmu.Unlock()
 		return s.n
 	}
@@ -77,7 +77,7 @@ func (e *Engine) queueSize(queue string) int {
 		n = info.Pending + info.Active + info.Scheduled + info.Retry + info.Aggregating
 	}
 	e.qmu.Lock()
-	e.qsizes[queue] = queueSample{n: n, at: e.now()}
+	e.qsizes[queue] = queueSample{n: n, at: time.Now()}
 	e.qmu.Unlock()
 	return n
 }

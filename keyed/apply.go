@@ -21,8 +21,7 @@ type result struct {
 	tried   []*requests.Request // the requests picked for the transaction
 	applied []*requests.Request // the same, once committed
 	outs    []requests.Outcome
-	gone    []uuid.UUID       // peeked ids that were already terminal (or unknown)
-	head    *requests.Request // first open request, when none was picked
+	gone    []uuid.UUID // peeked ids that were already terminal (or unknown)
 }
 
 type pickFunc func(open []*requests.Request, limit int) []*requests.Request
@@ -152,9 +151,6 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 	batch := pick(open, limit)
 	res.tried = batch
 	if len(batch) == 0 {
-		if len(open) > 0 {
-			res.head = open[0]
-		}
 		return res, nil
 	}
 	picked := make([]uuid.UUID, len(batch))
@@ -168,7 +164,7 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 	if waiting {
 		return res, errOvertaking
 	}
-	now := e.now().UTC()
+	now := time.Now().UTC()
 	var outs []requests.Outcome
 	var applied []*Batch
 	if failWith != nil {

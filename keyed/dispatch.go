@@ -59,7 +59,7 @@ func (e *Engine) Post(ctx context.Context, rs []*requests.Request) ([]requests.P
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("keyed: mailbox: %w", err)
 	}
-	now := e.now()
+	now := time.Now()
 	postings := make([]requests.Posting, len(rs))
 	for i, r := range rs {
 		for j, k := range r.Keys {

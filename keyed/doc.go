@@ -14,14 +14,16 @@
 //     dispatch.go: the intake side (Post, Enqueue, deferral); admit.go:
 //     the caps intake checks first. each.go: Each, the apply loop of write
 //     types that decide one request at a time.
-//  3. lease.go and scripts.go: a lease and its token (acquire, release,
-//     reissue), the fence every apply transaction checks (fence),
-//     the Redis layout, and FenceCheck for appliers' own scripts.
+//  3. lease.go and scripts.go: a lease and its token (acquire, reissue),
+//     the fence every apply transaction checks (fence), the Redis layout
+//     and its scripts (evalAll runs one for many keys in a round trip),
+//     and FenceCheck for appliers' own scripts.
 //  4. drain.go: Drain and drainHeld, the loop a holder runs until its
-//     mailboxes are empty or its slice is up; finish, handOff, keepAlive.
+//     mailboxes are empty or its slice is up; finish, lostLease, keepAlive.
 //  5. group.go: one step of that loop over every key the drain holds (peek,
-//     merge, pick what may go in acceptance order, apply), and how keys
-//     held elsewhere are waited for without deadlock.
+//     merge, pick what may go in acceptance order, apply), how keys held
+//     elsewhere are waited for without deadlock, and how keys are given
+//     up (giveUp: handed on, or yielded to another drain).
 //  6. apply.go: one apply transaction (attempt) and what happens when it
 //     fails (applyRetrying: re-issue, retry, halve, record as failed).
 //  7. reconcile.go and forget.go: recovery from lost Redis state and dead

@@ -49,10 +49,10 @@ func (e *Engine) Drain(ctx context.Context, key, queue string) error {
 func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 	g := e.newGroup(queue, l)
 	defer g.leave()
-	deadline := e.now().Add(e.opt.DrainSlice)
+	deadline := time.Now().Add(e.opt.DrainSlice)
 	var wait time.Duration
 	for len(g.held) > 0 {
-		if e.stopped() || ctx.Err() != nil || !e.now().Before(deadline) {
+		if e.stopping.Load() || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return g.handOffAll(context.WithoutCancel(ctx), 0)
 		}
 		progress, err := g.step(ctx)
@@ -133,7 +133,7 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes ma
 		return
 	}
 	e.m.BatchSize.WithLabelValues(queue).Observe(float64(len(res.applied)))
-	now := e.now()
+	now := time.Now()
 	for i, r := range res.applied {
 		code := metrics.NoCode
 		if p := res.outs[i].Problem; p != nil {
@@ -142,23 +142,6 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes ma
 		e.m.Completed.WithLabelValues(r.Type, string(res.outs[i].Status), code).Inc()
 		e.m.Latency.WithLabelValues(r.Type).Observe(now.Sub(r.AcceptedAt).Seconds())
 	}
-}
-
-// handOff releases l; if its mailbox still has entries, a new drain task
-// carries on after delay. A lease that had already lapsed is handled as lost:
-// tasks that arrived meanwhile may have left their requests to this holder.
-func (e *Engine) handOff(ctx context.Context, l Lease, queue string, delay time.Duration) error {
-	st, err := e.release(ctx, l)
-	switch {
-	case err != nil:
-		return err
-	case st == relLost:
-		return e.lostLease(ctx, l, queue)
-	case st != relNonEmpty:
-		return nil
-	}
-	e.m.HandOffs.WithLabelValues(queue).Inc()
-	return e.enqueueDrain(ctx, queue, l.Key, tokenID("h", l.Token), delay)
 }
 
 // lostLease handles a holder that found its lease gone. If nobody took the

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -143,10 +144,8 @@ type Engine struct {
 	m      *metrics.Pipeline
 	opt    Options
 	types  map[string]Type
-	now    func() time.Time
 
-	stopOnce sync.Once
-	stopping chan struct{}
+	stopping atomic.Bool
 
 	// backlog is what this API's posts saw of each key's mailbox, for
 	// Admit. A sample counts for a second, and the map forgets it after one
@@ -169,19 +168,17 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, l
 		enqueue = rdb
 	}
 	return &Engine{
-		pool:     pool,
-		rdb:      rdb,
-		client:   asynq.NewClientFromRedisClient(enqueue),
-		insp:     insp,
-		store:    requests.NewStore(pool),
-		log:      log,
-		m:        m,
-		opt:      opt,
-		types:    make(map[string]Type),
-		now:      time.Now,
-		stopping: make(chan struct{}),
-		qsizes:   make(map[string]queueSample),
-		backlog:  recent.New[string, backlogSample](time.Second, backlogKeys),
+		pool:    pool,
+		rdb:     rdb,
+		client:  asynq.NewClientFromRedisClient(enqueue),
+		insp:    insp,
+		store:   requests.NewStore(pool),
+		log:     log,
+		m:       m,
+		opt:     opt,
+		types:   make(map[string]Type),
+		qsizes:  make(map[string]queueSample),
+		backlog: recent.New[string, backlogSample](time.Second, backlogKeys),
 	}
 }
 
@@ -217,16 +214,7 @@ func (e *Engine) Handle(mux *asynq.ServeMux) {
 
 // Stop makes every drain hand its key over after its current batch. Call it
 // after the Asynq server stopped fetching and before it shuts down.
-func (e *Engine) Stop() { e.stopOnce.Do(func() { close(e.stopping) }) }
-
-func (e *Engine) stopped() bool {
-	select {
-	case <-e.stopping:
-		return true
-	default:
-		return false
-	}
-}
+func (e *Engine) Stop() { e.stopping.Store(true) }
 
 // Close releases the engine's Asynq client.
 func (e *Engine) Close() error { return e.client.Close() }

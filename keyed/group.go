@@ -77,22 +77,10 @@ func (g *group) leave() {
 	}
 }
 
-func (g *group) keys() []string {
-	ks := make([]string, 0, len(g.held))
-	for k := range g.held {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
+func (g *group) keys() []string { return slices.Sorted(maps.Keys(g.held)) }
 
 func (g *group) leases() []Lease {
-	ks := g.keys()
-	out := make([]Lease, len(ks))
-	for i, k := range ks {
-		out[i] = g.held[k]
-	}
-	return out
+	return slices.SortedFunc(maps.Values(g.held), func(a, b Lease) int { return strings.Compare(a.Key, b.Key) })
 }
 
 // window is what a peek saw of one key's mailbox.
@@ -110,12 +98,11 @@ func (w window) covers(seq int64) bool { return seq <= w.last }
 // round trip. A lease found lost is reported in lost.
 func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window, lost []string, err error) {
 	n := g.e.opt.BatchMax
-	cmds := make([]*redis.Cmd, len(keys))
-	if err := pipelined(ctx, g.e.rdb, peekScript, func(pipe redis.Pipeliner) {
-		for i, k := range keys {
-			cmds[i] = peekScript.EvalSha(ctx, pipe, []string{leaseKey(k), mboxKey(k)}, g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n)
-		}
-	}); err != nil {
+	cmds, err := evalAll(ctx, g.e.rdb, peekScript, len(keys), func(i int) ([]string, []any) {
+		k := keys[i]
+		return []string{leaseKey(k), mboxKey(k)}, []any{g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n}
+	})
+	if err != nil {
 		return nil, nil, fmt.Errorf("keyed: peek: %w", err)
 	}
 	wins = make(map[string]window, len(keys))
@@ -156,7 +143,7 @@ type entry struct {
 func merge(wins map[string]window) []entry {
 	at := map[string]int{}
 	var out []entry
-	for _, k := range slices.Sorted(mapKeys(wins)) {
+	for _, k := range slices.Sorted(maps.Keys(wins)) {
 		w := wins[k]
 		for i, id := range w.ids {
 			if j, ok := at[id]; ok {
@@ -169,16 +156,6 @@ func merge(wins map[string]window) []entry {
 	}
 	slices.SortFunc(out, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
 	return out
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // plan is what a step decided, filled in by its pick.
@@ -270,10 +247,14 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		// requests still wait for the same keys, so only those are tried.
 		p = g.waiting.plan
 	} else {
-		res, err := g.apply(ctx, wins, merged, ids, &p)
+		if err := g.e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
+			return false, err
+		}
+		res, err := g.applyRetrying(ctx, ids, g.picker(wins, &p))
 		if err != nil {
 			return false, err
 		}
+		g.e.finish(ctx, g.queue, res, mailboxesOf(merged))
 		applied := len(res.applied)+len(res.gone) > 0
 		progress = progress || applied
 		g.waiting.sig = ""
@@ -306,11 +287,9 @@ func (g *group) releaseEmpty(ctx context.Context, wins map[string]window) (relea
 	if len(empty) == 0 {
 		return false, nil
 	}
-	cmds := make([]*redis.Cmd, len(empty))
-	err = pipelined(ctx, g.e.rdb, releaseScript, func(pipe redis.Pipeliner) {
-		for i, l := range empty {
-			cmds[i] = releaseScript.EvalSha(ctx, pipe, []string{leaseKey(l.Key), mboxKey(l.Key)}, l.Token, "ifempty")
-		}
+	cmds, err := evalAll(ctx, g.e.rdb, releaseScript, len(empty), func(i int) ([]string, []any) {
+		k := empty[i].Key
+		return []string{leaseKey(k), mboxKey(k), forKey(k)}, []any{empty[i].Token, "ifempty", "", 0}
 	})
 	var lost []string
 	for i, l := range empty {
@@ -345,21 +324,6 @@ func mailboxesOf(merged []entry) map[string][]string {
 		out[m.id] = m.keys
 	}
 	return out
-}
-
-// apply runs one apply transaction over the merged requests, recording the
-// step's plan in p, and clears what it applied from the mailboxes.
-func (g *group) apply(ctx context.Context, wins map[string]window, merged []entry, ids []uuid.UUID, p *plan) (result, error) {
-	e := g.e
-	if err := e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
-		return result{}, err
-	}
-	res, err := g.applyRetrying(ctx, ids, g.picker(wins, p))
-	if err != nil {
-		return result{}, err
-	}
-	e.finish(ctx, g.queue, res, mailboxesOf(merged))
-	return res, nil
 }
 
 // signature names what a step sees: the keys held and the requests in
@@ -422,7 +386,7 @@ func progressMarks(wins map[string]window) map[string]int64 {
 // again at once, claiming that key. It never waits for a lease, so no drain
 // ever waits while holding one.
 func (g *group) acquire(ctx context.Context, wanted map[string]string) (got int, failed map[string]bool, err error) {
-	keys := slices.Sorted(mapKeys(wanted))
+	keys := slices.Sorted(maps.Keys(wanted))
 	if room := g.e.maxGroupKeys() - len(g.held); len(keys) > room {
 		keys = keys[:max(room, 0)]
 	}
@@ -435,7 +399,7 @@ func (g *group) acquire(ctx context.Context, wanted map[string]string) (got int,
 		}
 		got += len(keys) - len(keptFor)
 		keys = keys[:0]
-		for _, k := range slices.Sorted(mapKeys(keptFor)) {
+		for _, k := range slices.Sorted(maps.Keys(keptFor)) {
 			p := keptFor[k]
 			if _, ours := g.held[p]; ours && try == 0 {
 				claims[k] = p
@@ -453,12 +417,11 @@ func (g *group) acquire(ctx context.Context, wanted map[string]string) (got int,
 // did not get to the key its lease is kept for ("" when held).
 func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]string) (keptFor map[string]string, err error) {
 	e := g.e
-	cmds := make([]*redis.Cmd, len(keys))
-	if err := pipelined(ctx, e.rdb, acquireScript, func(pipe redis.Pipeliner) {
-		for i, k := range keys {
-			cmds[i] = acquireScript.EvalSha(ctx, pipe, []string{leaseKey(k), fenceKey(k), forKey(k)}, e.opt.LeaseTTL.Milliseconds(), wanted[k], e.opt.ForgetAfter.Milliseconds())
-		}
-	}); err != nil {
+	cmds, err := evalAll(ctx, e.rdb, acquireScript, len(keys), func(i int) ([]string, []any) {
+		k := keys[i]
+		return []string{leaseKey(k), fenceKey(k), forKey(k)}, []any{e.opt.LeaseTTL.Milliseconds(), wanted[k], e.opt.ForgetAfter.Milliseconds()}
+	})
+	if err != nil {
 		return nil, fmt.Errorf("keyed: acquire: %w", err)
 	}
 	keptFor = map[string]string{}
@@ -495,46 +458,50 @@ func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed m
 			}
 		}
 	}
-	keys := slices.Sorted(mapKeys(give))
-	ls := make([]Lease, len(keys))
-	for i, k := range keys {
-		ls[i] = g.held[k]
-		g.drop(k)
-	}
-	cmds := make([]*redis.Cmd, len(keys))
-	if err := pipelined(ctx, g.e.rdb, yieldScript, func(pipe redis.Pipeliner) {
-		for i, k := range keys {
-			cmds[i] = yieldScript.EvalSha(ctx, pipe, []string{leaseKey(k), mboxKey(k), forKey(k)},
-				ls[i].Token, give[k], promiseTTL.Milliseconds())
-		}
-	}); err != nil {
-		return true, fmt.Errorf("keyed: yield: %w", err)
-	}
-	var errs []error
-	for i, l := range ls {
-		n, err := cmds[i].Int()
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("keyed: yield %s: %w", l.Key, err))
-		case n < 0:
-			errs = append(errs, g.e.lostLease(ctx, l, g.queue))
-		case n > 0:
-			g.e.m.HandOffs.WithLabelValues(g.queue).Inc()
-			delay := yieldDelay + rand.N(yieldDelay/4)
-			errs = append(errs, g.e.enqueueDrain(context.WithoutCancel(ctx), g.queue, l.Key, tokenID("y", l.Token), delay))
-		}
-	}
-	return len(give) > 0, errors.Join(errs...)
+	return len(give) > 0, g.giveUp(ctx, slices.Sorted(maps.Keys(give)), give, "y", yieldDelay)
 }
 
 // handOffAll gives every key up, each with a drain task if its mailbox has
 // entries left, after delay.
 func (g *group) handOffAll(ctx context.Context, delay time.Duration) error {
+	return g.giveUp(ctx, g.keys(), nil, "h", delay)
+}
+
+// giveUp releases the leases of keys in one round trip, each kept for
+// keptFor[key] for promiseTTL when that is set (yield). A key whose mailbox
+// has entries gets a drain task after delay (a yield's spread by up to a
+// quarter more), its id prefix naming the cause. A lease that had already
+// lapsed is handled as lost: tasks that arrived meanwhile may have left
+// their requests to this holder.
+func (g *group) giveUp(ctx context.Context, keys []string, keptFor map[string]string, prefix string, delay time.Duration) error {
+	ls := make([]Lease, len(keys))
+	for i, k := range keys {
+		ls[i] = g.held[k]
+		g.drop(k)
+	}
+	ctx = context.WithoutCancel(ctx)
+	cmds, err := evalAll(ctx, g.e.rdb, releaseScript, len(ls), func(i int) ([]string, []any) {
+		k := ls[i].Key
+		return []string{leaseKey(k), mboxKey(k), forKey(k)}, []any{ls[i].Token, "force", keptFor[k], promiseTTL.Milliseconds()}
+	})
+	if err != nil {
+		return fmt.Errorf("keyed: release: %w", err)
+	}
 	var errs []error
-	for _, l := range g.leases() {
-		g.drop(l.Key)
-		if err := g.e.handOff(ctx, l, g.queue, delay); err != nil {
-			errs = append(errs, err)
+	for i, l := range ls {
+		st, err := cmds[i].Int()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("keyed: release %s: %w", l.Key, err))
+		case st == relLost:
+			errs = append(errs, g.e.lostLease(ctx, l, g.queue))
+		case st == relNonEmpty:
+			g.e.m.HandOffs.WithLabelValues(g.queue).Inc()
+			d := delay
+			if keptFor != nil {
+				d += rand.N(delay / 4)
+			}
+			errs = append(errs, g.e.enqueueDrain(ctx, g.queue, l.Key, tokenID(prefix, l.Token), d))
 		}
 	}
 	return errors.Join(errs...)

@@ -25,9 +25,9 @@ func keepFor(t *testing.T, e *Engine, key, holder string) {
 	l, ok, err := e.TryAcquire(ctx, key)
 	require.NoError(t, err)
 	require.True(t, ok)
-	n, err := yieldScript.Run(ctx, e.rdb, []string{leaseKey(key), mboxKey(key), forKey(key)}, l.Token, holder, 60_000).Int()
+	st, err := releaseScript.Run(ctx, e.rdb, []string{leaseKey(key), mboxKey(key), forKey(key)}, l.Token, "force", holder, 60_000).Int()
 	require.NoError(t, err)
-	require.Zero(t, n, "the mailbox is empty")
+	require.Equal(t, relEmpty, st, "the mailbox is empty")
 }
 
 // A key kept for the holder of key p goes to the group holding p even when

@@ -77,15 +77,6 @@ func acquired(c *redis.Cmd) (tok int64, keptFor string, err error) {
 	return 0, "", fmt.Errorf("unexpected reply %T", v)
 }
 
-// release gives l up, whatever its mailbox holds.
-func (e *Engine) release(ctx context.Context, l Lease) (int, error) {
-	st, err := releaseScript.Run(ctx, e.rdb, []string{leaseKey(l.Key), mboxKey(l.Key)}, l.Token, "force").Int()
-	if err != nil {
-		return 0, fmt.Errorf("keyed: release %s: %w", l.Key, err)
-	}
-	return st, nil
-}
-
 // floorSQL is the lowest token Postgres accepts, by its own clock: one
 // handed out less than ForgetAfter ($n, in microseconds) ago (doc.go,
 // "Forgetting").

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -31,8 +32,8 @@ func (e *Engine) Reconcile(ctx context.Context) error {
 	if err := e.Redispatch(ctx, nil); err != nil {
 		errs = append(errs, err)
 	}
-	cutoff := e.now().Add(-e.opt.RedriveAfter)
-	bucket := "r" + strconv.FormatInt(e.now().UnixMilli()/1000, 10)
+	cutoff := time.Now().Add(-e.opt.RedriveAfter)
+	bucket := "r" + strconv.FormatInt(time.Now().UnixMilli()/1000, 10)
 	for offset := 0; offset < reconcileMaxKeys; offset += reconcilePage {
 		keys, err := e.store.OpenKeys(ctx, cutoff, offset, reconcilePage)
 		if err != nil {

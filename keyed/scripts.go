@@ -3,6 +3,7 @@ package keyed
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,7 +54,7 @@ func fenceKey(k string) string { return "hf:{" + k + "}:fence" }
 func forKey(k string) string   { return "hf:{" + k + "}:for" }
 
 // acquireScript takes a free lease. A lease a drain yielded for the holder
-// of another key (yieldScript) goes, while that promise lasts, only to a
+// of another key (releaseScript) goes, while that promise lasts, only to a
 // caller that claims to hold that key. KEYS: lease, fence, for, and
 // optionally the key's mailbox. ARGV: ttl ms, claim (a key the caller
 // holds; "" for none), how long the fence outlives the acquire (ms).
@@ -78,16 +79,6 @@ redis.call('SET', KEYS[1], string.format('%d', tok), 'PX', ARGV[1])
 if promised then redis.call('DEL', KEYS[3]) end
 return tok`)
 
-// yieldScript gives a lease up for the holder of another key: for a while
-// only a caller claiming that key may take it (acquireScript). KEYS: lease,
-// mbox, for. ARGV: token, the key it is kept for, how long (ms). Returns -1
-// if the lease was not held with token, else the mailbox's entries.
-var yieldScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
-return redis.call('ZCARD', KEYS[2])`)
-
 // peekScript extends a held lease and reads the head of the mailbox, each
 // id followed by its seq. KEYS: lease, mbox. ARGV: token, ttl ms, n.
 // Returns nil if the lease is not held with token any more.
@@ -96,15 +87,19 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')`)
 
-// releaseScript gives a lease up. KEYS: lease, mbox. ARGV: token, mode
-// ("ifempty" keeps the lease while the mailbox has entries). Returns -1 if
-// the lease was not held with token, 0 if kept, 1 if released with an empty
-// mailbox, 2 if released with entries left.
+// releaseScript gives a lease up, and yields it when a key to keep it for
+// is given: for a while only a caller claiming that key may take it
+// (acquireScript). KEYS: lease, mbox, for. ARGV: token, mode ("ifempty"
+// keeps the lease while the mailbox has entries, "force" does not), the key
+// to keep it for ("" for none), for how long (ms). Returns -1 if the lease
+// was not held with token, 0 if kept, 1 if released with an empty mailbox,
+// 2 if released with entries left.
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local n = redis.call('ZCARD', KEYS[2])
 if ARGV[2] == 'ifempty' and n > 0 then return 0 end
 redis.call('DEL', KEYS[1])
+if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4]) end
 if n > 0 then return 2 end
 return 1`)
 
@@ -125,29 +120,28 @@ var extendScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0`)
 
-// pipelined runs the commands fill queues in one round trip. Scripts go by
-// their SHA; when Redis does not know one (a new server, SCRIPT FLUSH, a
-// failover to a node that never ran it) it loads script and runs the
-// pipeline again, once. fill is called again then, so it must (re)assign
-// the commands it keeps.
-func pipelined(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, fill func(redis.Pipeliner)) error {
+// evalAll runs script n times in one round trip, the i-th with call(i)'s
+// keys and args, and returns the replies. Scripts go by their SHA; when
+// Redis does not know one (a new server, SCRIPT FLUSH, a failover to a node
+// that never ran it) it loads script and runs the pipeline again, once.
+func evalAll(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, n int, call func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
 	for try := 0; ; try++ {
 		pipe := rdb.Pipeline()
-		fill(pipe)
-		cmds, err := pipe.Exec(ctx)
-		noScript := false
-		for _, c := range cmds {
-			noScript = noScript || redis.HasErrorPrefix(c.Err(), "NOSCRIPT")
+		for i := range cmds {
+			keys, args := call(i)
+			cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
 		}
+		_, err := pipe.Exec(ctx)
 		switch {
-		case noScript && try == 0:
+		case try == 0 && slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }):
 		case err == nil || errors.Is(err, redis.Nil): // a script's nil reply is an answer
-			return nil
+			return cmds, nil
 		default:
-			return err
+			return cmds, err
 		}
 		if err := script.Load(ctx, rdb).Err(); err != nil {
-			return err
+			return cmds, err
 		}
 	}
 }

@@ -1,14 +1,15 @@
 package requests
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/storage"
@@ -122,30 +123,9 @@ func (g *groupCommit) lead(ctx context.Context, first *pending) {
 // the returned channel closes when that is done. A Redis round trip thus
 // never holds up the next INSERT.
 func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending) <-chan struct{} {
-	timeout := cmp.Or(g.timeout, storeTimeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	rs, err := g.store.insertMany(ctx, batch)
-	var stored map[uuid.UUID]int64
-	if err != nil {
-		// The INSERT may have committed although its answer was lost (a
-		// connection dropped during the commit): whatever is stored under
-		// the batch's fresh ids is accepted, so no caller is told to retry a
-		// write that will be applied anyway. Only the rest get the error.
-		stored = g.store.storedSeqs(context.WithoutCancel(ctx), batch, timeout)
-	}
-	var post []*pending
-	for i, p := range batch {
-		switch seq, ok := stored[p.id]; {
-		case err == nil:
-			p.r = rs[i]
-		case ok:
-			p.r = p.request(seq)
-		default:
-			p.err = err
-			continue
-		}
-		post = append(post, p)
-	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	g.store.storeBatch(ctx, batch, g.timeout)
+	post := slices.DeleteFunc(slices.Clone(batch), func(p *pending) bool { return p.r == nil })
 	done := make(chan struct{})
 	g.mu.Lock()
 	prev := g.posted
@@ -171,7 +151,7 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending
 // failure, a panic included, nothing counts as posted: each caller posts its
 // own, and posting twice is harmless.
 func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
-	if g.post == nil || len(batch) == 0 {
+	if len(batch) == 0 {
 		return
 	}
 	defer func() {
@@ -194,52 +174,45 @@ func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
 	}
 }
 
-// storedSeqs returns the seq of each of batch's ids that is stored; nil if
-// that cannot be read either.
-func (s *Store) storedSeqs(ctx context.Context, batch []*pending, timeout time.Duration) map[uuid.UUID]int64 {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	ids := make([]uuid.UUID, len(batch))
-	for i, p := range batch {
-		ids[i] = p.id
-	}
-	rows, err := s.pool.Query(ctx, `SELECT id, seq FROM requests WHERE id = ANY($1)`, ids)
+// storeBatch stores batch in one INSERT and sets each one's r or, if it
+// is not stored, its err. The INSERT may have committed although its
+// answer was lost (a connection dropped during the commit): whatever is
+// stored under the batch's fresh ids is accepted, so no caller is told to
+// retry a write that will be applied anyway. Only the rest get the error.
+func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.Duration) {
+	rs, err := s.insertMany(ctx, batch)
+	var stored map[uuid.UUID]int64
 	if err != nil {
-		return nil
-	}
-	out := map[uuid.UUID]int64{}
-	for rows.Next() {
-		var id uuid.UUID
-		var seq int64
-		if rows.Scan(&id, &seq) != nil {
-			rows.Close()
-			return nil
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		ids := make([]uuid.UUID, len(batch))
+		for i, p := range batch {
+			ids[i] = p.id
 		}
-		out[id] = seq
+		stored, _ = seqsByID(s.pool.Query(rctx, `SELECT id, seq FROM requests WHERE id = ANY($1)`, ids))
 	}
-	if rows.Err() != nil {
-		return nil
+	for i, p := range batch {
+		switch seq, ok := stored[p.id]; {
+		case err == nil:
+			p.r = rs[i]
+		case ok:
+			p.r = p.request(seq)
+		default:
+			p.err = err
+		}
 	}
-	return out
 }
 
-// insertAlone stores sub, which has no idempotency key, in a transaction of
-// its own (GROUP_COMMIT=false), bounded by timeout as a group commit's
-// INSERT is. As there, an INSERT whose answer was lost may have committed:
-// sub found stored under its fresh id is accepted, so its caller is not
-// told to retry a write that will be applied anyway.
-func (s *Store) insertAlone(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time, timeout time.Duration) (*Request, error) {
-	ictx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	r, _, err := s.Insert(ictx, sub, id, now)
-	if err == nil {
-		return r, nil
+// seqsByID reads rows of (id, seq).
+func seqsByID(rows pgx.Rows, err error) (map[uuid.UUID]int64, error) {
+	if err != nil {
+		return nil, err
 	}
-	p := &pending{sub: sub, id: id, now: now}
-	if seq, ok := s.storedSeqs(context.WithoutCancel(ctx), []*pending{p}, timeout)[id]; ok {
-		return p.request(seq), nil
-	}
-	return nil, err
+	out := map[uuid.UUID]int64{}
+	var id uuid.UUID
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &seq}, func() error { out[id] = seq; return nil })
+	return out, err
 }
 
 // request is p as stored under seq.
@@ -264,27 +237,14 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) ([]*Request, e
 		ids[i], types[i], queues[i], users[i], traces[i] = p.id, p.sub.Type, p.sub.Queue, p.sub.UserID, p.sub.TraceID
 		keys[i], payloads[i], at[i] = string(k), string(p.sub.Payload), p.now
 	}
-	rows, err := s.pool.Query(ctx, `
+	seqs, err := seqsByID(s.pool.Query(ctx, `
 		INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at)
 		SELECT u.id, u.type, u.queue, u.user_id, ARRAY(SELECT jsonb_array_elements_text(u.keys)), u.payload, u.trace_id, u.at
 		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[], $8::timestamptz[])
 			WITH ORDINALITY AS u(id, type, queue, user_id, keys, payload, trace_id, at, ord)
 		ORDER BY u.ord
-		RETURNING id, seq`, ids, types, queues, users, keys, payloads, traces, at)
+		RETURNING id, seq`, ids, types, queues, users, keys, payloads, traces, at))
 	if err != nil {
-		return nil, storage.Translate("requests: insert batch", err)
-	}
-	seqs := make(map[uuid.UUID]int64, n)
-	for rows.Next() {
-		var id uuid.UUID
-		var seq int64
-		if err := rows.Scan(&id, &seq); err != nil {
-			rows.Close()
-			return nil, storage.Translate("requests: insert batch", err)
-		}
-		seqs[id] = seq
-	}
-	if err := rows.Err(); err != nil {
 		return nil, storage.Translate("requests: insert batch", err)
 	}
 	out := make([]*Request, n)

@@ -30,7 +30,8 @@ func pendingBatch(t *testing.T, n int, payload string) []*pending {
 func TestGroupFlushResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	t.Parallel()
 	_, pool := testenv.Postgres(t)
-	g := &groupCommit{store: NewStore(pool)}
+	g := &groupCommit{store: NewStore(pool), timeout: time.Minute,
+		post: func(_ context.Context, rs []*Request) ([]Posting, error) { return make([]Posting, len(rs)), nil }}
 	ctx := context.Background()
 
 	stored := pendingBatch(t, 3, `{}`)
@@ -64,7 +65,7 @@ func TestGroupPostsBatchesInSeqOrder(t *testing.T) {
 	var mu sync.Mutex
 	var order []int64
 	calls := 0
-	g := &groupCommit{store: NewStore(pool), post: func(_ context.Context, rs []*Request) ([]Posting, error) {
+	g := &groupCommit{store: NewStore(pool), timeout: time.Minute, post: func(_ context.Context, rs []*Request) ([]Posting, error) {
 		mu.Lock()
 		calls++
 		first := calls == 1
@@ -96,7 +97,7 @@ func TestGroupPostsBatchesInSeqOrder(t *testing.T) {
 func TestGroupPostThatPanicsLeavesEachCallerToPost(t *testing.T) {
 	t.Parallel()
 	_, pool := testenv.Postgres(t)
-	g := &groupCommit{store: NewStore(pool), post: func(context.Context, []*Request) ([]Posting, error) {
+	g := &groupCommit{store: NewStore(pool), timeout: time.Minute, post: func(context.Context, []*Request) ([]Posting, error) {
 		panic("post broke")
 	}}
 	batch := pendingBatch(t, 3, `{}`)
@@ -109,10 +110,10 @@ func TestGroupPostThatPanicsLeavesEachCallerToPost(t *testing.T) {
 	}
 }
 
-// With GROUP_COMMIT=false a write is stored alone, and resolved the same
-// way: an INSERT that failed after its row was stored hands back the stored
-// request; one that stored nothing, the error.
-func TestInsertAloneResolvesAFailedInsertByWhatIsStored(t *testing.T) {
+// With GROUP_COMMIT=false a write is stored alone, as a batch of one, and
+// resolved the same way: an INSERT that failed after its row was stored
+// hands back the stored request; one that stored nothing, the error.
+func TestStoreBatchOfOneResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	t.Parallel()
 	_, pool := testenv.Postgres(t)
 	s := NewStore(pool)
@@ -123,12 +124,12 @@ func TestInsertAloneResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.Insert(ctx, p.sub, p.id, p.now)
 	require.Error(t, err, "the same id again: the INSERT fails although the row is there")
-	r, err := s.insertAlone(ctx, p.sub, p.id, p.now, time.Minute)
-	require.NoError(t, err)
-	require.Equal(t, first.Seq, r.Seq)
+	s.storeBatch(ctx, []*pending{p}, time.Minute)
+	require.NoError(t, p.err)
+	require.Equal(t, first.Seq, p.r.Seq)
 
 	lost := pendingBatch(t, 1, `{`)[0] // not JSON: the INSERT fails and stores nothing
-	r, err = s.insertAlone(ctx, lost.sub, lost.id, lost.now, time.Minute)
-	require.Error(t, err)
-	require.Nil(t, r)
+	s.storeBatch(ctx, []*pending{lost}, time.Minute)
+	require.Error(t, lost.err)
+	require.Nil(t, lost.r)
 }

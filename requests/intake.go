@@ -63,7 +63,6 @@ type Intake struct {
 	store *Store
 	disp  Dispatcher
 	log   *slog.Logger
-	now   func() time.Time
 	group *groupCommit
 	// CommitEach stores each submission in a transaction of its own,
 	// instead of with the others that arrive meanwhile (group.go).
@@ -90,7 +89,7 @@ func (in *Intake) SetTimeout(d time.Duration) {
 
 // NewIntake wires intake.
 func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
-	in := &Intake{store: store, disp: disp, log: log, now: time.Now}
+	in := &Intake{store: store, disp: disp, log: log}
 	in.group = &groupCommit{store: store, post: in.postBatch, timeout: storeTimeout}
 	return in
 }
@@ -127,14 +126,17 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	grouped := sub.IdempotencyKey == "" && !in.CommitEach
 	switch {
 	case grouped:
-		p := in.group.insert(ctx, &sub, id, in.now().UTC())
+		p := in.group.insert(ctx, &sub, id, time.Now().UTC())
 		r, err, posted, posting = p.r, p.err, p.posted, p.posting
 		created = true
-	case sub.IdempotencyKey == "":
-		r, err = in.store.insertAlone(ctx, &sub, id, in.now().UTC(), in.group.timeout)
-		created = true
+	case sub.IdempotencyKey == "": // CommitEach: a batch of one
+		p := &pending{sub: &sub, id: id, now: time.Now().UTC()}
+		sctx, cancel := context.WithTimeout(ctx, in.group.timeout)
+		in.store.storeBatch(sctx, []*pending{p}, in.group.timeout)
+		cancel()
+		r, err, created = p.r, p.err, true
 	default:
-		r, created, err = in.store.Insert(ctx, &sub, id, in.now().UTC())
+		r, created, err = in.store.Insert(ctx, &sub, id, time.Now().UTC())
 	}
 	if err != nil {
 		return nil, false, err

@@ -11,22 +11,18 @@ import (
 
 // Request is one accepted write as stored in Postgres.
 type Request struct {
-	ID         uuid.UUID
-	Seq        int64
-	Type       string
-	Queue      string
-	UserID     string
-	Keys       []string
-	Payload    json.RawMessage
-	TraceID    string
-	Status     domain.Status
-	Result     json.RawMessage
-	Problem    *domain.Problem
-	AcceptedAt time.Time
-	// StartedAt is when the request was marked processing, for requests
-	// marked row by row before key_progress; for the others it is set with
-	// CompletedAt, to the same time. Nil while open.
-	StartedAt   *time.Time
+	ID          uuid.UUID
+	Seq         int64
+	Type        string
+	Queue       string
+	UserID      string
+	Keys        []string
+	Payload     json.RawMessage
+	TraceID     string
+	Status      domain.Status
+	Result      json.RawMessage
+	Problem     *domain.Problem
+	AcceptedAt  time.Time
 	CompletedAt *time.Time
 }
 

@@ -32,10 +32,7 @@ type Store struct {
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
 // columns are what scan reads, in its order.
-const columns = `id, seq, type, queue, user_id, keys, payload, trace_id, status, result, error, accepted_at, started_at, completed_at`
-
-// qualifiedColumns are columns taken from requests aliased r.
-const qualifiedColumns = `r.id, r.seq, r.type, r.queue, r.user_id, r.keys, r.payload, r.trace_id, r.status, r.result, r.error, r.accepted_at, r.started_at, r.completed_at`
+const columns = `id, seq, type, queue, user_id, keys, payload, trace_id, status, result, error, accepted_at, completed_at`
 
 // viewColumns are columns as a client sees the request: one still queued
 // reads as processing once a drain of one of its keys has read it at the
@@ -47,13 +44,13 @@ const viewColumns = `id, seq, type, queue, user_id, keys, payload, trace_id,
 	CASE WHEN status = 'queued' AND NOT undispatched AND EXISTS (
 		SELECT 1 FROM key_progress p WHERE p.key = ANY (requests.keys) AND p.through_seq >= requests.seq)
 	THEN 'processing' ELSE status END,
-	result, error, accepted_at, started_at, completed_at`
+	result, error, accepted_at, completed_at`
 
-func scan(row pgx.Row) (*Request, error) {
+func scan(row pgx.Row, extra ...any) (*Request, error) {
 	var r Request
 	var errJSON []byte
-	if err := row.Scan(&r.ID, &r.Seq, &r.Type, &r.Queue, &r.UserID, &r.Keys, &r.Payload, &r.TraceID,
-		&r.Status, &r.Result, &errJSON, &r.AcceptedAt, &r.StartedAt, &r.CompletedAt); err != nil {
+	if err := row.Scan(append([]any{&r.ID, &r.Seq, &r.Type, &r.Queue, &r.UserID, &r.Keys, &r.Payload, &r.TraceID,
+		&r.Status, &r.Result, &errJSON, &r.AcceptedAt, &r.CompletedAt}, extra...)...); err != nil {
 		return nil, err
 	}
 	if len(errJSON) > 0 {
@@ -104,9 +101,9 @@ func (s *Store) Insert(ctx context.Context, sub *Submission, id uuid.UUID, now t
 	}
 	// The idempotency key exists: replay it if the body matches.
 	var stored []byte
-	row := s.pool.QueryRow(ctx, `SELECT body_hash, `+viewColumns+` FROM requests
+	row := s.pool.QueryRow(ctx, `SELECT `+viewColumns+`, body_hash FROM requests
 		WHERE user_id = $1 AND idem_route = $2 AND idem_key = $3`, sub.UserID, route, key)
-	r, err = scan(prefixScan{row, &stored})
+	r, err = scan(row, &stored)
 	if err != nil {
 		return nil, false, storage.Translate("requests: replay", err)
 	}
@@ -116,27 +113,17 @@ func (s *Store) Insert(ctx context.Context, sub *Submission, id uuid.UUID, now t
 	return r, false, nil
 }
 
-// collect scans every row into a request.
-func collect(rows pgx.Rows, op string) ([]*Request, error) {
-	defer rows.Close()
-	var out []*Request
-	for rows.Next() {
-		r, err := scan(rows)
-		if err != nil {
-			return nil, storage.Translate(op, err)
-		}
-		out = append(out, r)
+// queryRequests runs a query of columns (or viewColumns) and scans its rows.
+func queryRequests(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, op, sql string, args ...any) ([]*Request, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, storage.Translate(op, err)
 	}
-	return out, storage.Translate(op, rows.Err())
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Request, error) { return scan(row) })
+	return rs, storage.Translate(op, err)
 }
-
-// prefixScan scans one extra leading column before the standard ones.
-type prefixScan struct {
-	row   pgx.Row
-	first any
-}
-
-func (p prefixScan) Scan(dest ...any) error { return p.row.Scan(append([]any{p.first}, dest...)...) }
 
 // Get returns one request.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
@@ -169,12 +156,8 @@ func (s *Store) MarkProcessing(ctx context.Context, through map[string]int64) er
 // and returns them. Terminal ones are left out: this is what makes applying a
 // request twice impossible.
 func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) ([]*Request, error) {
-	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM requests WHERE id = ANY($1) AND status IN ('queued', 'processing')
-		ORDER BY seq FOR UPDATE`, ids)
-	if err != nil {
-		return nil, storage.Translate("requests: lock open", err)
-	}
-	return collect(rows, "requests: lock open")
+	return queryRequests(ctx, tx, "requests: lock open", `SELECT `+columns+` FROM requests
+		WHERE id = ANY($1) AND status IN ('queued', 'processing') ORDER BY seq FOR UPDATE`, ids)
 }
 
 // Complete records the outcomes of reqs (same order) in tx, and sets each
@@ -205,15 +188,12 @@ func Complete(ctx context.Context, tx pgx.Tx, reqs []*Request, outs []Outcome, n
 			}
 		}
 	}
-	rows, err := tx.Query(ctx, `UPDATE requests r SET status = u.status, result = u.result, error = u.error,
+	stored, err := queryRequests(ctx, tx, "requests: complete", `UPDATE requests r
+		SET status = u.st, result = u.res, error = u.err,
 			completed_at = $5, started_at = coalesce(r.started_at, $5), undispatched = false
-		FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[]) AS u(id, status, result, error)
-		WHERE r.id = u.id
-		RETURNING `+qualifiedColumns, ids, statuses, results, problems, now)
-	if err != nil {
-		return storage.Translate("requests: complete", err)
-	}
-	stored, err := collect(rows, "requests: complete")
+		FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[]) AS u(uid, st, res, err)
+		WHERE r.id = u.uid
+		RETURNING `+columns, ids, statuses, results, problems, now)
 	if err != nil {
 		return err
 	}
@@ -243,13 +223,9 @@ func (s *Store) MarkUndispatched(ctx context.Context, id uuid.UUID) error {
 // mailbox before the reconciler restored one of them still sees it and does
 // not overtake it.
 func (s *Store) Undispatched(ctx context.Context, keys []string, afterSeq int64, limit int) ([]*Request, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM requests
+	return queryRequests(ctx, s.pool, "requests: undispatched", `SELECT `+columns+` FROM requests
 		WHERE undispatched AND seq > $1 AND status IN ('queued', 'processing') AND ($3::text[] IS NULL OR keys && $3)
 		ORDER BY seq LIMIT $2`, afterSeq, limit, keys)
-	if err != nil {
-		return nil, storage.Translate("requests: undispatched", err)
-	}
-	return collect(rows, "requests: undispatched")
 }
 
 // UndispatchedBefore reports whether an open request on any of keys with seq
@@ -302,13 +278,9 @@ func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, offset, limit in
 // OpenOnKey lists up to limit non-terminal requests that carry key, with
 // seq above after, in acceptance order.
 func (s *Store) OpenOnKey(ctx context.Context, key string, after int64, limit int) ([]*Request, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM requests
+	return queryRequests(ctx, s.pool, "requests: open on key", `SELECT `+columns+` FROM requests
 		WHERE completed_at IS NULL AND keys @> ARRAY[$1::text] AND seq > $2
 		ORDER BY seq LIMIT $3`, key, after, limit)
-	if err != nil {
-		return nil, storage.Translate("requests: open on key", err)
-	}
-	return collect(rows, "requests: open on key")
 }
 
 // Retention (SPEC §7, docs/configuration.md): a terminal request is kept
