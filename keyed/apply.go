@@ -21,7 +21,7 @@ type result struct {
 	tried   []*requests.Request // the requests picked for the transaction
 	applied []*requests.Request // the same, once committed
 	outs    []requests.Outcome
-	gone    []uuid.UUID // peeked ids that were already terminal (or unknown)
+	gone    []string // peeked entries that were already terminal, unknown or no ids
 }
 
 type pickFunc func(open []*requests.Request, limit int) []*requests.Request
@@ -228,15 +228,15 @@ func safeApply(ctx context.Context, a Applier, tx pgx.Tx, b *Batch) (outs []requ
 	return a.Apply(ctx, tx, b)
 }
 
-func missing(ids []uuid.UUID, open []*requests.Request) []uuid.UUID {
+func missing(ids []uuid.UUID, open []*requests.Request) []string {
 	have := make(map[uuid.UUID]bool, len(open))
 	for _, r := range open {
 		have[r.ID] = true
 	}
-	var out []uuid.UUID
+	var out []string
 	for _, id := range ids {
 		if !have[id] {
-			out = append(out, id)
+			out = append(out, id.String())
 		}
 	}
 	return out

@@ -99,10 +99,10 @@ func (e *Engine) lostGroup(ctx context.Context, g *group, lost []string) error {
 	return errors.Join(errs...)
 }
 
-// finish removes applied and stale ids from their mailboxes, announces the
-// outcomes and records metrics. An applied request leaves the mailbox of
-// each of its keys; a stale id (terminal already, or unknown) leaves the
-// mailboxes mboxes names for it. A failure here is harmless: stale entries
+// finish removes applied and stale entries from their mailboxes, announces
+// the outcomes and records metrics. An applied request leaves the mailbox of
+// each of its keys; a stale entry (terminal already, unknown, or no id)
+// leaves the mailboxes mboxes names for it. A failure here is harmless: stale entries
 // are skipped as terminal next time, and long-polls re-read Postgres.
 func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes map[string][]string) {
 	if len(res.applied)+len(res.gone) == 0 {
@@ -115,8 +115,8 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes ma
 		}
 	}
 	for _, id := range res.gone {
-		for _, k := range mboxes[id.String()] {
-			pipe.ZRem(ctx, mboxKey(k), id.String())
+		for _, k := range mboxes[id] {
+			pipe.ZRem(ctx, mboxKey(k), id)
 		}
 	}
 	if len(res.applied) > 0 {

@@ -237,9 +237,10 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 	if len(merged) == 0 {
 		return progress, nil
 	}
-	ids, err := g.parseIDs(ctx, merged)
-	if err != nil || len(ids) == 0 {
-		return true, err
+	ids, bad := requestIDs(merged)
+	if len(ids) == 0 {
+		g.e.finish(ctx, g.queue, result{gone: bad}, mailboxesOf(merged))
+		return true, nil
 	}
 	var p plan
 	if sig := signature(keys, merged); sig == g.waiting.sig {
@@ -254,6 +255,7 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		if err != nil {
 			return false, err
 		}
+		res.gone = append(res.gone, bad...)
 		g.e.finish(ctx, g.queue, res, mailboxesOf(merged))
 		applied := len(res.applied)+len(res.gone) > 0
 		progress = progress || applied
@@ -341,30 +343,18 @@ func signature(keys []string, merged []entry) string {
 	return b.String()
 }
 
-// parseIDs returns the merged requests' ids; entries that are not ids are
-// dropped from their mailboxes.
-func (g *group) parseIDs(ctx context.Context, merged []entry) ([]uuid.UUID, error) {
-	ids := make([]uuid.UUID, 0, len(merged))
-	var bad []entry
+// requestIDs returns the merged requests' ids, and the entries that are
+// not ids as intake writes them, which finish drops from their mailboxes
+// as it does requests already terminal.
+func requestIDs(merged []entry) (ids []uuid.UUID, bad []string) {
 	for _, m := range merged {
-		if id, err := uuid.Parse(m.id); err == nil {
+		if id, err := uuid.Parse(m.id); err == nil && id.String() == m.id {
 			ids = append(ids, id)
 		} else {
-			bad = append(bad, m)
+			bad = append(bad, m.id)
 		}
 	}
-	if len(bad) > 0 {
-		pipe := g.e.rdb.Pipeline()
-		for _, m := range bad {
-			for _, k := range m.keys {
-				pipe.ZRem(ctx, mboxKey(k), m.id)
-			}
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return nil, fmt.Errorf("keyed: drop bad mailbox entries: %w", err)
-		}
-	}
-	return ids, nil
+	return ids, bad
 }
 
 // progressMarks is how far each key's window reaches: the processing mark

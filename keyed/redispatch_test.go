@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/requests"
@@ -107,4 +109,25 @@ func TestHandOffOfLapsedLeaseEnqueuesDrain(t *testing.T) {
 	tasks, err := insp.ListPendingTasks("q")
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("drain:k:l%d", l.Token), tasks[0].ID)
+}
+
+// A mailbox entry that is not a request id as intake writes it (one written
+// by hand, an id in capitals) leaves the mailbox and holds nothing up: the
+// request behind it is applied, and the key is let go. Had such an entry
+// stayed, every drain of the key would have met it again, for ever.
+func TestMailboxEntriesThatAreNoIDsAreDropped(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	e := r.engine(t, "w", 8)
+	ctx := context.Background()
+	for _, junk := range []string{"not-an-id", strings.ToUpper(uuid.NewString())} {
+		require.NoError(t, r.rdb.ZAdd(ctx, mboxKey("k"), redis.Z{Score: 0, Member: junk}).Err())
+	}
+	id := r.accept(t)
+	require.NoError(t, e.Drain(ctx, "k", "q"))
+	applied := r.applied(t)
+	require.Len(t, applied, 1)
+	require.Equal(t, id, applied[0].ID)
+	require.Zero(t, r.rdb.ZCard(ctx, mboxKey("k")).Val(), "the mailbox is empty")
+	require.Zero(t, r.rdb.Exists(ctx, leaseKey("k")).Val(), "and the key let go")
 }
