@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -15,8 +14,9 @@ import (
 )
 
 // Notifier fans the outcomes workers announce (requests.DoneChannel) out to
-// the long polls waiting in this process. It also remembers, for a few seconds, the requests accepted here
-// (Track) and whether they have been announced since. A client mostly polls
+// the long polls waiting in this process. It also remembers, for a few
+// seconds, the requests accepted here (Track) and whether they have been
+// announced since. A client mostly polls
 // over the connection it submitted on, right after its 202, so its long poll
 // usually reaches the process that accepted the request before the outcome
 // is announced, and waits for it without reading Postgres.
@@ -29,7 +29,6 @@ import (
 // announcement still wakes the poll.
 type Notifier struct {
 	rdb redis.UniversalClient
-	log *slog.Logger
 
 	mu      sync.Mutex
 	waiters map[uuid.UUID][]chan []byte
@@ -58,8 +57,8 @@ const (
 )
 
 // NewNotifier returns a Notifier; call Run to start listening.
-func NewNotifier(rdb redis.UniversalClient, log *slog.Logger) *Notifier {
-	return &Notifier{rdb: rdb, log: log, waiters: make(map[uuid.UUID][]chan []byte),
+func NewNotifier(rdb redis.UniversalClient) *Notifier {
+	return &Notifier{rdb: rdb, waiters: make(map[uuid.UUID][]chan []byte),
 		tracked: recent.New[uuid.UUID, *Tracked](trackFor, trackMax)}
 }
 

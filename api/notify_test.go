@@ -15,7 +15,7 @@ import (
 // An announcement hands each waiter the view of its own request, leaves
 // other waiters waiting, and a line without a view wakes nobody.
 func TestNotifierDeliversEachRequestItsView(t *testing.T) {
-	n := NewNotifier(nil, nil)
+	n := NewNotifier(nil)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	reqs := make([]*requests.Request, 3)
 	waits := make([]<-chan []byte, 3)
@@ -66,7 +66,7 @@ func TestNotifierDeliversEachRequestItsView(t *testing.T) {
 // owner, and whether they have been announced since: a poll that comes after
 // the announcement must not wait for another.
 func TestNotifierRemembersRequestsAcceptedHere(t *testing.T) {
-	n := NewNotifier(nil, nil)
+	n := NewNotifier(nil)
 	anyone := func(string) bool { return true }
 	mine, other := &requests.Request{ID: uuid.New(), Type: "t", Status: domain.StatusSucceeded}, uuid.New()
 	n.Track(mine.ID, "alice")

@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	engine := keyed.New(pool, rdb, insp, log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap,
 		ScheduleDeferred: !cfg.AggregateDeferred, EnqueueEach: !cfg.BatchEnqueue})
 	defer engine.Close()
-	notifier := NewNotifier(rdb, log)
+	notifier := NewNotifier(rdb)
 	nctx, stopNotifier := context.WithCancel(ctx)
 	defer stopNotifier()
 	go notifier.Run(nctx)

@@ -53,7 +53,7 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 	var wait time.Duration
 	for len(g.held) > 0 {
 		if e.stopping.Load() || ctx.Err() != nil || !time.Now().Before(deadline) {
-			return g.handOffAll(context.WithoutCancel(ctx), 0)
+			return g.handOffAll(ctx, 0)
 		}
 		progress, err := g.step(ctx)
 		var lost *lostKeys
@@ -63,7 +63,7 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		case errors.Is(err, ErrLeaseLost):
 			return e.lostGroup(ctx, g, nil)
 		case err != nil:
-			if herr := g.handOffAll(context.WithoutCancel(ctx), time.Second); herr != nil {
+			if herr := g.handOffAll(ctx, time.Second); herr != nil {
 				e.log.Warn("hand off after error", "keys", g.keys(), "err", herr)
 			}
 			return err // retried, and shown in Asynqmon
@@ -95,15 +95,16 @@ func (e *Engine) lostGroup(ctx context.Context, g *group, lost []string) error {
 			errs = append(errs, e.lostLease(ctx, l, g.queue))
 		}
 	}
-	errs = append(errs, g.handOffAll(context.WithoutCancel(ctx), 0))
+	errs = append(errs, g.handOffAll(ctx, 0))
 	return errors.Join(errs...)
 }
 
 // finish removes applied and stale entries from their mailboxes, announces
-// the outcomes and records metrics. An applied request leaves the mailbox of
-// each of its keys; a stale entry (terminal already, unknown, or no id)
-// leaves the mailboxes mboxes names for it. A failure here is harmless: stale entries
-// are skipped as terminal next time, and long-polls re-read Postgres.
+// the outcomes and records metrics. An applied request leaves the mailbox
+// of each of its keys; a stale entry (terminal already, unknown, or no id)
+// leaves the mailboxes mboxes names for it. A failure here is harmless:
+// stale entries are met again and dropped next time, and long-polls
+// re-read Postgres.
 func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes map[string][]string) {
 	if len(res.applied)+len(res.gone) == 0 {
 		return
@@ -153,9 +154,10 @@ func (e *Engine) lostLease(ctx context.Context, l Lease, queue string) error {
 	return e.enqueueDrain(context.WithoutCancel(ctx), queue, l.Key, tokenID("l", l.Token), 0)
 }
 
-// keepAlive extends the leases while an apply transaction runs, so a slow
-// batch does not lose its key midway. A holder that stalls (or whose process
-// freezes) stops extending and is fenced out once a successor commits.
+// keepAlive extends the leases while an apply transaction runs, all of a
+// group's in one round trip, so a slow batch does not lose its keys
+// midway. A holder that stalls (or whose process freezes) stops extending
+// and is fenced out once a successor commits.
 func (e *Engine) keepAlive(ctx context.Context, leases []Lease) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -168,9 +170,9 @@ func (e *Engine) keepAlive(ctx context.Context, leases []Lease) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				for _, l := range leases {
-					_ = extendScript.Run(ctx, e.rdb, []string{leaseKey(l.Key)}, l.Token, e.opt.LeaseTTL.Milliseconds()).Err()
-				}
+				_, _ = evalAll(ctx, e.rdb, extendScript, len(leases), func(i int) ([]string, []any) {
+					return []string{leaseKey(leases[i].Key)}, []any{leases[i].Token, e.opt.LeaseTTL.Milliseconds()}
+				})
 			}
 		}
 	}()

@@ -452,7 +452,8 @@ func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed m
 }
 
 // handOffAll gives every key up, each with a drain task if its mailbox has
-// entries left, after delay.
+// entries left, after delay. It completes even once ctx is cancelled (a
+// drain that is stopping), as giveUp does.
 func (g *group) handOffAll(ctx context.Context, delay time.Duration) error {
 	return g.giveUp(ctx, g.keys(), nil, "h", delay)
 }
@@ -460,9 +461,10 @@ func (g *group) handOffAll(ctx context.Context, delay time.Duration) error {
 // giveUp releases the leases of keys in one round trip, each kept for
 // keptFor[key] for promiseTTL when that is set (yield). A key whose mailbox
 // has entries gets a drain task after delay (a yield's spread by up to a
-// quarter more), its id prefix naming the cause. A lease that had already
-// lapsed is handled as lost: tasks that arrived meanwhile may have left
-// their requests to this holder.
+// quarter more), its id prefix naming the cause. It runs to the end even
+// once ctx is cancelled: keys given up halfway would wait for their leases
+// to lapse. A lease that had already lapsed is handled as lost: tasks that
+// arrived meanwhile may have left their requests to this holder.
 func (g *group) giveUp(ctx context.Context, keys []string, keptFor map[string]string, prefix string, delay time.Duration) error {
 	ls := make([]Lease, len(keys))
 	for i, k := range keys {

@@ -123,9 +123,9 @@ func (g *groupCommit) lead(ctx context.Context, first *pending) {
 // the returned channel closes when that is done. A Redis round trip thus
 // never holds up the next INSERT.
 func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending) <-chan struct{} {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	g.store.storeBatch(ctx, batch, g.timeout)
 	post := slices.DeleteFunc(slices.Clone(batch), func(p *pending) bool { return p.r == nil })
+	ctx, cancel := context.WithTimeout(ctx, g.timeout) // bounds the post
 	done := make(chan struct{})
 	g.mu.Lock()
 	prev := g.posted
@@ -174,13 +174,16 @@ func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
 	}
 }
 
-// storeBatch stores batch in one INSERT and sets each one's r or, if it
-// is not stored, its err. The INSERT may have committed although its
-// answer was lost (a connection dropped during the commit): whatever is
-// stored under the batch's fresh ids is accepted, so no caller is told to
-// retry a write that will be applied anyway. Only the rest get the error.
+// storeBatch stores batch in one INSERT, bounded by timeout, and sets each
+// one's r or, if it is not stored, its err. The INSERT may have committed
+// although its answer was lost (a connection dropped during the commit):
+// whatever is stored under the batch's fresh ids is accepted, so no caller
+// is told to retry a write that will be applied anyway. Only the rest get
+// the error.
 func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.Duration) {
-	rs, err := s.insertMany(ctx, batch)
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	rs, err := s.insertMany(ictx, batch)
+	cancel()
 	var stored map[uuid.UUID]int64
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)

@@ -131,9 +131,7 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 		created = true
 	case sub.IdempotencyKey == "": // CommitEach: a batch of one
 		p := &pending{sub: &sub, id: id, now: time.Now().UTC()}
-		sctx, cancel := context.WithTimeout(ctx, in.group.timeout)
-		in.store.storeBatch(sctx, []*pending{p}, in.group.timeout)
-		cancel()
+		in.store.storeBatch(ctx, []*pending{p}, in.group.timeout)
 		r, err, created = p.r, p.err, true
 	default:
 		r, created, err = in.store.Insert(ctx, &sub, id, time.Now().UTC())
