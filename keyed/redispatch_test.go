@@ -131,3 +131,45 @@ func TestMailboxEntriesThatAreNoIDsAreDropped(t *testing.T) {
 	require.Zero(t, r.rdb.ZCard(ctx, mboxKey("k")).Val(), "the mailbox is empty")
 	require.Zero(t, r.rdb.Exists(ctx, leaseKey("k")).Val(), "and the key let go")
 }
+
+// keepAlive extends every lease of a group while a transaction runs (one
+// round trip for all of them): a while after they were taken, past a third
+// of their lifetime, each has more than two thirds of it left. Without the
+// extension none would (the control: the same leases, no keepAlive).
+func TestKeepAliveExtendsEveryLeaseOfAGroup(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	const ttl = 3 * time.Second
+	e := r.engineTTL(t, "w", 8, ttl)
+	ctx := context.Background()
+	take := func(prefix string) ([]Lease, time.Time) {
+		var ls []Lease
+		for i := range 5 {
+			l, ok, err := e.TryAcquire(ctx, fmt.Sprintf("%s%d", prefix, i))
+			require.NoError(t, err)
+			require.True(t, ok)
+			ls = append(ls, l)
+		}
+		return ls, time.Now()
+	}
+	extended := func(ls []Lease, since time.Time) bool {
+		if time.Since(since) < ttl/2 {
+			return false
+		}
+		for _, l := range ls {
+			if r.rdb.PTTL(ctx, leaseKey(l.Key)).Val() < 2*ttl/3 {
+				return false
+			}
+		}
+		return true
+	}
+
+	kept, since := take("alive")
+	stop := e.keepAlive(ctx, kept)
+	defer stop()
+	require.Eventually(t, func() bool { return extended(kept, since) }, 10*time.Second, 10*time.Millisecond)
+
+	bare, since := take("bare")
+	require.Never(t, func() bool { return extended(bare, since) }, ttl, 10*time.Millisecond,
+		"control: without keepAlive no lease has two thirds of its lifetime left after half of it")
+}
