@@ -3,9 +3,9 @@ package requests
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,11 +17,12 @@ import (
 
 // groupCommit makes concurrent submissions durable together: one INSERT
 // and one commit for every submission waiting at that moment, instead of one
-// each, and then, when post is set, puts the whole batch in its mailboxes in
-// one round trip. There is no background goroutine: a waiting submission
-// leads a flush when none is in flight, and a leader that
-// has flushed maxRounds batches hands its place to the next waiter, so no
-// client waits behind an endless stream of others.
+// each, and then puts the whole batch in its mailboxes in one round trip.
+// There is no background goroutine: the submissions take turns
+// (storage.Turns), one batch's INSERT in flight at a time, and while it
+// commits the next batch gathers, so the rate is up to maxBatch per commit,
+// and every commit saved is Postgres time saved. A batch's post overlaps the
+// next batch's INSERT.
 //
 // Its gain, measured in pairs with it bypassed (scripts/ab.sh, fcfs-rush of
 // 40,000 users on two cores, 2026-11-26): 6,023 and 6,156 accepted writes a
@@ -31,26 +32,17 @@ import (
 // transaction of its own.
 type groupCommit struct {
 	store   *Store
-	post    func(context.Context, []*Request) ([]Posting, error) // Intake.postBatch; nil: callers post their own
-	timeout time.Duration                                        // bound on a batch's INSERT, and on reading back what it stored
-	mu      sync.Mutex
-	queue   []*pending
-	busy    bool // a leader is flushing
-	// posted closes when the last flush's batch is posted; the next batch
-	// posts after it, so mailboxes receive batches in seq order.
+	post    func(context.Context, []*Request) ([]Posting, error) // Intake.postBatch
+	timeout time.Duration                                        // bound on a batch's INSERT, and on its post
+	turns   storage.Turns[*pending]
+	// posted closes when the last batch is posted; the next batch posts
+	// after it, so mailboxes receive batches in seq order. Only the
+	// leader of a batch reads and sets it.
 	posted <-chan struct{}
 }
 
-// One flush is in flight at a time: while it commits, the next batch gathers,
-// so the rate is up to maxBatch per commit, and every commit saved is
-// Postgres time saved. In the FCFS rush of make bench on two cores, four
-// flushes in flight averaged 4.5 submissions per INSERT and one averaged
-// 17, for 3,900 against 4,900 202s per second and a p99 of 82 against
-// 71 ms.
-const (
-	maxBatch  = 256 // submissions per INSERT
-	maxRounds = 3   // batches one leader flushes before handing on
-)
+// maxBatch bounds the submissions of one INSERT.
+const maxBatch = 256
 
 type pending struct {
 	sub     *Submission
@@ -58,79 +50,46 @@ type pending struct {
 	now     time.Time
 	r       *Request
 	err     error
-	posted  bool      // r is in its mailboxes
-	posting Posting   // Post's answer for r, when posted
-	wake    chan bool // true: stored (see r, err); false: lead a flush
+	posted  bool            // r is in its mailboxes
+	posting Posting         // Post's answer for r, when posted
+	done    <-chan struct{} // closes once its batch's post is over
 }
+
+// errGroupCommit answers the submissions of a batch whose INSERT panicked.
+var errGroupCommit = errors.New("requests: group commit failed")
 
 // insert stores sub (which has no idempotency key) with the others waiting,
 // and posts it when it can. The caller posts what is not posted yet.
 func (g *groupCommit) insert(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time) *pending {
-	p := &pending{sub: sub, id: id, now: now, wake: make(chan bool, 1)}
-	g.mu.Lock()
-	lead := !g.busy
-	if lead {
-		g.busy = true
-	} else {
-		g.queue = append(g.queue, p)
-	}
-	g.mu.Unlock()
-	if lead || !<-p.wake {
-		g.lead(context.WithoutCancel(ctx), p)
-	}
+	p := &pending{sub: sub, id: id, now: now}
+	g.turns.Take(p, func(batch []*pending) { g.flush(context.WithoutCancel(ctx), batch) })
+	<-p.done
 	return p
 }
 
-// lead flushes first (whose own submission it is) with whatever waits, then
-// more batches while any wait, up to maxRounds; then it gives its place up.
-// It returns once first is posted: only the first round's batch holds the
-// leader's own submission, and the later rounds' waiters are woken by their
-// own batch's post.
-func (g *groupCommit) lead(ctx context.Context, first *pending) {
-	batch := []*pending{first}
-	var firstDone <-chan struct{}
-	defer func() { <-firstDone }()
-	for round := 1; ; round++ {
-		g.mu.Lock()
-		n := min(len(g.queue), maxBatch-len(batch))
-		batch = append(batch, g.queue[:n]...)
-		g.queue = g.queue[n:]
-		g.mu.Unlock()
-		done := g.flush(ctx, batch, first)
-		if round == 1 {
-			firstDone = done
-		}
-		g.mu.Lock()
-		if len(g.queue) == 0 {
-			g.busy = false
-			g.mu.Unlock()
-			return
-		}
-		if round == maxRounds {
-			next := g.queue[0]
-			g.queue = g.queue[1:]
-			g.mu.Unlock()
-			next.wake <- false // the leader's place passes to next
-			return
-		}
-		g.mu.Unlock()
-		batch = nil // the last batch is still being posted
-	}
-}
-
 // flush stores batch. Then, while the next batch is already being stored,
-// it posts what it stored and wakes its waiters (all but self, the leader):
-// the returned channel closes when that is done. A Redis round trip thus
-// never holds up the next INSERT.
-func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending) <-chan struct{} {
+// it posts what it stored; each one's done closes when that is over. A
+// Redis round trip thus never holds up the next INSERT. Should the INSERT
+// panic, done closes with every submission failed, and the panic goes on.
+func (g *groupCommit) flush(ctx context.Context, batch []*pending) {
+	done := make(chan struct{})
+	for _, p := range batch {
+		p.done = done
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			for _, p := range batch {
+				p.r, p.err = nil, errGroupCommit
+			}
+			close(done)
+			panic(r)
+		}
+	}()
 	g.store.storeBatch(ctx, batch, g.timeout)
 	post := slices.DeleteFunc(slices.Clone(batch), func(p *pending) bool { return p.r == nil })
-	ctx, cancel := context.WithTimeout(ctx, g.timeout) // bounds the post
-	done := make(chan struct{})
-	g.mu.Lock()
 	prev := g.posted
 	g.posted = done
-	g.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, g.timeout) // bounds the post
 	go func() {
 		defer close(done)
 		defer cancel()
@@ -138,13 +97,7 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending, self *pending
 			<-prev
 		}
 		g.postAll(ctx, post)
-		for _, p := range batch {
-			if p != self {
-				p.wake <- true
-			}
-		}
 	}()
-	return done
 }
 
 // postAll puts batch's requests in their mailboxes in one round trip. On

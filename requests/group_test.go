@@ -18,7 +18,7 @@ func pendingBatch(t *testing.T, n int, payload string) []*pending {
 	for i := range batch {
 		id, err := uuid.NewV7()
 		require.NoError(t, err)
-		batch[i] = &pending{id: id, now: time.Now().UTC(), wake: make(chan bool, 1), sub: &Submission{
+		batch[i] = &pending{id: id, now: time.Now().UTC(), sub: &Submission{
 			Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"}, Payload: json.RawMessage(payload)}}
 	}
 	return batch
@@ -39,17 +39,17 @@ func TestGroupFlushResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	require.NoError(t, err)
 	_, err = g.store.insertMany(ctx, stored)
 	require.Error(t, err, "the same ids again: the INSERT fails although the rows are there")
-	<-g.flush(ctx, stored, nil)
+	g.flush(ctx, stored)
 	for i, p := range stored {
-		<-p.wake
+		<-p.done
 		require.NoError(t, p.err)
 		require.Equal(t, first[i].Seq, p.r.Seq)
 	}
 
 	lost := pendingBatch(t, 3, `{`) // not JSON: the INSERT fails and stores nothing
-	<-g.flush(ctx, lost, nil)
+	g.flush(ctx, lost)
 	for _, p := range lost {
-		<-p.wake
+		<-p.done
 		require.Error(t, p.err)
 		require.Nil(t, p.r)
 	}
@@ -80,14 +80,14 @@ func TestGroupPostsBatchesInSeqOrder(t *testing.T) {
 	}}
 	ctx := context.Background()
 	a, b := pendingBatch(t, 2, `{}`), pendingBatch(t, 2, `{}`)
-	doneA := g.flush(ctx, a, nil)
-	doneB := g.flush(ctx, b, nil)
-	<-doneA
-	<-doneB
+	g.flush(ctx, a)
+	g.flush(ctx, b)
+	<-a[0].done
+	<-b[0].done
 	require.Less(t, a[0].r.Seq, b[0].r.Seq)
 	require.Equal(t, []int64{a[0].r.Seq, b[0].r.Seq}, order)
 	for _, p := range append(a, b...) {
-		require.True(t, <-p.wake)
+		<-p.done
 		require.True(t, p.posted)
 	}
 }
@@ -101,13 +101,31 @@ func TestGroupPostThatPanicsLeavesEachCallerToPost(t *testing.T) {
 		panic("post broke")
 	}}
 	batch := pendingBatch(t, 3, `{}`)
-	<-g.flush(context.Background(), batch, nil)
+	g.flush(context.Background(), batch)
 	for _, p := range batch {
-		require.True(t, <-p.wake)
+		<-p.done
 		require.NoError(t, p.err)
 		require.NotNil(t, p.r, "stored")
 		require.False(t, p.posted)
 	}
+}
+
+// A batch whose INSERT panics answers every submission in it with an
+// error, so none of its callers is left waiting, and the panic goes on.
+func TestGroupFlushThatPanicsAnswersEveryCaller(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	g := &groupCommit{store: NewStore(pool), timeout: time.Minute,
+		post: func(_ context.Context, rs []*Request) ([]Posting, error) { return make([]Posting, len(rs)), nil }}
+	batch := pendingBatch(t, 3, `{}`)
+	batch[1].sub = nil // encoding its keys panics
+	require.Panics(t, func() { g.flush(context.Background(), batch) })
+	for _, p := range batch {
+		<-p.done
+		require.ErrorIs(t, p.err, errGroupCommit)
+		require.Nil(t, p.r)
+	}
+	require.Nil(t, g.posted, "no post was started")
 }
 
 // With GROUP_COMMIT=false a write is stored alone, as a batch of one, and

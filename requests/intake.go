@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/storage"
 )
 
 // Submission is a validated write a vertical hands to intake.
@@ -90,7 +92,7 @@ func (in *Intake) SetTimeout(d time.Duration) {
 // NewIntake wires intake.
 func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
 	in := &Intake{store: store, disp: disp, log: log}
-	in.group = &groupCommit{store: store, post: in.postBatch, timeout: storeTimeout}
+	in.group = &groupCommit{store: store, post: in.postBatch, timeout: storeTimeout, turns: storage.Turns[*pending]{Max: maxBatch}}
 	return in
 }
 

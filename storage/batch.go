@@ -19,7 +19,7 @@ import (
 // its own batch.
 type Batcher struct {
 	rdb   redis.UniversalClient
-	turns turns[*batchCall]
+	turns Turns[*batchCall]
 }
 
 type batchCall struct {
@@ -39,7 +39,7 @@ func NewBatcher(rdb redis.UniversalClient) *Batcher { return &Batcher{rdb: rdb} 
 // returns an error.
 func (b *Batcher) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) error {
 	c := &batchCall{ctx: ctx, fn: fn}
-	b.turns.take(c, b.send)
+	b.turns.Take(c, b.send)
 	return c.err
 }
 

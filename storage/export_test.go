@@ -3,7 +3,7 @@ package storage
 import "github.com/redis/go-redis/v9"
 
 // waiting counts the callers queued behind the batch in flight.
-func (t *turns[T]) waiting() int {
+func (t *Turns[T]) waiting() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.queue)

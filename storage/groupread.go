@@ -19,7 +19,7 @@ import (
 type GroupRead[K comparable, V any] struct {
 	read    func(ctx context.Context, keys []K) (map[K]V, error)
 	timeout time.Duration
-	turns   turns[*groupCall[K, V]]
+	turns   Turns[*groupCall[K, V]]
 }
 
 type groupCall[K comparable, V any] struct {
@@ -34,9 +34,9 @@ type groupCall[K comparable, V any] struct {
 // read (at least 1), each read bounded by timeout.
 func NewGroupRead[K comparable, V any](read func(ctx context.Context, keys []K) (map[K]V, error), max int, timeout time.Duration) *GroupRead[K, V] {
 	g := &GroupRead[K, V]{read: read, timeout: timeout}
-	g.turns.max = max
+	g.turns.Max = max
 	if max < 1 {
-		g.turns.max = 1
+		g.turns.Max = 1
 	}
 	return g
 }
@@ -44,7 +44,7 @@ func NewGroupRead[K comparable, V any](read func(ctx context.Context, keys []K) 
 // Get returns key's value from a read that began after this call.
 func (g *GroupRead[K, V]) Get(ctx context.Context, key K) (V, error) {
 	c := &groupCall[K, V]{ctx: ctx, key: key}
-	g.turns.take(c, g.readAll)
+	g.turns.Take(c, g.readAll)
 	return c.val, c.err
 }
 

@@ -2,16 +2,15 @@ package storage
 
 import "sync"
 
-// turns is the turn-taking that Batcher and GroupRead share, as the
-// intake's group commit does for its INSERTs: one batch of callers' work
-// is in flight at a time; callers that arrive meanwhile queue, and the
-// first of them leads the next batch with the others queued by then (at
-// most max in a batch; 0: no bound). A lone caller goes at once. A leader
-// hands its place on once its batch has run, so no caller runs more than
-// its own batch.
-type turns[T any] struct {
+// Turns is the turn-taking that Batcher, GroupRead and the intake's group
+// commit share: one batch of callers' work is in flight at a time; callers
+// that arrive meanwhile queue, and the first of them leads the next batch
+// with the others queued by then (at most Max in a batch; 0: no bound). A
+// lone caller goes at once. A leader hands its place on once its batch has
+// run, so no caller runs more than its own batch. The zero value is ready.
+type Turns[T any] struct {
+	Max   int
 	mu    sync.Mutex
-	max   int
 	busy  bool // a batch is in flight, or about to be
 	queue []*turn[T]
 }
@@ -21,11 +20,11 @@ type turn[T any] struct {
 	lead chan bool // true: lead the next batch; false: done
 }
 
-// take returns once the batch holding item has run; run runs a batch, the
+// Take returns once the batch holding item has run; run runs a batch, the
 // caller's own item first when the caller leads it. If run panics, the
 // batch's other callers are woken all the same, the lead is handed on, and
 // the panic goes on in the leader's goroutine.
-func (t *turns[T]) take(item T, run func(batch []T)) {
+func (t *Turns[T]) Take(item T, run func(batch []T)) {
 	me := &turn[T]{item: item, lead: make(chan bool, 1)}
 	t.mu.Lock()
 	if t.busy {
@@ -38,8 +37,8 @@ func (t *turns[T]) take(item T, run func(batch []T)) {
 	}
 	t.busy = true
 	n := len(t.queue)
-	if t.max > 0 {
-		n = min(n, t.max-1)
+	if t.Max > 0 {
+		n = min(n, t.Max-1)
 	}
 	batch := append([]*turn[T]{me}, t.queue[:n]...)
 	t.queue = t.queue[n:]
@@ -55,7 +54,7 @@ func (t *turns[T]) take(item T, run func(batch []T)) {
 
 // handOff wakes batch's callers but its leader (batch[0]) and passes the
 // lead to the first caller queued meanwhile, if any.
-func (t *turns[T]) handOff(batch []*turn[T]) {
+func (t *Turns[T]) handOff(batch []*turn[T]) {
 	t.mu.Lock()
 	var next *turn[T]
 	if len(t.queue) > 0 {
@@ -75,7 +74,7 @@ func (t *turns[T]) handOff(batch []*turn[T]) {
 // dismiss ends the turns of every caller queued now, each after done has
 // been applied to its item: for a failure that would fail their batches
 // too. Called from run, so the lead is still held.
-func (t *turns[T]) dismiss(done func(T)) {
+func (t *Turns[T]) dismiss(done func(T)) {
 	t.mu.Lock()
 	queued := t.queue
 	t.queue = nil
