@@ -29,7 +29,7 @@ type shopper struct {
 func newShopper(t *testing.T, s *systest.System, name string) shopper {
 	t.Helper()
 	admin := s.Client("admin", domain.RoleAdmin)
-	r := admin.Do("POST", "/api/v1/users", map[string]string{"name": name})
+	r := admin.DoPatiently("POST", "/api/v1/users", map[string]string{"name": name})
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
 	var u shop.User
 	r.JSON(t, &u)
@@ -57,13 +57,13 @@ func newProduct(t *testing.T, s *systest.System, stocks ...int) []int64 {
 
 func (u shopper) put(option int64, qty int) {
 	u.t.Helper()
-	r := u.Do("PUT", fmt.Sprintf("/api/v1/cart/items/%d", option), map[string]int{"quantity": qty})
+	r := u.DoPatiently("PUT", fmt.Sprintf("/api/v1/cart/items/%d", option), map[string]int{"quantity": qty})
 	require.Equal(u.t, http.StatusOK, r.Status, "%s", r.Body)
 }
 
 func (u shopper) submit(method, path string, body any, headers ...string) string {
 	u.t.Helper()
-	r := u.Do(method, path, body, headers...)
+	r := u.DoPatiently(method, path, body, headers...)
 	require.Equal(u.t, http.StatusAccepted, r.Status, "%s", r.Body)
 	var a systest.Accepted
 	r.JSON(u.t, &a)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,6 +99,22 @@ func (c *Client) Do(method, path string, body any, headers ...string) Response {
 	r, err := c.TryDo(method, path, body, headers...)
 	require.NoError(c.t, err)
 	return r
+}
+
+// DoPatiently is Do for a client that follows the contract: a 503 with
+// Retry-After (a store too slow, as on a busy machine) is sent again once
+// that many seconds have passed, up to ten times. For a test's setup,
+// whose point is not how the API answers a crowd.
+func (c *Client) DoPatiently(method, path string, body any, headers ...string) Response {
+	c.t.Helper()
+	for try := 1; ; try++ {
+		r := c.Do(method, path, body, headers...)
+		wait, err := strconv.Atoi(r.Header.Get("Retry-After"))
+		if r.Status != http.StatusServiceUnavailable || err != nil || try == 10 {
+			return r
+		}
+		time.Sleep(time.Duration(wait) * time.Second)
+	}
 }
 
 // TryDo is Do returning transport errors instead of failing.
