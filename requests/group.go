@@ -70,7 +70,8 @@ func (g *groupCommit) insert(ctx context.Context, sub *Submission, id uuid.UUID,
 // flush stores batch. Then, while the next batch is already being stored,
 // it posts what it stored; each one's done closes when that is over. A
 // Redis round trip thus never holds up the next INSERT. Should the INSERT
-// panic, done closes with every submission failed, and the panic goes on.
+// panic, done closes with every submission not stored failed, and the
+// panic goes on.
 func (g *groupCommit) flush(ctx context.Context, batch []*pending) {
 	done := make(chan struct{})
 	for _, p := range batch {
@@ -79,7 +80,9 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending) {
 	defer func() {
 		if r := recover(); r != nil {
 			for _, p := range batch {
-				p.r, p.err = nil, errGroupCommit
+				if p.r == nil { // one stored already is posted by its caller
+					p.err = errGroupCommit
+				}
 			}
 			close(done)
 			panic(r)
