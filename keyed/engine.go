@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,33 +101,24 @@ type Options struct {
 	ForgetAfter time.Duration
 }
 
+// defaults are config.Config's (the binaries pass its values), for engines
+// built with fewer options, as tests build them.
 func (o *Options) defaults() {
-	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = 5 * time.Second
-	}
-	if o.BatchMax <= 0 {
-		o.BatchMax = 256
-	}
-	if o.DrainSlice <= 0 {
-		o.DrainSlice = 5 * time.Second
-	}
-	if o.ForgetAfter <= 0 {
-		o.ForgetAfter = time.Hour
-	}
-	if o.RedriveAfter <= 0 {
-		o.RedriveAfter = 3 * time.Second
-	}
-	if o.KeyCap <= 0 {
-		o.KeyCap = 200_000
-	}
-	if o.QueueCap <= 0 {
-		o.QueueCap = 1_000_000
-	}
-	if o.DeferAfter <= 0 {
-		o.DeferAfter = 64
-	}
-	if o.Worker == "" {
-		o.Worker = "worker"
+	orDefault(&o.LeaseTTL, 5*time.Second)
+	orDefault(&o.BatchMax, 256)
+	orDefault(&o.DrainSlice, 5*time.Second)
+	orDefault(&o.ForgetAfter, time.Hour)
+	orDefault(&o.RedriveAfter, 3*time.Second)
+	orDefault(&o.KeyCap, 200_000)
+	orDefault(&o.QueueCap, 1_000_000)
+	orDefault(&o.DeferAfter, 64)
+	o.Worker = cmp.Or(o.Worker, "worker")
+}
+
+// orDefault sets *v to d unless it is positive.
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
 	}
 }
 

@@ -68,11 +68,9 @@ var errGroupCommit = errors.New("requests: group commit failed")
 
 // insert stores sub (which has no idempotency key) with the others waiting,
 // and posts it when it can. The caller posts what is not posted yet.
-func (g *groupCommit) insert(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time) *pending {
-	p := &pending{sub: sub, id: id, now: now}
+func (g *groupCommit) insert(ctx context.Context, p *pending) {
 	g.turns.Take(p, func(batch []*pending) { g.flush(context.WithoutCancel(ctx), batch) })
 	<-p.done
-	return p
 }
 
 // flush stores batch. Then, while the next batch is already being stored,
@@ -163,7 +161,7 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 		case err == nil:
 			p.r = rs[i]
 		case ok:
-			p.r = p.request(seq)
+			p.r = newRequest(p.sub, p.id, p.now, seq)
 		default:
 			p.err = err
 		}
@@ -182,10 +180,10 @@ func seqsByID(rows pgx.Rows, err error) (map[uuid.UUID]int64, error) {
 	return out, err
 }
 
-// request is p as stored under seq.
-func (p *pending) request(seq int64) *Request {
-	return &Request{ID: p.id, Seq: seq, Type: p.sub.Type, Queue: p.sub.Queue, UserID: p.sub.UserID, Keys: p.sub.Keys,
-		Payload: p.sub.Payload, TraceID: p.sub.TraceID, Status: domain.StatusQueued, AcceptedAt: p.now}
+// newRequest is sub as stored under id and seq at now.
+func newRequest(sub *Submission, id uuid.UUID, now time.Time, seq int64) *Request {
+	return &Request{ID: id, Seq: seq, Type: sub.Type, Queue: sub.Queue, UserID: sub.UserID, Keys: sub.Keys,
+		Payload: sub.Payload, TraceID: sub.TraceID, Status: domain.StatusQueued, AcceptedAt: now}
 }
 
 // insertMany stores submissions without idempotency keys in one statement;
@@ -220,7 +218,7 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) ([]*Request, e
 		if !ok {
 			return nil, fmt.Errorf("requests: insert batch: no seq for %s", p.id)
 		}
-		out[i] = p.request(seq)
+		out[i] = newRequest(p.sub, p.id, p.now, seq)
 	}
 	return out, nil
 }

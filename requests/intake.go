@@ -123,32 +123,28 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	if err != nil {
 		return nil, false, fmt.Errorf("requests: new id: %w", err)
 	}
-	var posted bool
-	var posting Posting
+	p := &pending{sub: &sub, id: id, now: time.Now().UTC()}
 	grouped := sub.IdempotencyKey == "" && !in.CommitEach
+	created = true
 	switch {
 	case grouped:
-		p := in.group.insert(ctx, &sub, id, time.Now().UTC())
-		r, err, posted, posting = p.r, p.err, p.posted, p.posting
-		created = true
+		in.group.insert(ctx, p)
 	case sub.IdempotencyKey == "": // CommitEach: a batch of one
-		p := &pending{sub: &sub, id: id, now: time.Now().UTC()}
 		in.store.storeBatch(ctx, []*pending{p}, in.group.timeout)
-		r, err, created = p.r, p.err, true
 	default:
-		r, created, err = in.store.Insert(ctx, &sub, id, time.Now().UTC())
+		p.r, created, p.err = in.store.Insert(ctx, &sub, id, p.now)
 	}
-	if err != nil {
-		return nil, false, err
+	if p.err != nil {
+		return nil, false, p.err
 	}
-	if r.Status.Terminal() {
-		return r, created, nil
+	if p.r.Status.Terminal() {
+		return p.r, created, nil
 	}
 	if created && !grouped && in.Tracker != nil {
-		in.Tracker.Track(r.ID, r.UserID) // the group commit tracks its own
+		in.Tracker.Track(p.r.ID, p.r.UserID) // the group commit tracks its own
 	}
-	in.dispatch(ctx, r, posted, posting)
-	return r, created, nil
+	in.dispatch(ctx, p.r, p.posted, p.posting)
+	return p.r, created, nil
 }
 
 // dispatch posts r, unless the group commit already has (posted, with what

@@ -85,16 +85,15 @@ func (s *Store) Insert(ctx context.Context, sub *Submission, id uuid.UUID, now t
 	if sub.IdempotencyKey != "" {
 		route, key, hash = &sub.Route, &sub.IdempotencyKey, bodyHash(sub)
 	}
-	r = &Request{ID: id, Type: sub.Type, Queue: sub.Queue, UserID: sub.UserID, Keys: sub.Keys,
-		Payload: sub.Payload, TraceID: sub.TraceID, Status: domain.StatusQueued, AcceptedAt: now}
+	var seq int64
 	err = s.pool.QueryRow(ctx, `
 		INSERT INTO requests (id, type, queue, user_id, keys, payload, idem_route, idem_key, body_hash, trace_id, accepted_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (user_id, idem_route, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 		RETURNING seq`,
-		id, sub.Type, sub.Queue, sub.UserID, sub.Keys, sub.Payload, route, key, hash, sub.TraceID, now).Scan(&r.Seq)
+		id, sub.Type, sub.Queue, sub.UserID, sub.Keys, sub.Payload, route, key, hash, sub.TraceID, now).Scan(&seq)
 	if err == nil {
-		return r, true, nil
+		return newRequest(sub, id, now, seq), true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, storage.Translate("requests: insert", err)
@@ -269,10 +268,7 @@ func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, offset, limit in
 	if err != nil {
 		return nil, storage.Translate("requests: open keys", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OpenKey, error) {
-		var k OpenKey
-		return k, row.Scan(&k.Key, &k.Queue, &k.Count, &k.MaxSeq)
-	})
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[OpenKey])
 }
 
 // OpenOnKey lists up to limit non-terminal requests that carry key, with
