@@ -216,21 +216,30 @@ func holdRace(t *testing.T, s *systest.System, rt int64, users, workers, waiters
 		s.StartWorker(fmt.Sprintf("w%d", i))
 	}
 	b.release(waiters)
+	// Every holder confirms at once: the confirms race for the rooms too.
+	var mu sync.Mutex
 	for i, c := range clients {
-		v := c.Wait(reqs[i], 60*time.Second)
-		if v.Status == domain.StatusRejected {
-			require.Equal(t, domain.CodeNotAvailable, v.Error.Code)
-			continue
-		}
-		holds++
-		h := hold(t, v)
-		v = c.write("POST", "/api/v1/holds/"+h.HoldID+"/confirm")
-		if v.Status == domain.StatusSucceeded {
-			reservations++
-		} else {
-			require.Equal(t, domain.CodeNotAvailable, v.Error.Code, "%+v", v.Error)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := c.Wait(reqs[i], 60*time.Second)
+			if v.Status == domain.StatusRejected {
+				require.Equal(t, domain.CodeNotAvailable, v.Error.Code)
+				return
+			}
+			h := hold(t, v)
+			v = c.write("POST", "/api/v1/holds/"+h.HoldID+"/confirm")
+			mu.Lock()
+			defer mu.Unlock()
+			holds++
+			if v.Status == domain.StatusSucceeded {
+				reservations++
+			} else {
+				require.Equal(t, domain.CodeNotAvailable, v.Error.Code, "%+v", v.Error)
+			}
+		}()
 	}
+	wg.Wait()
 	return holds, reservations
 }
 
