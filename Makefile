@@ -51,7 +51,7 @@ test: lint-api lint ## Lint the OpenAPI document and the Go code, then run every
 	@# (internal/testenv/speedups.go), so each guarantee is shown to rest on
 	@# the protocol alone.
 	@$(GO) test -race -count=1 -timeout 12m $$($(GO) list ./... | grep -v '/e2e$$'); units=$$?; \
-	$(GO) test -race -count=1 -timeout 12m ./e2e; e2e=$$?; \
+	$(GO) test -race -count=1 -timeout 20m ./e2e; e2e=$$?; \
 	HOLDFAST_TEST_SPEEDUPS=off $(GO) test -race -count=1 -timeout 6m ./keyed && \
 	HOLDFAST_TEST_SPEEDUPS=off $(GO) test -race -count=1 -timeout 6m -run '$(SPEEDUPS_OFF_E2E)' -skip Control ./e2e; off=$$?; \
 	pf() { [ $$1 = 0 ] && echo passed || echo FAILED; }; \

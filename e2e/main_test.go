@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 
 // loadDeadline bounds one load-tool run in a test: a run that stops making
 // progress fails its test with the context's error, well inside the
-// package's 12-minute timeout, instead of hanging until it.
+// package's 20-minute timeout (make test), instead of hanging until it.
 const loadDeadline = 4 * time.Minute
 
 // loadContext is a context that ends loadDeadline from now, or with the test.
