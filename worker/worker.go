@@ -173,7 +173,7 @@ func serve(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, engin
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		TaskCheckInterval:        20 * time.Millisecond,
 		DelayedTaskCheckInterval: 100 * time.Millisecond,
-		RetryDelayFunc:           retryDelay,
+		RetryDelayFunc:           RetryDelay,
 		Logger:                   asynqLogger{log},
 		LogLevel:                 asynq.WarnLevel,
 	}
@@ -270,9 +270,9 @@ func (s servers) shutdown() {
 	wg.Wait()
 }
 
-// retryDelay retries failed tasks quickly (a failed drain leaves its key
+// RetryDelay retries failed tasks quickly (a failed drain leaves its key
 // waiting): 200 ms doubling up to 10 s.
-func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+func RetryDelay(n int, _ error, _ *asynq.Task) time.Duration {
 	d := 200 * time.Millisecond << min(n, 6)
 	return min(d, 10*time.Second)
 }

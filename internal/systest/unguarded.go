@@ -59,9 +59,9 @@ func runUnguarded(ctx context.Context, cfg config.Config, ln net.Listener, modul
 		Concurrency: cfg.Concurrency, Queues: queues, TaskCheckInterval: 20 * time.Millisecond,
 		GroupGracePeriod: time.Second, GroupMaxSize: 1000, GroupAggregator: asynq.GroupAggregatorFunc(foldUnguarded),
 		LogLevel: asynq.ErrorLevel,
-		// A run that collided is retried soon, as the worker's are, not
-		// after Asynq's default of 15 s or more.
-		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 200 * time.Millisecond },
+		// A run that collided is retried as the worker's are, not after
+		// Asynq's default of 15 s or more.
+		RetryDelayFunc: worker.RetryDelay,
 	})
 	mux := asynq.NewServeMux()
 	for name := range types {
