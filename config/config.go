@@ -98,10 +98,6 @@ type Config struct {
 	// announced (api/notify.go); false reads it from Postgres once
 	// woken. Either way the announcement wakes the poll.
 	AnnouncedViews bool `env:"ANNOUNCED_VIEWS" envDefault:"true"`
-	// LocalShortcut lets a task whose key a drain of the same worker holds
-	// return at once (keyed's Drain); false sends it to Redis for the lease,
-	// which it then finds held.
-	LocalShortcut bool `env:"LOCAL_SHORTCUT" envDefault:"true"`
 
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 }

@@ -9,27 +9,10 @@ import (
 	"github.com/holdfast/holdfast/requests"
 )
 
-// Drain takes key's lease and applies its mailbox. If another process holds
+// Drain takes key's lease and applies its mailbox. If another drain holds
 // the lease, that holder will apply everything in the mailbox (it releases
 // only atomically with finding it empty), so Drain returns at once.
 func (e *Engine) Drain(ctx context.Context, key, queue string) error {
-	// A drain of this process holds the key and looks at the mailbox again
-	// before it lets go, so it will apply this task's request (which was in
-	// the mailbox before its task was enqueued): no Redis round trip needed.
-	//
-	// This local shortcut, measured in pairs without it (scripts/ab.sh,
-	// 2026-11-26; LOCAL_SHORTCUT=false, Options.AlwaysAcquire, turns it
-	// off): in the FCFS rush (40,000 users, one key) no gain beyond the
-	// noise, 7,296/6,722/6,146 a second with it against 6,714/6,848/6,242;
-	// in the cart rush (3,000 carts over five hot options and each user's
-	// key, where a group's keys are met by many tasks) eleven runs with it
-	// averaged 4,074 a second and five without it 3,821, and the slow runs
-	// whose worker spent 0.117–0.133 ms a journey (against 0.067–0.093)
-	// were two of the five without it and one of the eleven with it.
-	if _, held := e.local.Load(key); held && !e.opt.AlwaysAcquire {
-		e.m.LeaseBusy.WithLabelValues(queue).Inc()
-		return nil
-	}
 	l, ok, empty, err := e.acquireWork(ctx, key)
 	switch {
 	case err != nil:
@@ -48,7 +31,6 @@ func (e *Engine) Drain(ctx context.Context, key, queue string) error {
 // group takes on the way (group.go), for at most DrainSlice.
 func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 	g := e.newGroup(queue, l)
-	defer g.leave()
 	deadline := time.Now().Add(e.opt.DrainSlice)
 	var wait time.Duration
 	for len(g.held) > 0 {
@@ -91,7 +73,7 @@ func (e *Engine) lostGroup(ctx context.Context, g *group, lost []string) error {
 	var errs []error
 	for _, k := range lost {
 		if l, ok := g.held[k]; ok {
-			g.drop(k)
+			delete(g.held, k)
 			errs = append(errs, e.lostLease(ctx, l, g.queue))
 		}
 	}

@@ -90,11 +90,7 @@ type Options struct {
 	// EnqueueEach sends each Asynq enqueue to Redis by itself, instead of
 	// with those of concurrent writes in one pipeline (storage.BatchScripts).
 	EnqueueEach bool
-	// AlwaysAcquire has a task go to Redis for its key's lease even when a
-	// drain of this process holds the key, instead of returning at once
-	// (Drain's local shortcut).
-	AlwaysAcquire bool
-	Worker        string // name of this process, for logs and the probe's log
+	Worker      string // name of this process, for logs and the probe's log
 	// ForgetAfter is how long a key's fencing state outlives its last
 	// acquire (doc.go, "Forgetting"): its Redis fence key expires and Forget
 	// deletes its key_fences row, and a token older than this is refused.
@@ -125,8 +121,6 @@ func orDefault[T int | time.Duration](v *T, d T) {
 // Engine is the per-key serialization engine. The API uses it to admit and
 // dispatch requests; the worker to apply them.
 type Engine struct {
-	// local marks the keys a drain of this process holds (key → *drain).
-	local  sync.Map
 	pool   *pgxpool.Pool
 	rdb    redis.UniversalClient
 	client *asynq.Client

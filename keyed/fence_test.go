@@ -71,7 +71,7 @@ func (r *fenceRig) engineTTL(t *testing.T, name string, batch int, ttl time.Dura
 func (r *fenceRig) engineOn(t *testing.T, name string, batch int, ttl time.Duration, pool *pgxpool.Pool, rdb redis.UniversalClient) *Engine {
 	e := New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
 		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name, ScheduleDeferred: r.scheduleDeferred,
-			EnqueueEach: testenv.SpeedupsOff(), AlwaysAcquire: testenv.SpeedupsOff()})
+			EnqueueEach: testenv.SpeedupsOff()})
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
 		func(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error) {
@@ -135,7 +135,6 @@ func (r *fenceRig) stalledHolder(t *testing.T, a *Engine, stall *pgStall, b *Eng
 	g := b.newGroup("q", l)
 	g.limit = 1
 	_, err = g.step(ctx) // applies the first request alone
-	g.leave()
 	require.NoError(t, err)
 	require.Equal(t, first, r.applied(t)[0].ID)
 	return func() error { close(resume); return <-done }
@@ -210,13 +209,12 @@ func (r *fenceRig) stalledGroup(t *testing.T, a *Engine, stall *pgStall, b *Engi
 	require.NoError(t, err)
 	require.True(t, ok)
 	stalled := a.newGroup("q", lk)
-	stalled.add(lu)
+	stalled.held[lu.Key] = lu
 	paused, resume := make(chan struct{}), make(chan struct{})
 	stall.set(func() { close(paused); <-resume })
 	done := make(chan error, 1)
 	go func() {
 		_, err := stalled.step(ctx)
-		stalled.leave()
 		done <- err
 	}()
 	<-paused
@@ -230,10 +228,9 @@ func (r *fenceRig) stalledGroup(t *testing.T, a *Engine, stall *pgStall, b *Engi
 		ls = append(ls, l)
 	}
 	g := b.newGroup("q", ls[0])
-	g.add(ls[1])
+	g.held[ls[1].Key] = ls[1]
 	g.limit = 1
 	_, err = g.step(ctx)
-	g.leave()
 	require.NoError(t, err)
 	require.Equal(t, first, r.applied(t)[0].ID)
 	return func() error { close(resume); return <-done }

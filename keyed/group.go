@@ -51,30 +51,7 @@ const (
 )
 
 func (e *Engine) newGroup(queue string, l Lease) *group {
-	g := &group{e: e, queue: queue, held: map[string]Lease{}, limit: e.opt.BatchMax}
-	g.add(l)
-	return g
-}
-
-// add holds l in the group and marks its key as drained here, so this
-// process's tasks for it return at once.
-func (g *group) add(l Lease) {
-	g.held[l.Key] = l
-	g.e.local.Store(l.Key, g)
-}
-
-// drop takes key out of the group, withdrawing its local mark first: a task
-// that arrives after it goes for the lease itself.
-func (g *group) drop(key string) {
-	g.e.local.CompareAndDelete(key, g)
-	delete(g.held, key)
-}
-
-// leaves withdraws every local mark (the drain ends).
-func (g *group) leave() {
-	for k := range g.held {
-		g.e.local.CompareAndDelete(k, g)
-	}
+	return &group{e: e, queue: queue, held: map[string]Lease{l.Key: l}, limit: e.opt.BatchMax}
 }
 
 func (g *group) keys() []string { return slices.Sorted(maps.Keys(g.held)) }
@@ -283,7 +260,7 @@ func (g *group) releaseEmpty(ctx context.Context, wins map[string]window) (relea
 	for k, w := range wins {
 		if len(w.ids) == 0 {
 			empty = append(empty, g.held[k])
-			g.drop(k) // before the release: a task arriving after it takes the lease itself
+			delete(g.held, k)
 		}
 	}
 	if len(empty) == 0 {
@@ -298,12 +275,12 @@ func (g *group) releaseEmpty(ctx context.Context, wins map[string]window) (relea
 		st, cerr := cmds[i].Int()
 		switch {
 		case cerr != nil:
-			g.add(l) // unknown: still ours as far as we know; the next peek tells
+			g.held[l.Key] = l // unknown: still ours as far as we know; the next peek tells
 			err = cmp.Or(err, cerr)
 		case st == relLost:
 			lost = append(lost, l.Key)
 		case st == relKept:
-			g.add(l)
+			g.held[l.Key] = l
 		default:
 			delete(wins, l.Key)
 			released = true
@@ -421,7 +398,7 @@ func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]
 			return nil, fmt.Errorf("keyed: acquire %s: %w", k, err)
 		}
 		if tok > 0 {
-			g.add(Lease{Key: k, Token: tok})
+			g.held[k] = Lease{Key: k, Token: tok}
 		} else {
 			keptFor[k] = kept
 		}
@@ -469,7 +446,7 @@ func (g *group) giveUp(ctx context.Context, keys []string, keptFor map[string]st
 	ls := make([]Lease, len(keys))
 	for i, k := range keys {
 		ls[i] = g.held[k]
-		g.drop(k)
+		delete(g.held, k)
 	}
 	ctx = context.WithoutCancel(ctx)
 	cmds, err := evalAll(ctx, g.e.rdb, releaseScript, len(ls), func(i int) ([]string, []any) {

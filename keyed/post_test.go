@@ -202,37 +202,3 @@ func TestIntakeTracksARequestBeforeItsPost(t *testing.T) {
 	}
 	require.Empty(t, d.postedFirst, "every request was tracked before it was posted")
 }
-
-// A task whose key a drain of its own process holds returns without a
-// round trip (Drain's local shortcut); with AlwaysAcquire (LOCAL_SHORTCUT=
-// false) it asks Redis for the lease and finds it held. Either way it
-// leaves the request to the holder.
-func TestAlwaysAcquireTurnsTheLocalShortcutOff(t *testing.T) {
-	t.Parallel()
-	for _, always := range []bool{false, true} {
-		t.Run(fmt.Sprintf("AlwaysAcquire=%t", always), func(t *testing.T) {
-			t.Parallel()
-			r := newFenceRig(t)
-			ctx := context.Background()
-			e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-				Options{LeaseTTL: holdingTTL, AlwaysAcquire: always})
-			t.Cleanup(func() { _ = e.Close() })
-			require.NoError(t, r.rdb.ZAdd(ctx, mboxKey("k"), redis.Z{Score: 1, Member: "r1"}).Err())
-			l, ok, _, err := e.acquireWork(ctx, "k")
-			require.NoError(t, err)
-			require.True(t, ok)
-			g := e.newGroup("q", l) // a drain of this process holds k
-			defer g.leave()
-
-			sent := testenv.WatchRedis(r.rdb)
-			require.NoError(t, e.Drain(ctx, "k", "q"))
-			if always {
-				require.Equal(t, 1, sent.Alone("evalsha")+sent.Alone("eval"), "one lease attempt")
-			} else {
-				require.Zero(t, sent.Alone()+len(sent.Pipelines()), "no round trip")
-			}
-			require.Equal(t, l.Token, g.held["k"].Token, "the holder keeps the key")
-			require.Equal(t, int64(1), r.rdb.ZCard(ctx, mboxKey("k")).Val(), "the request is left to the holder")
-		})
-	}
-}

@@ -142,7 +142,7 @@ func assemble(st *storage.Stores, cfg config.Config, log *slog.Logger, name stri
 	engine := keyed.New(st.Pool, st.Redis, nil, log, m, keyed.Options{
 		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
 		RedriveAfter: cfg.RedriveAfter, Worker: name, ForgetAfter: cfg.KeyForgetAfter,
-		EnqueueEach: !cfg.BatchEnqueue, AlwaysAcquire: !cfg.LocalShortcut,
+		EnqueueEach: !cfg.BatchEnqueue,
 	})
 	var periodic []Periodic
 	for _, build := range modules {

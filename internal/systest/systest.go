@@ -343,6 +343,6 @@ func (s *System) Token(sub string, role domain.Role) string {
 // EngineOptions returns keyed options matching the system's configuration.
 func (s *System) EngineOptions(name string) keyed.Options {
 	return keyed.Options{LeaseTTL: s.Cfg.LeaseTTL, BatchMax: s.Cfg.BatchMax, DrainSlice: s.Cfg.DrainSlice,
-		RedriveAfter: s.Cfg.RedriveAfter, Worker: name, EnqueueEach: !s.Cfg.BatchEnqueue, AlwaysAcquire: !s.Cfg.LocalShortcut,
+		RedriveAfter: s.Cfg.RedriveAfter, Worker: name, EnqueueEach: !s.Cfg.BatchEnqueue,
 		ScheduleDeferred: !s.Cfg.AggregateDeferred}
 }

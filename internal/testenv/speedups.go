@@ -19,5 +19,4 @@ var speedupsOff = map[string]string{
 	"BATCH_ENQUEUE":            "false", // storage.BatchScripts
 	"ANNOUNCED_VIEWS":          "false", // api/notify.go, api await
 	"CART_GROUP_READ":          "false", // storage.GroupRead in the shop
-	"LOCAL_SHORTCUT":           "false", // keyed's Drain
 }
