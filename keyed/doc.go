@@ -35,8 +35,8 @@
 // commit (requests/group.go, GROUP_COMMIT), batched Asynq enqueues
 // (storage/batch.go, BATCH_ENQUEUE), and the announced outcomes that let
 // long polls answer without Postgres (api/notify.go and await in
-// api/requests.go, ANNOUNCED_VIEWS). None of them is needed for K1–K6: make test runs the
-// protocol's tests again with every one of them off
+// api/requests.go, ANNOUNCED_VIEWS). None of them is needed for K1–K6:
+// make test runs the protocol's tests again with every one of them off
 // (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups
 // (group.go) are part of the protocol: they are how a request with several
 // keys is applied at all.
