@@ -48,8 +48,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(insp),
 		metrics.NewRedisMemory(rdb), metrics.NewOldestOpen(store))
 
-	engine := keyed.New(pool, rdb, insp, log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap,
-		ScheduleDeferred: !cfg.AggregateDeferred, EnqueueEach: !cfg.BatchEnqueue})
+	engine := keyed.New(pool, rdb, insp, log, m, keyed.OptionsFrom(cfg, "api"))
 	defer engine.Close()
 	notifier := NewNotifier(rdb)
 	nctx, stopNotifier := context.WithCancel(ctx)

@@ -144,8 +144,8 @@ func TestUndispatchedRequestIsNotOvertaken(t *testing.T) {
 		MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = dead.Close() })
 	reg := prometheus.NewRegistry()
-	live := keyed.New(s.Pool, s.Redis, nil, s.Log, metrics.NewPipeline(reg), s.EngineOptions("live"))
-	broken := keyed.New(s.Pool, dead, nil, s.Log, metrics.NewPipeline(prometheus.NewRegistry()), s.EngineOptions("broken"))
+	live := keyed.New(s.Pool, s.Redis, nil, s.Log, metrics.NewPipeline(reg), keyed.OptionsFrom(s.Cfg, "live"))
+	broken := keyed.New(s.Pool, dead, nil, s.Log, metrics.NewPipeline(prometheus.NewRegistry()), keyed.OptionsFrom(s.Cfg, "broken"))
 	t.Cleanup(func() { _ = live.Close(); _ = broken.Close() })
 	intake := requests.NewIntake(requests.NewStore(s.Pool), splitDispatcher{live, broken}, s.Log)
 

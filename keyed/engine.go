@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/recent"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
@@ -97,7 +98,7 @@ type Options struct {
 	ForgetAfter time.Duration
 }
 
-// defaults are config.Config's (the binaries pass its values), for engines
+// defaults are config.Config's (OptionsFrom passes its values), for engines
 // built with fewer options, as tests build them.
 func (o *Options) defaults() {
 	orDefault(&o.LeaseTTL, 5*time.Second)
@@ -109,6 +110,18 @@ func (o *Options) defaults() {
 	orDefault(&o.QueueCap, 1_000_000)
 	orDefault(&o.DeferAfter, 64)
 	o.Worker = cmp.Or(o.Worker, "worker")
+}
+
+// OptionsFrom is the engine's options as cfg sets them, for the process
+// named worker: the one mapping of the configuration that the API, the
+// worker and the test systems share.
+func OptionsFrom(cfg config.Config, worker string) Options {
+	return Options{
+		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
+		RedriveAfter: cfg.RedriveAfter, KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap,
+		ForgetAfter: cfg.KeyForgetAfter, Worker: worker,
+		ScheduleDeferred: !cfg.AggregateDeferred, EnqueueEach: !cfg.BatchEnqueue,
+	}
 }
 
 // orDefault sets *v to d unless it is positive.

@@ -139,11 +139,7 @@ func serveHealth(st *storage.Stores, reg *prometheus.Registry, addr string, ln n
 // the periodic tasks: the modules' and the pipeline's own.
 func assemble(st *storage.Stores, cfg config.Config, log *slog.Logger, name string, reg *prometheus.Registry, modules []Types) (*keyed.Engine, []Periodic) {
 	m := metrics.NewPipeline(reg)
-	engine := keyed.New(st.Pool, st.Redis, nil, log, m, keyed.Options{
-		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
-		RedriveAfter: cfg.RedriveAfter, Worker: name, ForgetAfter: cfg.KeyForgetAfter,
-		EnqueueEach: !cfg.BatchEnqueue,
-	})
+	engine := keyed.New(st.Pool, st.Redis, nil, log, m, keyed.OptionsFrom(cfg, name))
 	var periodic []Periodic
 	for _, build := range modules {
 		mod := build(st)

@@ -340,9 +340,3 @@ func (s *System) Token(sub string, role domain.Role) string {
 	return tok
 }
 
-// EngineOptions returns keyed options matching the system's configuration.
-func (s *System) EngineOptions(name string) keyed.Options {
-	return keyed.Options{LeaseTTL: s.Cfg.LeaseTTL, BatchMax: s.Cfg.BatchMax, DrainSlice: s.Cfg.DrainSlice,
-		RedriveAfter: s.Cfg.RedriveAfter, Worker: name, EnqueueEach: !s.Cfg.BatchEnqueue,
-		ScheduleDeferred: !s.Cfg.AggregateDeferred}
-}
