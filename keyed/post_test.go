@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -201,4 +202,28 @@ func TestIntakeTracksARequestBeforeItsPost(t *testing.T) {
 		require.Equal(t, "u", d.tracked[req.ID], "key %q: tracked for its owner", key)
 	}
 	require.Empty(t, d.postedFirst, "every request was tracked before it was posted")
+}
+
+// A task whose key a drain holds, in its own process or another, asks
+// Redis for the lease once, finds it held and leaves the request to the
+// holder, which keeps the key.
+func TestTaskOfAHeldKeyLeavesItsRequestToTheHolder(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
+		Options{LeaseTTL: holdingTTL})
+	t.Cleanup(func() { _ = e.Close() })
+	require.NoError(t, r.rdb.ZAdd(ctx, mboxKey("k"), redis.Z{Score: 1, Member: "r1"}).Err())
+	l, ok, _, err := e.acquireWork(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	g := e.newGroup("q", l) // a drain of this process holds k
+
+	sent := testenv.WatchRedis(r.rdb)
+	require.NoError(t, e.Drain(ctx, "k", "q"))
+	require.Equal(t, 1, sent.Alone("evalsha")+sent.Alone("eval"), "one lease attempt")
+	require.Equal(t, l.Token, g.held["k"].Token, "the holder keeps the key")
+	require.Equal(t, strconv.FormatInt(l.Token, 10), r.rdb.Get(ctx, leaseKey("k")).Val(), "the lease is still the holder's")
+	require.Equal(t, int64(1), r.rdb.ZCard(ctx, mboxKey("k")).Val(), "the request is left to the holder")
 }
