@@ -36,9 +36,14 @@ lint-api: ## Lint api/openapi.yaml with Redocly CLI and Spectral (pinned in api/
 	@cd api/lint && node_modules/.bin/spectral lint --ruleset .spectral.yaml --fail-severity=warn --quiet ../openapi.yaml
 	@echo "lint-api: api/openapi.yaml: no error or warning from Redocly (recommended) or Spectral (spectral:oas)"
 
-lint: ## Lint the Go code with golangci-lint (pinned in tools/lint/go.mod; .golangci.yml): the layering, staticcheck, errorlint, unused
-	cd tools/lint && $(GO) build -o ../../bin/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+lint: lint-tool ## Lint the Go code with golangci-lint (pinned in tools/lint/go.mod; .golangci.yml): the layering, staticcheck, errorlint, unused
 	bin/golangci-lint run ./...
+
+lint-tool:
+	cd tools/lint && $(GO) build -o ../../bin/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+warm: lint-tool ## Compile golangci-lint and every package's tests under -race without running them (.ci/run does it while it installs packages)
+	$(GO) test -race -count=1 -run '^$$' ./... > /dev/null
 
 test: lint-api lint ## Lint the OpenAPI document and the Go code, then run every test with -race against real Postgres and Redis (and the pages in headless Chromium)
 	@# go vet runs inside make lint (golangci-lint's standard set).
@@ -92,4 +97,4 @@ fuzz: ## Fuzz the request decoding path, the Prefer header and every documented 
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build run migrate lint-api test cluster bench streams soak benchgo fuzz clean
+.PHONY: help build run migrate lint-api lint lint-tool warm test cluster bench streams soak benchgo fuzz clean
