@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -164,13 +166,26 @@ func openTabWith(t *testing.T, b context.Context, name, url, before string) *tab
 // noEventSource is a script that takes EventSource away from a page.
 const noEventSource = `delete window.EventSource;`
 
-// text is the text of the element with id.
+// text is the text of the element with id, or "" while the tab is between
+// two documents (a click that navigates, as the waiting room's does when it
+// is the user's turn).
 func (tb *tab) text(id string) string {
 	tb.t.Helper()
 	s, err := chromedp.Run(tb.ctx, chromedp.Evaluate[string](
 		fmt.Sprintf(`(document.getElementById(%q) || {}).textContent || ""`, id)))
+	if navigating(err) {
+		return ""
+	}
 	require.NoError(tb.t, err)
 	return s
+}
+
+// navigating reports whether err is the DevTools protocol's answer to a
+// script evaluated while its document was being replaced.
+func navigating(err error) bool {
+	var cerr *cdproto.Error
+	return errors.As(err, &cerr) && cerr.Code == -32000 &&
+		(cerr.Message == "Inspected target navigated or closed" || cerr.Message == "Execution context was destroyed.")
 }
 
 // waitFor waits until the element with id says want, and returns its text.
