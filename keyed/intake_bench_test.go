@@ -113,33 +113,43 @@ const intakeParallelism = 8
 // one INSERT into requests, then the engine's Admit (ZCARD, cached for a
 // second) and Dispatch (ZADD + ZCARD, then an Asynq enqueue). Writes go to
 // 1,000 counters in turn or all to one hot counter, from one goroutine or
-// from intakeParallelism × GOMAXPROCS. No worker runs: the mailboxes and
+// from intakeParallelism × GOMAXPROCS, and in the idempotent cases each with
+// an Idempotency-Key of its own, as a client that retries safely sends
+// them: those must be accepted as fast as the others. No worker runs: the mailboxes and
 // Asynq's queue only grow, as under a rush the workers have not caught up with.
 func BenchmarkIntake(b *testing.B) {
 	rig := newBenchRig(b)
 	ctx := context.Background()
 	cases := []struct {
-		name     string
-		counters int
-		parallel bool
+		name       string
+		counters   int
+		parallel   bool
+		idempotent bool
 	}{
-		{"serial/keys=1000", 1000, false},
-		{"serial/hotkey", 1, false},
-		{"parallel/keys=1000", 1000, true},
-		{"parallel/hotkey", 1, true},
+		{"serial/keys=1000", 1000, false, false},
+		{"serial/hotkey", 1, false, false},
+		{"parallel/keys=1000", 1000, true, false},
+		{"parallel/hotkey", 1, true, false},
+		{"parallel/keys=1000/idempotent", 1000, true, true},
+		{"parallel/hotkey/idempotent", 1, true, true},
 	}
 	for i, c := range cases {
 		// Each case writes to counters of its own, so the hot key's mailbox
 		// starts empty.
 		subs := probeSubmissions("intake-"+strconv.Itoa(i), c.counters)
+		var next atomic.Int64 // across b.Run's rounds, so that no Idempotency-Key repeats
 		b.Run(c.name, func(b *testing.B) {
 			for i := range 20 { // warm the pools' connections and prepared statements
 				_, _, err := rig.intake.Accept(ctx, subs[i%len(subs)])
 				require.NoError(b, err)
 			}
-			var next atomic.Int64
 			accept := func(lat []time.Duration) []time.Duration {
-				sub := subs[int(next.Add(1))%len(subs)]
+				n := next.Add(1)
+				sub := subs[int(n)%len(subs)]
+				if c.idempotent {
+					sub.IdempotencyKey = strconv.Itoa(i) + "-" + strconv.FormatInt(n, 10)
+					sub.Fingerprint = []byte(sub.IdempotencyKey)
+				}
 				start := time.Now()
 				_, created, err := rig.intake.Accept(ctx, sub)
 				lat = append(lat, time.Since(start))

@@ -74,6 +74,10 @@ type Options struct {
 	// with its outcome (Prefer: wait=N): a journey's write is then one HTTP
 	// exchange instead of a submit and a poll. Not with Intake.
 	PreferWait time.Duration
+	// IdempotencyKeys has every write carry an Idempotency-Key of its own,
+	// as a client that retries safely sends (SPEC §1): the API must store
+	// such writes as fast as those without.
+	IdempotencyKeys bool
 	// RedisURL, when set, is the Redis holdfast's queues live on: after the
 	// run the tool runs the tasks the run left deferred and measures them
 	// (Report.Deferred). With Intake, the report also counts the tasks the
@@ -256,7 +260,11 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	if opt.Concurrency <= 0 {
 		opt.Concurrency = 200
 	}
-	hc := &http.Client{Transport: newFastTransport()}
+	var tr http.RoundTripper = newFastTransport()
+	if opt.IdempotencyKeys {
+		tr = idempotent{tr}
+	}
+	hc := &http.Client{Transport: tr}
 	e := &Env{Opt: opt, Rec: NewRecorder(), RunID: fmt.Sprintf("lt%x", time.Now().UnixNano()&0xffffffffff),
 		hc: hc, base: client.NewWithHTTP(opt.BaseURL, "", hc), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
 	e.users = []*client.Client{e.base}

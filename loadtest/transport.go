@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 )
 
@@ -161,4 +162,15 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		ContentLength: int64(len(body)),
 		Request:       r,
 	}, nil
+}
+
+// idempotent gives each write that has no Idempotency-Key a fresh one.
+type idempotent struct{ next http.RoundTripper }
+
+func (t idempotent) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet && r.Header.Get("Idempotency-Key") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Idempotency-Key", uuid.NewString())
+	}
+	return t.next.RoundTrip(r)
 }

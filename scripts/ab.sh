@@ -18,6 +18,10 @@
 #
 #   AB_ENV_B="GROUP_COMMIT=false" scripts/ab.sh HEAD HEAD
 #
+# AB_LOAD_A and AB_LOAD_B are more flags for that side's load tool:
+#
+#   AB_LOAD_B="-idempotency-keys" scripts/ab.sh HEAD HEAD
+#
 # Reports land in bin/ab/<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +52,8 @@ build() { # label rev
   for c in api worker load; do (cd "$src" && go build -o "$dir/$c" "./cmd/$c"); done
   if [ "$src" != . ]; then git worktree remove --force "$src"; fi
   local side_env="AB_ENV_$1"
-  echo "$1 = $2 ($(git rev-parse --short "${2/#./HEAD}")$([ "$2" = . ] && echo ', working tree'))${!side_env:+ with ${!side_env}}" >> "$out/revisions.txt"
+  local side_load="AB_LOAD_$1"
+  echo "$1 = $2 ($(git rev-parse --short "${2/#./HEAD}")$([ "$2" = . ] && echo ', working tree'))${!side_env:+ with ${!side_env}}${!side_load:+, load tool ${!side_load}}" >> "$out/revisions.txt"
 }
 step "building A ($1) and B ($2)"
 build A "$1"
@@ -70,7 +75,9 @@ run() { # label pair
   wait_ready "http://$api_addr/readyz" "$api_pid"
   wait_ready "http://$worker_addr/readyz" "$worker_pid"
   settle
-  "$bin/load" -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" \
+  local side_load="AB_LOAD_$1"
+  # shellcheck disable=SC2086
+  "$bin/load" ${!side_load:-} -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" \
     -users "$users" -seats "$seats" -concurrency "$conc" "$scenario" > "$out/$1-$2.txt" 2> /dev/null || true
   stop "$worker_pid"; stop "$api_pid"
 }
