@@ -15,8 +15,9 @@ import (
 
 // TestIntakeGroupCommit: concurrent writes are made durable together, many
 // in one transaction (Postgres's xmin tells rows of one transaction apart),
-// each with its own acceptance seq, every one stored with its own payload.
-// The control is the same writes sent one at a time: a transaction each.
+// each with its own acceptance seq, every one stored with its own payload;
+// writes with an Idempotency-Key among them as much as the others, and each
+// such key replays its request afterwards. The control is the same writes sent one at a time: a transaction each.
 // With GROUP_COMMIT=false, the concurrent writes take a transaction each
 // too: the switch turns the mechanism off.
 func TestIntakeGroupCommit(t *testing.T) {
@@ -51,7 +52,7 @@ func testIntakeGroupCommit(t *testing.T, on bool) {
 		go func() {
 			defer wg.Done()
 			for i := g; i < n; i += 50 {
-				ids[i] = c.Probe(probe.Payload{Keys: []string{fmt.Sprintf("k-%d", i)}})
+				ids[i] = c.Probe(probe.Payload{Keys: []string{fmt.Sprintf("k-%d", i)}}, idemKey(i)...)
 			}
 		}()
 	}
@@ -71,4 +72,26 @@ func testIntakeGroupCommit(t *testing.T, on bool) {
 		ids, probe.SerialKey("")).Scan(&distinctSeq, &matching))
 	require.Equal(t, n, distinctSeq)
 	require.Equal(t, n, matching, "each request keeps its own keys and payload")
+
+	var shared int // transactions holding writes with keys and writes without
+	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT count(*) FROM (
+		SELECT xmin::text FROM requests WHERE id = ANY($1::uuid[]) GROUP BY 1
+		HAVING bool_or(idem_key IS NULL) AND bool_or(idem_key IS NOT NULL)) t`, ids).Scan(&shared))
+	if on {
+		require.Positive(t, shared, "writes with an Idempotency-Key share transactions with the others")
+	}
+	for i := 1; i < n; i += 2 * 50 {
+		require.Equal(t, ids[i], c.Probe(probe.Payload{Keys: []string{fmt.Sprintf("k-%d", i)}}, idemKey(i)...), "replayed")
+	}
+	rows, _ = txns()
+	require.Equal(t, 20+n, rows, "no replay stored a request")
+}
+
+// idemKey is the Idempotency-Key header of the i-th concurrent write: odd
+// ones carry one.
+func idemKey(i int) []string {
+	if i%2 == 0 {
+		return nil
+	}
+	return []string{"Idempotency-Key", fmt.Sprintf("grouper-%d", i)}
 }

@@ -46,12 +46,14 @@ func TestLostDispatchOnBusyKey(t *testing.T) {
 	}()
 	time.Sleep(500 * time.Millisecond)
 
-	lost, _, err := requests.NewStore(s.Pool).Insert(context.Background(), &requests.Submission{
-		Type: probe.TypeIncr, Queue: probe.Queue, UserID: "busy", Keys: []string{probe.SerialKey("busy")},
-		Payload: []byte(`{"keys":["busy"]}`)}, uuid.Must(uuid.NewV7()), time.Now().UTC())
+	// Stored as intake stores it, and never dispatched.
+	lost := uuid.Must(uuid.NewV7())
+	_, err := s.Pool.Exec(context.Background(), `INSERT INTO requests (id, type, queue, user_id, keys, payload, accepted_at)
+		VALUES ($1, $2, $3, 'busy', $4, '{"keys":["busy"]}', now())`,
+		lost, probe.TypeIncr, probe.Queue, []string{probe.SerialKey("busy")})
 	require.NoError(t, err)
 	start := time.Now()
-	v := c.Wait(lost.ID.String(), 20*time.Second)
+	v := c.Wait(lost.String(), 20*time.Second)
 	t.Logf("the undispatched request finished %s after its commit", time.Since(start).Round(time.Millisecond))
 	require.Equal(t, domain.StatusSucceeded, v.Status)
 	close(stop)

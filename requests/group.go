@@ -1,6 +1,7 @@
 package requests
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,6 +58,7 @@ type pending struct {
 	id      uuid.UUID
 	now     time.Time
 	r       *Request
+	created bool // r was stored for sub; false: r is the earlier request of sub's Idempotency-Key
 	err     error
 	posted  bool            // r is in its mailboxes
 	posting Posting         // Post's answer for r, when posted
@@ -66,8 +68,7 @@ type pending struct {
 // errGroupCommit answers the submissions of a batch whose INSERT panicked.
 var errGroupCommit = errors.New("requests: group commit failed")
 
-// insert stores sub (which has no idempotency key) with the others waiting,
-// and posts it when it can. The caller posts what is not posted yet.
+// insert stores sub with the others waiting, and posts it when it can. The caller posts what is not posted yet.
 func (g *groupCommit) insert(ctx context.Context, p *pending) {
 	g.turns.Take(p, func(batch []*pending) { g.flush(context.WithoutCancel(ctx), batch) })
 	<-p.done
@@ -95,7 +96,7 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending) {
 		}
 	}()
 	g.store.storeBatch(ctx, batch, g.timeout)
-	post := slices.DeleteFunc(slices.Clone(batch), func(p *pending) bool { return p.r == nil })
+	post := slices.DeleteFunc(slices.Clone(batch), func(p *pending) bool { return !p.created })
 	prev := g.posted
 	g.posted = done
 	ctx, cancel := context.WithTimeout(ctx, g.timeout) // bounds the post
@@ -137,16 +138,16 @@ func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
 }
 
 // storeBatch stores batch in one INSERT, bounded by timeout, and sets each
-// one's r or, if it is not stored, its err. The INSERT may have committed
-// although its answer was lost (a connection dropped during the commit):
-// whatever is stored under the batch's fresh ids is accepted, so no caller
-// is told to retry a write that will be applied anyway. Only the rest get
-// the error.
+// one's r, with created, or its err. A submission whose Idempotency-Key was
+// used before gets the earlier request instead (replay). The INSERT may
+// have committed although its answer was lost (a connection dropped during
+// the commit): whatever is stored under the batch's fresh ids is accepted,
+// so no caller is told to retry a write that will be applied anyway. Only
+// the rest get the error.
 func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.Duration) {
 	ictx, cancel := context.WithTimeout(ctx, timeout)
-	rs, err := s.insertMany(ictx, batch)
-	cancel()
-	var stored map[uuid.UUID]int64
+	defer cancel()
+	stored, err := s.insertMany(ictx, batch)
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
@@ -156,14 +157,66 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 		}
 		stored, _ = seqsByID(s.pool.Query(rctx, `SELECT id, seq FROM requests WHERE id = ANY($1)`, ids))
 	}
-	for i, p := range batch {
+	var replays []*pending
+	for _, p := range batch {
 		switch seq, ok := stored[p.id]; {
-		case err == nil:
-			p.r = rs[i]
 		case ok:
-			p.r = newRequest(p.sub, p.id, p.now, seq)
+			p.r, p.created = newRequest(p.sub, p.id, p.now, seq), true
+		case err == nil: // its Idempotency-Key's row was there (insertMany)
+			replays = append(replays, p)
 		default:
 			p.err = err
+		}
+	}
+	if len(replays) > 0 {
+		s.replay(ictx, replays)
+	}
+}
+
+// idemKey is what an Idempotency-Key is unique within: its user and route.
+type idemKey struct{ user, route, key string }
+
+// replay answers the submissions whose Idempotency-Key their user used on
+// the same route before: each gets that request as Get reads it, or
+// ErrIdempotencyKeyReused when its body differs.
+func (s *Store) replay(ctx context.Context, batch []*pending) {
+	n := len(batch)
+	users, routes, keys := make([]string, n), make([]string, n), make([]string, n)
+	for i, p := range batch {
+		users[i], routes[i], keys[i] = p.sub.UserID, p.sub.Route, p.sub.IdempotencyKey
+	}
+	type earlier struct {
+		r    *Request
+		hash []byte
+	}
+	found := map[idemKey]earlier{}
+	rows, err := s.pool.Query(ctx, `WITH asked AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+		SELECT `+viewColumns+`, body_hash, idem_route, idem_key FROM requests
+		WHERE idem_key IS NOT NULL AND (user_id, idem_route, idem_key) IN (SELECT * FROM asked)`, users, routes, keys)
+	if err == nil {
+		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+			var e earlier
+			var route, key string
+			r, err := scan(row, &e.hash, &route, &key)
+			if err == nil {
+				e.r = r
+				found[idemKey{r.UserID, route, key}] = e
+			}
+			return struct{}{}, err
+		})
+	}
+	for _, p := range batch {
+		e, ok := found[idemKey{p.sub.UserID, p.sub.Route, p.sub.IdempotencyKey}]
+		switch {
+		case err != nil:
+			p.err = storage.Translate("requests: replay", err)
+		case !ok: // deleted by retention meanwhile
+			p.err = fmt.Errorf("requests: replay: the request of this Idempotency-Key just expired: %w", domain.ErrConflict)
+		case !bytes.Equal(e.hash, bodyHash(p.sub)):
+			p.err = ErrIdempotencyKeyReused
+		default:
+			r := *e.r
+			p.r = &r
 		}
 	}
 }
@@ -186,13 +239,16 @@ func newRequest(sub *Submission, id uuid.UUID, now time.Time, seq int64) *Reques
 		Payload: sub.Payload, TraceID: sub.TraceID, Status: domain.StatusQueued, AcceptedAt: now}
 }
 
-// insertMany stores submissions without idempotency keys in one statement;
-// seq follows the batch's order.
-func (s *Store) insertMany(ctx context.Context, batch []*pending) ([]*Request, error) {
+// insertMany stores the submissions of batch in one statement, seq
+// following the batch's order, and returns the seqs of those stored: all
+// but those whose Idempotency-Key their user used on the same route before,
+// in an earlier statement or earlier in this one.
+func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID]int64, error) {
 	n := len(batch)
 	ids := make([]uuid.UUID, n)
 	types, queues, users, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	keys, payloads := make([]string, n), make([]string, n)
+	keys, payloads, routes, idems := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
+	hashes := make([][]byte, n)
 	at := make([]time.Time, n)
 	for i, p := range batch {
 		k, err := json.Marshal(p.sub.Keys)
@@ -201,24 +257,19 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) ([]*Request, e
 		}
 		ids[i], types[i], queues[i], users[i], traces[i] = p.id, p.sub.Type, p.sub.Queue, p.sub.UserID, p.sub.TraceID
 		keys[i], payloads[i], at[i] = string(k), string(p.sub.Payload), p.now
+		if p.sub.IdempotencyKey != "" {
+			routes[i], idems[i], hashes[i] = &p.sub.Route, &p.sub.IdempotencyKey, bodyHash(p.sub)
+		}
 	}
 	seqs, err := seqsByID(s.pool.Query(ctx, `
-		INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at)
-		SELECT u.id, u.type, u.queue, u.user_id, ARRAY(SELECT jsonb_array_elements_text(u.keys)), u.payload, u.trace_id, u.at
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[], $8::timestamptz[])
-			WITH ORDINALITY AS u(id, type, queue, user_id, keys, payload, trace_id, at, ord)
+		INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at, idem_route, idem_key, body_hash)
+		SELECT u.id, u.type, u.queue, u.user_id, ARRAY(SELECT jsonb_array_elements_text(u.keys)), u.payload, u.trace_id, u.at,
+			u.route, u.idem, u.hash
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[], $8::timestamptz[],
+			$9::text[], $10::text[], $11::bytea[])
+			WITH ORDINALITY AS u(id, type, queue, user_id, keys, payload, trace_id, at, route, idem, hash, ord)
 		ORDER BY u.ord
-		RETURNING id, seq`, ids, types, queues, users, keys, payloads, traces, at))
-	if err != nil {
-		return nil, storage.Translate("requests: insert batch", err)
-	}
-	out := make([]*Request, n)
-	for i, p := range batch {
-		seq, ok := seqs[p.id]
-		if !ok {
-			return nil, fmt.Errorf("requests: insert batch: no seq for %s", p.id)
-		}
-		out[i] = newRequest(p.sub, p.id, p.now, seq)
-	}
-	return out, nil
+		ON CONFLICT (user_id, idem_route, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
+		RETURNING id, seq`, ids, types, queues, users, keys, payloads, traces, at, routes, idems, hashes))
+	return seqs, storage.Translate("requests: insert batch", err)
 }

@@ -40,10 +40,11 @@ func TestGroupFlushResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	_, err = g.store.insertMany(ctx, stored)
 	require.Error(t, err, "the same ids again: the INSERT fails although the rows are there")
 	g.flush(ctx, stored)
-	for i, p := range stored {
+	for _, p := range stored {
 		<-p.done
 		require.NoError(t, p.err)
-		require.Equal(t, first[i].Seq, p.r.Seq)
+		require.Equal(t, first[p.id], p.r.Seq)
+		require.True(t, p.created)
 	}
 
 	lost := pendingBatch(t, 3, `{`) // not JSON: the INSERT fails and stores nothing
@@ -138,16 +139,78 @@ func TestStoreBatchOfOneResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	ctx := context.Background()
 
 	p := pendingBatch(t, 1, `{}`)[0]
-	first, _, err := s.Insert(ctx, p.sub, p.id, p.now)
+	first, err := s.insertMany(ctx, []*pending{p})
 	require.NoError(t, err)
-	_, _, err = s.Insert(ctx, p.sub, p.id, p.now)
+	_, err = s.insertMany(ctx, []*pending{p})
 	require.Error(t, err, "the same id again: the INSERT fails although the row is there")
 	s.storeBatch(ctx, []*pending{p}, time.Minute)
 	require.NoError(t, p.err)
-	require.Equal(t, first.Seq, p.r.Seq)
+	require.Equal(t, first[p.id], p.r.Seq)
 
 	lost := pendingBatch(t, 1, `{`)[0] // not JSON: the INSERT fails and stores nothing
 	s.storeBatch(ctx, []*pending{lost}, time.Minute)
 	require.Error(t, lost.err)
 	require.Nil(t, lost.r)
+}
+
+// Writes with an Idempotency-Key are stored with the rest, in the group
+// commit's one INSERT: a key used before replays its request, or is
+// refused when the body differs; two writes of one key in a batch are one
+// request, the first stored, the second its replay. Only what was stored
+// is posted: a replay's caller dispatches it again itself, harmlessly.
+func TestGroupCommitStoresIdempotentWritesWithTheRest(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	var posted []*Request
+	g := &groupCommit{store: NewStore(pool), timeout: time.Minute, post: func(_ context.Context, rs []*Request) ([]Posting, error) {
+		posted = append(posted, rs...)
+		return make([]Posting, len(rs)), nil
+	}}
+	ctx := context.Background()
+	idem := func(p *pending, key, body string) *pending {
+		p.sub.Route, p.sub.IdempotencyKey, p.sub.Fingerprint = "POST /t", key, []byte(body)
+		return p
+	}
+	flush := func(batch []*pending) {
+		g.flush(ctx, batch)
+		for _, p := range batch {
+			<-p.done
+		}
+	}
+	earlier := pendingBatch(t, 2, `{}`)
+	idem(earlier[0], "used", "a")
+	idem(earlier[1], "reused", "a")
+	flush(earlier)
+	for _, p := range earlier {
+		require.NoError(t, p.err)
+		require.True(t, p.created)
+	}
+
+	batch := pendingBatch(t, 6, `{}`)
+	fresh, replayed, reused := idem(batch[0], "fresh", "a"), idem(batch[1], "used", "a"), idem(batch[2], "reused", "b")
+	twice, again, plain := idem(batch[3], "twice", "a"), idem(batch[4], "twice", "a"), batch[5]
+	posted = nil
+	flush(batch)
+
+	var ids []uuid.UUID
+	for _, p := range []*pending{fresh, twice, plain} {
+		require.NoError(t, p.err)
+		require.True(t, p.created)
+		require.True(t, p.posted)
+		ids = append(ids, p.r.ID)
+	}
+	require.ElementsMatch(t, ids, []uuid.UUID{posted[0].ID, posted[1].ID, posted[2].ID})
+	require.Len(t, posted, 3, "replays are not posted by the batch")
+	var transactions int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM requests WHERE id = ANY($1)`, ids).Scan(&transactions))
+	require.Equal(t, 1, transactions, "stored by one INSERT")
+
+	require.NoError(t, replayed.err)
+	require.False(t, replayed.created)
+	require.Equal(t, earlier[0].r.ID, replayed.r.ID)
+	require.NoError(t, again.err)
+	require.False(t, again.created)
+	require.Equal(t, twice.r.ID, again.r.ID, "the same key twice in one batch")
+	require.ErrorIs(t, reused.err, ErrIdempotencyKeyReused)
+	require.Nil(t, reused.r)
 }

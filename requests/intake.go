@@ -124,27 +124,21 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 		return nil, false, fmt.Errorf("requests: new id: %w", err)
 	}
 	p := &pending{sub: &sub, id: id, now: time.Now().UTC()}
-	grouped := sub.IdempotencyKey == "" && !in.CommitEach
-	created = true
-	switch {
-	case grouped:
-		in.group.insert(ctx, p)
-	case sub.IdempotencyKey == "": // CommitEach: a batch of one
+	if in.CommitEach {
 		in.store.storeBatch(ctx, []*pending{p}, in.group.timeout)
-	default:
-		p.r, created, p.err = in.store.Insert(ctx, &sub, id, p.now)
+		if p.created && in.Tracker != nil {
+			in.Tracker.Track(p.r.ID, p.r.UserID) // the group commit tracks its own
+		}
+	} else {
+		in.group.insert(ctx, p)
 	}
 	if p.err != nil {
 		return nil, false, p.err
 	}
-	if p.r.Status.Terminal() {
-		return p.r, created, nil
+	if !p.r.Status.Terminal() {
+		in.dispatch(ctx, p.r, p.posted, p.posting)
 	}
-	if created && !grouped && in.Tracker != nil {
-		in.Tracker.Track(p.r.ID, p.r.UserID) // the group commit tracks its own
-	}
-	in.dispatch(ctx, p.r, p.posted, p.posting)
-	return p.r, created, nil
+	return p.r, p.created, nil
 }
 
 // dispatch posts r, unless the group commit already has (posted, with what

@@ -31,7 +31,7 @@ func newRetentionRig(t *testing.T) *retentionRig {
 // it terminal then.
 func (r *retentionRig) insert(at, completed time.Time, idemKey string) *Request {
 	r.t.Helper()
-	req, created, err := r.store.Insert(context.Background(), &Submission{Type: "t", Queue: "q", UserID: "u",
+	req, created, err := storeOne(context.Background(), r.store, &Submission{Type: "t", Queue: "q", UserID: "u",
 		Keys: []string{"k"}, Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: idemKey}, uuid.New(), at)
 	require.NoError(r.t, err)
 	require.True(r.t, created)
@@ -85,7 +85,7 @@ func TestRetentionDeletesOnlyTerminalRequestsPastIt(t *testing.T) {
 	_, err = r.store.Get(ctx, replayed.ID)
 	require.Error(t, err, "its outcome is gone")
 
-	again, created, err := r.store.Insert(ctx, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"},
+	again, created, err := storeOne(ctx, r.store, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"},
 		Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: "idem-old"}, uuid.New(), now)
 	require.NoError(t, err)
 	require.True(t, created, "after retention a replay is a new request")
@@ -116,7 +116,7 @@ func TestRetentionBesideIntake(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _, err := r.store.Insert(ctx, &Submission{Type: "t", Queue: "q", UserID: fmt.Sprintf("new%d", i),
+			req, _, err := storeOne(ctx, r.store, &Submission{Type: "t", Queue: "q", UserID: fmt.Sprintf("new%d", i),
 				Keys: []string{"k"}, Payload: json.RawMessage(`{}`)}, uuid.New(), time.Now().UTC())
 			if err == nil {
 				newIDs[i] = req.ID

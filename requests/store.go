@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -73,43 +72,6 @@ func bodyHash(s *Submission) []byte {
 		h.Write(s.Payload)
 	}
 	return h.Sum(nil)
-}
-
-// Insert stores a new request. When the submission carries an idempotency
-// key already used by the same user on the same route, Insert returns the
-// stored request and created=false, or ErrIdempotencyKeyReused if the body
-// differs.
-func (s *Store) Insert(ctx context.Context, sub *Submission, id uuid.UUID, now time.Time) (r *Request, created bool, err error) {
-	var route, key *string
-	var hash []byte
-	if sub.IdempotencyKey != "" {
-		route, key, hash = &sub.Route, &sub.IdempotencyKey, bodyHash(sub)
-	}
-	var seq int64
-	err = s.pool.QueryRow(ctx, `
-		INSERT INTO requests (id, type, queue, user_id, keys, payload, idem_route, idem_key, body_hash, trace_id, accepted_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-		ON CONFLICT (user_id, idem_route, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
-		RETURNING seq`,
-		id, sub.Type, sub.Queue, sub.UserID, sub.Keys, sub.Payload, route, key, hash, sub.TraceID, now).Scan(&seq)
-	if err == nil {
-		return newRequest(sub, id, now, seq), true, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, storage.Translate("requests: insert", err)
-	}
-	// The idempotency key exists: replay it if the body matches.
-	var stored []byte
-	row := s.pool.QueryRow(ctx, `SELECT `+viewColumns+`, body_hash FROM requests
-		WHERE user_id = $1 AND idem_route = $2 AND idem_key = $3`, sub.UserID, route, key)
-	r, err = scan(row, &stored)
-	if err != nil {
-		return nil, false, storage.Translate("requests: replay", err)
-	}
-	if string(stored) != string(hash) {
-		return nil, false, ErrIdempotencyKeyReused
-	}
-	return r, false, nil
 }
 
 // queryRequests runs a query of columns (or viewColumns) and scans its rows.

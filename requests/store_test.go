@@ -29,7 +29,7 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 		t.Helper()
 		id, err := uuid.NewV7()
 		require.NoError(t, err)
-		r, created, err := store.Insert(ctx, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: keys,
+		r, created, err := storeOne(ctx, store, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: keys,
 			Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: idemKey}, id, time.Now().UTC())
 		require.NoError(t, err)
 		require.True(t, created)
@@ -56,7 +56,7 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 	require.Equal(t, domain.StatusQueued, status(third), "past the mark")
 	require.Equal(t, domain.StatusQueued, status(multi))
 
-	replay, created, err := store.Insert(ctx, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"},
+	replay, created, err := storeOne(ctx, store, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"},
 		Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: "idem-1"}, uuid.New(), time.Now().UTC())
 	require.NoError(t, err)
 	require.False(t, created)
@@ -86,4 +86,12 @@ func TestColumnListsAgree(t *testing.T) {
 	start, end := strings.Index(view, "CASE "), strings.Index(view, " END")
 	require.Positive(t, start)
 	require.Equal(t, columns, view[:start]+"status"+view[end+len(" END"):])
+}
+
+// storeOne stores sub under id as intake does with GROUP_COMMIT=false, and
+// returns the request stored, or the one its Idempotency-Key replays.
+func storeOne(ctx context.Context, s *Store, sub *Submission, id uuid.UUID, now time.Time) (*Request, bool, error) {
+	p := &pending{sub: sub, id: id, now: now}
+	s.storeBatch(ctx, []*pending{p}, time.Minute)
+	return p.r, p.created, p.err
 }
