@@ -11,14 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/systest"
-	"github.com/holdfast/holdfast/keyed"
-	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 )
 
@@ -225,11 +222,7 @@ func TestFCFSContention(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"FCFS_LOCK_WAIT", "1s"}})
 	e := newEvent(t, s, map[string]any{"name": "Busy", "seatCount": 5})
-	blocker := keyed.New(s.Pool, s.Redis, nil, s.Log, metrics.NewPipeline(prometheus.NewRegistry()), keyed.Options{LeaseTTL: 2 * time.Second})
-	t.Cleanup(func() { _ = blocker.Close() })
-	_, ok, err := blocker.TryAcquire(context.Background(), events.EventKey(e.EventID))
-	require.NoError(t, err)
-	require.True(t, ok)
+	s.HoldLease(events.EventKey(e.EventID), 2*time.Second) // someone else's
 	v := fcfs(t, s.Client("late", domain.RoleUser), e.EventID, nil)
 	require.Equal(t, domain.CodeContention, v.Error.Code)
 	seatOf(t, fcfs(t, s.Client("later", domain.RoleUser), e.EventID, nil))

@@ -14,12 +14,8 @@ import (
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
-	"github.com/holdfast/holdfast/keyed"
-	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/stays"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // holdFixture creates, through the API as staff, a hotel with one room type
@@ -322,12 +318,7 @@ func TestHoldContentionT8(t *testing.T) {
 	rt := holdFixture(t, s, 2)
 	in, out := stayDates(1)
 	// Someone else holds the room type's lease for 2 s.
-	blocker := keyed.New(s.Pool, s.Redis, nil, s.Log, metrics.NewPipeline(prometheus.NewRegistry()),
-		keyed.Options{LeaseTTL: 2 * time.Second})
-	t.Cleanup(func() { _ = blocker.Close() })
-	_, ok, err := blocker.TryAcquire(context.Background(), stays.SerialKey(rt))
-	require.NoError(t, err)
-	require.True(t, ok)
+	s.HoldLease(stays.SerialKey(rt), 2*time.Second)
 
 	alice := holdClient{s.Client("alice", domain.RoleUser), t}
 	v := alice.create(rt, in, out, uuid.NewString())

@@ -35,29 +35,19 @@ const (
 	relNonEmpty = 2
 )
 
-// TryAcquire takes key's lease if it is free; ok is false if it is held.
-func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, err error) {
-	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key), forKey(key))
-	return Lease{Key: key, Token: tok}, tok > 0, err
-}
-
-// acquireWork is TryAcquire for a drain: a free key whose mailbox is empty is
-// left alone (empty is true), as there is nothing to drain. A task whose
-// request a drain already applied in a batch, maybe deferred while its key
-// was held or backlogged, so costs one round trip instead of a lease's
-// acquire, peek and release; a key with work left and no holder is taken and
-// drained.
+// acquireWork takes key's lease for a drain if it is free; ok is false if
+// it is held. A free key whose mailbox is empty is left alone (empty is
+// true), as there is nothing to drain. A task whose request a drain already
+// applied in a batch, maybe deferred while its key was held or backlogged,
+// so costs one round trip instead of a lease's acquire, peek and release; a
+// key with work left and no holder is taken and drained.
 func (e *Engine) acquireWork(ctx context.Context, key string) (l Lease, ok, empty bool, err error) {
-	tok, err := e.acquire(ctx, key, leaseKey(key), fenceKey(key), forKey(key), mboxKey(key))
-	return Lease{Key: key, Token: tok}, tok > 0, tok < 0, err
-}
-
-func (e *Engine) acquire(ctx context.Context, key string, keys ...string) (int64, error) {
-	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, keys, e.opt.LeaseTTL.Milliseconds(), "", e.opt.ForgetAfter.Milliseconds()))
+	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key), forKey(key), mboxKey(key)},
+		e.opt.LeaseTTL.Milliseconds(), "", e.opt.ForgetAfter.Milliseconds()))
 	if err != nil {
-		return 0, fmt.Errorf("keyed: acquire %s: %w", key, err)
+		return l, false, false, fmt.Errorf("keyed: acquire %s: %w", key, err)
 	}
-	return tok, nil
+	return Lease{Key: key, Token: tok}, tok > 0, tok < 0, nil
 }
 
 // acquired reads an acquireScript reply: the token (0 when refused, -1 for

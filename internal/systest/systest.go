@@ -200,6 +200,14 @@ func (s *System) startAPI() (string, func()) {
 	return url, stop
 }
 
+// HoldLease holds key's lease for ttl as a holder that never applies
+// anything: the key is busy, as under a slow drain, until the lease lapses.
+func (s *System) HoldLease(key string, ttl time.Duration) {
+	ok, err := s.Redis.SetNX(context.Background(), keyed.LeaseKey(key), "1", ttl).Result()
+	require.NoError(s.t, err)
+	require.True(s.t, ok, "the lease of %s is free", key)
+}
+
 // Worker is an in-process worker.
 type Worker struct {
 	Name string
@@ -339,4 +347,3 @@ func (s *System) Token(sub string, role domain.Role) string {
 	require.NoError(s.t, err)
 	return tok
 }
-
