@@ -28,12 +28,6 @@ type group struct {
 	// limit is the batch size: halved to isolate a request whose applier
 	// fails, doubled back after each successful batch.
 	limit int
-	// waiting is the last step that could apply nothing: what it saw and
-	// planned. While a step sees the same, it only tries the keys again.
-	waiting struct {
-		sig  string
-		plan plan
-	}
 }
 
 // maxGroupKeys bounds the keys one drain holds: enough for a full batch of
@@ -219,28 +213,17 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		g.e.finish(ctx, g.queue, result{gone: bad}, mailboxesOf(merged))
 		return true, nil
 	}
-	var p plan
-	if sig := signature(keys, merged); sig == g.waiting.sig {
-		// Nothing changed since a step that could apply nothing: the same
-		// requests still wait for the same keys, so only those are tried.
-		p = g.waiting.plan
-	} else {
-		if err := g.e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
-			return false, err
-		}
-		res, err := g.applyRetrying(ctx, ids, g.picker(wins, &p))
-		if err != nil {
-			return false, err
-		}
-		res.gone = append(res.gone, bad...)
-		g.e.finish(ctx, g.queue, res, mailboxesOf(merged))
-		applied := len(res.applied)+len(res.gone) > 0
-		progress = progress || applied
-		g.waiting.sig = ""
-		if !applied {
-			g.waiting.sig, g.waiting.plan = sig, p
-		}
+	if err := g.e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
+		return false, err
 	}
+	var p plan
+	res, err := g.applyRetrying(ctx, ids, g.picker(wins, &p))
+	if err != nil {
+		return false, err
+	}
+	res.gone = append(res.gone, bad...)
+	g.e.finish(ctx, g.queue, res, mailboxesOf(merged))
+	progress = progress || len(res.applied)+len(res.gone) > 0
 	if len(p.wanted) == 0 {
 		return progress, nil
 	}
@@ -303,21 +286,6 @@ func mailboxesOf(merged []entry) map[string][]string {
 		out[m.id] = m.keys
 	}
 	return out
-}
-
-// signature names what a step sees: the keys held and the requests in
-// their windows.
-func signature(keys []string, merged []entry) string {
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-	}
-	for _, m := range merged {
-		b.WriteByte(1)
-		b.WriteString(m.id)
-	}
-	return b.String()
 }
 
 // requestIDs returns the merged requests' ids, and the entries that are
