@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,6 +129,34 @@ func TestIdempotencyKey(t *testing.T) {
 	r.JSON(t, &again)
 	require.Equal(t, first, again.RequestID)
 	require.Equal(t, "succeeded", again.Status)
+}
+
+// One Idempotency-Key sent many times at once, through two APIs whose group
+// commits batch it with itself and each other's: it is stored once, and
+// every caller gets that request.
+func TestIdempotencyKeyRacedAcrossTwoAPIs(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	apis := []*systest.Client{s.Client("racer", domain.RoleUser)}
+	apis = append(apis, apis[0].At(s.StartExtraAPI()))
+	body := probe.Payload{Keys: []string{"raced"}}
+	const each = 40
+	ids := make([]string, 2*each)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids[i] = apis[i%2].Probe(body, "Idempotency-Key", "raced-1")
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		require.Equal(t, ids[0], id)
+	}
+	var n int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM requests WHERE idem_key = 'raced-1'`).Scan(&n))
+	require.Equal(t, 1, n)
 }
 
 func TestBadInputGets4xxEnvelopes(t *testing.T) {
