@@ -133,7 +133,7 @@ func TestIdempotencyKey(t *testing.T) {
 
 // One Idempotency-Key sent many times at once, through two APIs whose group
 // commits batch it with itself and each other's: it is stored once, and
-// every caller gets that request.
+// every caller gets that request, all but one as a replay.
 func TestIdempotencyKeyRacedAcrossTwoAPIs(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{})
@@ -141,19 +141,29 @@ func TestIdempotencyKeyRacedAcrossTwoAPIs(t *testing.T) {
 	apis = append(apis, apis[0].At(s.StartExtraAPI()))
 	body := probe.Payload{Keys: []string{"raced"}}
 	const each = 40
-	ids := make([]string, 2*each)
+	answers := make([]systest.Response, 2*each)
 	var wg sync.WaitGroup
-	for i := range ids {
+	for i := range answers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ids[i] = apis[i%2].Probe(body, "Idempotency-Key", "raced-1")
+			answers[i] = apis[i%2].Do("POST", "/api/v1/probe", body, "Idempotency-Key", "raced-1")
 		}()
 	}
 	wg.Wait()
-	for _, id := range ids {
-		require.Equal(t, ids[0], id)
+	var first systest.Accepted
+	answers[0].JSON(t, &first)
+	replayed := 0
+	for _, r := range answers {
+		require.Equal(t, http.StatusAccepted, r.Status, "body: %s", r.Body)
+		var a systest.Accepted
+		r.JSON(t, &a)
+		require.Equal(t, first.RequestID, a.RequestID)
+		if r.Header.Get("Idempotent-Replayed") == "true" {
+			replayed++
+		}
 	}
+	require.Equal(t, len(answers)-1, replayed)
 	var n int
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM requests WHERE idem_key = 'raced-1'`).Scan(&n))
 	require.Equal(t, 1, n)

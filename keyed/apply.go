@@ -115,11 +115,7 @@ func transient(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code[:2] {
-		case "40", "55": // rollback (serialization, deadlock), lock not available
-			return true
-		}
-		return false
+		return pgErr.Code[:2] == "55" // lock not available (a rollback, class 40, is Unavailable)
 	}
 	var redisErr redis.Error
 	return errors.As(err, &redisErr)

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/storage"
@@ -87,7 +89,7 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending) {
 	defer func() {
 		if r := recover(); r != nil {
 			for _, p := range batch {
-				if p.r == nil { // one stored already is posted by its caller
+				if p.r == nil && p.err == nil { // one stored already is posted by its caller
 					p.err = errGroupCommit
 				}
 			}
@@ -148,6 +150,13 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	stored, err := s.insertMany(ictx, batch)
+	for try := 0; try < 2 && rolledBack(err); try++ {
+		// Another API's batch took some of the same Idempotency-Keys in
+		// another order, and Postgres broke the deadlock by rolling this
+		// statement back: none of it is stored, and its keys' rows may be
+		// there now, to be replayed.
+		stored, err = s.insertMany(ictx, batch)
+	}
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
@@ -171,6 +180,13 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 	if len(replays) > 0 {
 		s.replay(ictx, replays)
 	}
+}
+
+// rolledBack reports whether Postgres rolled a statement back to break a
+// deadlock or a serialization conflict.
+func rolledBack(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "40")
 }
 
 // idemKey is what an Idempotency-Key is unique within: its user and route.

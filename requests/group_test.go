@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/testenv"
 )
 
@@ -146,6 +147,7 @@ func TestStoreBatchOfOneResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	s.storeBatch(ctx, []*pending{p}, time.Minute)
 	require.NoError(t, p.err)
 	require.Equal(t, first[p.id], p.r.Seq)
+	require.True(t, p.created)
 
 	lost := pendingBatch(t, 1, `{`)[0] // not JSON: the INSERT fails and stores nothing
 	s.storeBatch(ctx, []*pending{lost}, time.Minute)
@@ -199,8 +201,8 @@ func TestGroupCommitStoresIdempotentWritesWithTheRest(t *testing.T) {
 		require.True(t, p.posted)
 		ids = append(ids, p.r.ID)
 	}
-	require.ElementsMatch(t, ids, []uuid.UUID{posted[0].ID, posted[1].ID, posted[2].ID})
 	require.Len(t, posted, 3, "replays are not posted by the batch")
+	require.ElementsMatch(t, ids, []uuid.UUID{posted[0].ID, posted[1].ID, posted[2].ID})
 	var transactions int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FROM requests WHERE id = ANY($1)`, ids).Scan(&transactions))
 	require.Equal(t, 1, transactions, "stored by one INSERT")
@@ -213,4 +215,73 @@ func TestGroupCommitStoresIdempotentWritesWithTheRest(t *testing.T) {
 	require.Equal(t, twice.r.ID, again.r.ID, "the same key twice in one batch")
 	require.ErrorIs(t, reused.err, ErrIdempotencyKeyReused)
 	require.Nil(t, reused.r)
+}
+
+// A replay whose request retention deleted between the INSERT that found
+// its key taken and the read of that request is answered with a conflict
+// (409), which the client sends again: never a 5xx, never another request.
+func TestReplayOfADeletedRequestIsAConflict(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	s := NewStore(pool)
+	p := pendingBatch(t, 1, `{}`)[0]
+	p.sub.Route, p.sub.IdempotencyKey = "POST /t", "gone"
+	s.replay(context.Background(), []*pending{p}) // as storeBatch does once the INSERT skipped it
+	require.ErrorIs(t, p.err, domain.ErrConflict)
+	require.Nil(t, p.r)
+}
+
+// Two batches that take the same Idempotency-Keys in opposite orders (two
+// API processes, a client sending two writes through both) deadlock in
+// Postgres, which rolls one statement back. That batch is stored again, not
+// failed: its writes are replays of the other's now. The other batch is a
+// transaction the test holds open, set never to give up first.
+func TestBatchThatLosesADeadlockIsStoredAgain(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	s := NewStore(pool)
+	ctx := context.Background()
+	batch := pendingBatch(t, 3, `{}`)
+	for i, key := range []string{"k1", "k2"} {
+		batch[i].sub.Route, batch[i].sub.IdempotencyKey, batch[i].sub.Fingerprint = "POST /t", key, []byte("same")
+	}
+	other, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer other.Rollback(ctx)
+	var otherPID int
+	require.NoError(t, other.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID))
+	_, err = other.Exec(ctx, `SET LOCAL deadlock_timeout = '1min'`)
+	require.NoError(t, err)
+	theirs := map[string]uuid.UUID{}
+	insert := func(p *pending) {
+		t.Helper()
+		theirs[p.sub.IdempotencyKey] = uuid.New()
+		_, err := other.Exec(ctx, `INSERT INTO requests (id, type, queue, user_id, keys, payload, idem_route, idem_key, body_hash, accepted_at)
+			VALUES ($1, 't', 'q', 'u', '{k}', '{}', 'POST /t', $2, $3, now())`, theirs[p.sub.IdempotencyKey], p.sub.IdempotencyKey, bodyHash(p.sub))
+		require.NoError(t, err)
+	}
+	insert(batch[1]) // k2
+
+	stored := make(chan struct{})
+	go func() {
+		defer close(stored)
+		s.storeBatch(ctx, batch, time.Minute) // k1, then waits for k2
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`,
+			otherPID).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the batch waits for k2")
+	insert(batch[0]) // k1: a deadlock, and the batch's statement is the one rolled back
+	require.NoError(t, other.Commit(ctx))
+	<-stored
+
+	for _, p := range batch[:2] {
+		require.NoError(t, p.err)
+		require.False(t, p.created)
+		require.Equal(t, theirs[p.sub.IdempotencyKey], p.r.ID)
+	}
+	require.NoError(t, batch[2].err)
+	require.True(t, batch[2].created, "the write without a key is stored")
 }

@@ -13,7 +13,8 @@ import (
 
 // Unavailable reports whether err means Postgres or Redis could not serve
 // the call right now — unreachable, restarting, out of connections or
-// memory, or slower than the caller's deadline — rather than that the call
+// memory, slower than the caller's deadline, or rolled back for a deadlock
+// with another transaction — rather than that the call
 // itself was wrong. The API answers such errors 503 UNAVAILABLE with
 // Retry-After; the worker retries them.
 func Unavailable(err error) bool {
@@ -28,6 +29,8 @@ func Unavailable(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code[:2] {
 		case "08", "53", "57", "58": // connection, insufficient resources, operator intervention, system
+			return true
+		case "40": // rolled back to break a deadlock or a serialization conflict: the same call may pass now
 			return true
 		}
 		return false
