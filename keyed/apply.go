@@ -150,10 +150,12 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 		return res, nil
 	}
 	picked := make([]uuid.UUID, len(batch))
+	var keys []string // the batch's: K3 is per key
 	for i, r := range batch {
 		picked[i] = r.ID
+		keys = append(keys, r.Keys...)
 	}
-	waiting, err := requests.UndispatchedBefore(ctx, tx, leaseKeys(leases), batch[len(batch)-1].Seq, picked)
+	waiting, err := requests.UndispatchedBefore(ctx, tx, keys, batch[len(batch)-1].Seq, picked)
 	if err != nil {
 		return res, err
 	}

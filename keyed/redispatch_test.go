@@ -173,3 +173,31 @@ func TestKeepAliveExtendsEveryLeaseOfAGroup(t *testing.T) {
 	require.Never(t, func() bool { return extended(bare, since) }, ttl, 10*time.Millisecond,
 		"control: without keepAlive no lease has two thirds of its lifetime left after half of it")
 }
+
+// K3 is per key: a request waits for an undispatched earlier request only
+// when they share a key. Here U, on a and x, failed its dispatch, and when
+// it is back in its mailboxes x is held elsewhere, so U waits; R, on c
+// alone, which the group holds for M (on a and c, behind U), is applied
+// meanwhile. Had the check taken every key the group holds, R would have
+// been refused as overtaking U at every step, each refusal dispatching U
+// again, until x came free.
+func TestUndispatchedRequestHoldsUpOnlyRequestsOnItsKeys(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	e := r.engineTTL(t, "w", 8, holdingTTL)
+	_, held, err := r.engineTTL(t, "o", 8, holdingTTL).TryAcquire(ctx, "x")
+	require.NoError(t, err)
+	require.True(t, held)
+	_, _, err = r.newIntake(failingDispatch{e}).Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"a", "x"}})
+	require.NoError(t, err)
+	later := r.acceptOn(t, "c")
+	r.acceptOn(t, "a", "c")
+
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_ = e.Drain(dctx, "a", "q") // hands its keys on when dctx ends: U and M still wait for x
+	got := r.applied(t)
+	require.Len(t, got, 1)
+	require.Equal(t, later, got[0].ID)
+}
