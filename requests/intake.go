@@ -127,7 +127,7 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	if in.CommitEach {
 		in.store.storeBatch(ctx, []*pending{p}, in.group.timeout)
 		if p.created && in.Tracker != nil {
-			in.Tracker.Track(p.r.ID, p.r.UserID) // the group commit tracks its own
+			in.Tracker.Track(p.r.ID, p.r.UserID) // grouped, the batch's post tracks it (postBatch)
 		}
 	} else {
 		in.group.insert(ctx, p)
