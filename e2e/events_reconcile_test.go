@@ -30,20 +30,27 @@ func publicEvent(t *testing.T, s *systest.System, id int64) events.Public {
 	return p
 }
 
-// The reconcile task repairs a deliberately corrupted remaining-seat count,
-// trims expired entry tokens and exports the gauges; two replicas running it
-// at once agree; the worker's periodic run repairs a corruption by itself.
-func TestEventsReconcileRepairs(t *testing.T) {
-	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"EVENTS_RECONCILE_INTERVAL", "1s"}})
+// repairFixture is a system whose worker runs the events reconcile every
+// interval, with an event of 10 seats of which 3 are taken, and the Redis
+// key of its remaining-seat count.
+func repairFixture(t *testing.T, interval string) (*systest.System, events.Event, string) {
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"EVENTS_RECONCILE_INTERVAL", interval}})
 	e := newEvent(t, s, map[string]any{"name": "Repair", "seatCount": 10})
 	for i := range 3 {
 		seatOf(t, fcfs(t, s.Client(fmt.Sprintf("r%d", i), domain.RoleUser), e.EventID, nil))
 	}
 	require.Equal(t, 7, publicEvent(t, s, e.EventID).RemainingSeats)
+	return s, e, fmt.Sprintf("hf:{events:ev:%d}:remaining", e.EventID)
+}
 
+// The reconcile task repairs a deliberately corrupted remaining-seat count,
+// trims expired entry tokens and exports the gauges; two replicas running it
+// at once agree. The worker's own run is an hour off, so the corruption
+// stays until they repair it.
+func TestEventsReconcileRepairs(t *testing.T) {
+	t.Parallel()
+	s, e, key := repairFixture(t, "1h")
 	ctx := context.Background()
-	key := fmt.Sprintf("hf:{events:ev:%d}:remaining", e.EventID)
 	tokens := fmt.Sprintf("hf:{events:q:%d}:tokens", e.EventID)
 	require.NoError(t, s.Redis.Set(ctx, key, 999, 0).Err())
 	now := time.Now()
@@ -72,9 +79,14 @@ func TestEventsReconcileRepairs(t *testing.T) {
 		require.Equal(t, 7.0, testutil.ToFloat64(c.Remaining().WithLabelValues(label)))
 		require.Equal(t, 1.0, testutil.ToFloat64(c.Active.WithLabelValues(label)))
 	}
+}
 
-	// The worker's own periodic run repairs it too.
-	require.NoError(t, s.Redis.Set(ctx, key, -5, 0).Err())
+// The worker's own periodic run repairs a corrupted count by itself, and
+// until it does a damaged count never shows below zero.
+func TestEventsPeriodicReconcileRepairs(t *testing.T) {
+	t.Parallel()
+	s, e, key := repairFixture(t, "1s")
+	require.NoError(t, s.Redis.Set(context.Background(), key, -5, 0).Err())
 	require.GreaterOrEqual(t, publicEvent(t, s, e.EventID).RemainingSeats, 0, "a damaged count never shows below zero")
 	require.Eventually(t, func() bool { return publicEvent(t, s, e.EventID).RemainingSeats == 7 }, 15*time.Second, 100*time.Millisecond)
 }
