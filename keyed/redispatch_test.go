@@ -194,9 +194,16 @@ func TestUndispatchedRequestHoldsUpOnlyRequestsOnItsKeys(t *testing.T) {
 	later := r.acceptOn(t, "c")
 	r.acceptOn(t, "a", "c")
 
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_ = e.Drain(dctx, "a", "q") // hands its keys on when dctx ends: U and M still wait for x
+	dctx, cancel := context.WithCancel(ctx)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		_ = e.Drain(dctx, "a", "q") // hands its keys on once cancelled: U and M still wait for x
+	}()
+	require.Eventually(t, func() bool { return len(r.applied(t)) > 0 }, 20*time.Second, 10*time.Millisecond,
+		"R is applied while U waits")
+	cancel()
+	<-drained
 	got := r.applied(t)
 	require.Len(t, got, 1)
 	require.Equal(t, later, got[0].ID)
