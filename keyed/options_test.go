@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/internal/testenv"
 )
 
 // The API, the worker and the test systems take their engine options from
@@ -14,7 +15,7 @@ import (
 // binaries do), and each setting reaches the engine of every process.
 func TestOptionsFromTheConfiguration(t *testing.T) {
 	load := func(vars map[string]string) config.Config {
-		vars["JWT_SECRET"] = "0123456789abcdef0123456789abcdef"
+		vars["JWT_SECRET"] = testenv.Secret
 		c, err := config.FromMap(vars)
 		require.NoError(t, err)
 		return c

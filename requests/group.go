@@ -7,12 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/storage"
@@ -70,7 +68,8 @@ type pending struct {
 // errGroupCommit answers the submissions of a batch whose INSERT panicked.
 var errGroupCommit = errors.New("requests: group commit failed")
 
-// insert stores sub with the others waiting, and posts it when it can. The caller posts what is not posted yet.
+// insert stores sub with the others waiting, and posts it when it can.
+// The caller posts what is not posted yet.
 func (g *groupCommit) insert(ctx context.Context, p *pending) {
 	g.turns.Take(p, func(batch []*pending) { g.flush(context.WithoutCancel(ctx), batch) })
 	<-p.done
@@ -150,7 +149,7 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	stored, err := s.insertMany(ictx, batch)
-	for try := 0; try < 2 && rolledBack(err); try++ {
+	for try := 0; try < 2 && storage.RolledBack(err); try++ {
 		// Another API's batch took some of the same Idempotency-Keys in
 		// another order, and Postgres broke the deadlock by rolling this
 		// statement back: none of it is stored, and its keys' rows may be
@@ -180,13 +179,6 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 	if len(replays) > 0 {
 		s.replay(ictx, replays)
 	}
-}
-
-// rolledBack reports whether Postgres rolled a statement back to break a
-// deadlock or a serialization conflict.
-func rolledBack(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "40")
 }
 
 // idemKey is what an Idempotency-Key is unique within: its user and route.

@@ -30,10 +30,8 @@ func Unavailable(err error) bool {
 		switch pgErr.Code[:2] {
 		case "08", "53", "57", "58": // connection, insufficient resources, operator intervention, system
 			return true
-		case "40": // rolled back to break a deadlock or a serialization conflict: the same call may pass now
-			return true
 		}
-		return false
+		return RolledBack(err) // the same call may pass now
 	}
 	var connectErr *pgconn.ConnectError
 	var netErr net.Error
@@ -50,4 +48,12 @@ func Unavailable(err error) bool {
 		}
 	}
 	return false
+}
+
+// RolledBack reports whether Postgres rolled the statement back to break a
+// deadlock or a serialization conflict (SQLSTATE class 40): nothing of it
+// was done, and running it again may succeed.
+func RolledBack(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "40")
 }

@@ -28,4 +28,6 @@ func TestUnavailableIsWhatARetryMayPass(t *testing.T) {
 	} {
 		require.Equal(t, c.want, Unavailable(c.err), name)
 	}
+	require.True(t, RolledBack(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "40P01"})), "a deadlock is rolled back")
+	require.False(t, RolledBack(&pgconn.PgError{Code: "53300"}), "too many connections is not")
 }
