@@ -29,6 +29,7 @@ const (
 	CodeInvalidStatusTransition    = "INVALID_STATUS_TRANSITION"
 	CodeUserNotFound               = "USER_NOT_FOUND"
 	CodeCartEmpty                  = "CART_EMPTY"
+	CodeCartFull                   = "CART_FULL"
 	CodeProductOptionInactive      = "PRODUCT_OPTION_INACTIVE"
 	CodeInsufficientAvailableStock = "INSUFFICIENT_AVAILABLE_STOCK"
 	CodeDuplicateReservation       = "DUPLICATE_RESERVATION"

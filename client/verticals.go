@@ -232,14 +232,16 @@ func (c *Client) Availability(ctx context.Context, hotelID int64, from, to strin
 }
 
 // SetCartItem puts quantity of a product option in the caller's cart (0
-// removes it).
+// removes it). A cart holds at most 50 different options: another one is
+// refused with CART_FULL (409).
 func (c *Client) SetCartItem(ctx context.Context, optionID int64, quantity int) error {
 	return c.Do(ctx, http.MethodPut, fmt.Sprintf("/api/v1/cart/items/%d", optionID), map[string]int{"quantity": quantity}, nil)
 }
 
 // ReserveOrder reserves the user's whole cart (result: the reservation
 // lines; rejected codes CART_EMPTY, INSUFFICIENT_AVAILABLE_STOCK,
-// DUPLICATE_RESERVATION, PRODUCT_OPTION_INACTIVE, USER_NOT_FOUND).
+// DUPLICATE_RESERVATION, PRODUCT_OPTION_INACTIVE, USER_NOT_FOUND; a cart
+// over 50 options is refused at once with CART_FULL, 409).
 func (c *Client) ReserveOrder(ctx context.Context, userID int64, opts ...WriteOption) (Accepted, error) {
 	return c.Submit(ctx, http.MethodPost, "/api/v1/orders/reserve", map[string]int64{"userId": userID}, opts...)
 }

@@ -68,6 +68,7 @@ var statuses = map[string]int{
 
 	CodeUserNotFound:         http.StatusNotFound,
 	CodeCartEmpty:            http.StatusBadRequest,
+	CodeCartFull:             http.StatusConflict,
 	CodeOptionInactive:       http.StatusBadRequest,
 	CodeInsufficientStock:    http.StatusConflict,
 	CodeDuplicateReservation: http.StatusConflict,
@@ -142,6 +143,7 @@ func AsProblem(err error) (*Problem, bool) {
 const (
 	CodeUserNotFound         = "USER_NOT_FOUND"
 	CodeCartEmpty            = "CART_EMPTY"
+	CodeCartFull             = "CART_FULL" // 409: the cart holds MaxCartItems options (package shop)
 	CodeOptionInactive       = "PRODUCT_OPTION_INACTIVE"
 	CodeInsufficientStock    = "INSUFFICIENT_AVAILABLE_STOCK"
 	CodeDuplicateReservation = "DUPLICATE_RESERVATION"

@@ -437,3 +437,45 @@ func TestShopAllOrNothingMidBatch(t *testing.T) {
 		FROM requests WHERE id = ANY($1::uuid[])`, ids[:2]).Scan(&together))
 	require.True(t, together, "the first two carts were decided in one batch")
 }
+
+// A cart holds at most shop.MaxCartItems options, so a reserve names no
+// more keys than a drain holds at once. Before the limit, a reserve of 100
+// options (101 keys, where a drain with BATCH_MAX 8 holds 80) was accepted
+// and never applied, and another shopper's reserve of one of its options
+// waited behind it for ever.
+func TestShopCartOfManyOptions(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"BATCH_MAX", "8"}})
+	stocks := make([]int, 50) // a product has at most 50 options
+	for i := range stocks {
+		stocks[i] = 10
+	}
+	opts := append(newProduct(t, s, stocks...), newProduct(t, s, stocks...)...)
+	require.Greater(t, len(opts), shop.MaxCartItems)
+	require.LessOrEqual(t, shop.MaxCartItems+1, requests.MaxKeys, "a reserve names the user's key and one per option")
+	big, other, over := newShopper(t, s, "big"), newShopper(t, s, "other"), newShopper(t, s, "over")
+	for _, o := range opts[:shop.MaxCartItems] {
+		big.put(o, 1)
+	}
+	r := big.Do("PUT", fmt.Sprintf("/api/v1/cart/items/%d", opts[shop.MaxCartItems]), map[string]int{"quantity": 1})
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	require.Equal(t, domain.CodeCartFull, r.ErrorCode(t))
+	big.put(opts[0], 2) // a line already in a full cart still changes
+
+	bigReq := big.submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": big.id})
+	other.put(opts[0], 1)
+	require.Equal(t, domain.StatusSucceeded, other.order("POST", "/api/v1/orders/reserve").Status)
+	v := big.Wait(bigReq, 30*time.Second)
+	require.Equal(t, domain.StatusSucceeded, v.Status, "%+v", v.Error)
+
+	// Two PUTs of new options at the same moment can leave a cart over the
+	// limit (the count is not a lock): its reserve is refused before it is
+	// accepted.
+	for _, o := range opts[:shop.MaxCartItems+1] {
+		_, err := s.Pool.Exec(context.Background(), `INSERT INTO cart_items (user_id, product_option_id, quantity) VALUES ($1, $2, 1)`, over.id, o)
+		require.NoError(t, err)
+	}
+	r = over.Do("POST", "/api/v1/orders/reserve", map[string]int64{"userId": over.id})
+	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
+	require.Equal(t, domain.CodeCartFull, r.ErrorCode(t))
+}

@@ -32,8 +32,9 @@ type group struct {
 
 // maxGroupKeys bounds the keys one drain holds: enough for a full batch of
 // requests that each bring a key of their own (a user's) beside the hot
-// ones they share.
-func (e *Engine) maxGroupKeys() int { return 2*e.opt.BatchMax + 64 }
+// ones they share, and never fewer than the keys of the largest request
+// intake accepts (requests.MaxKeys), however small BatchMax is.
+func (e *Engine) maxGroupKeys() int { return 2*e.opt.BatchMax + requests.MaxKeys }
 
 // A key given up to the holder of a request's smallest key is kept for it
 // for promiseTTL: that holder retries every few milliseconds, and no other

@@ -2,12 +2,15 @@ package keyed
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -102,4 +105,78 @@ func TestBacklogSamplesStayBounded(t *testing.T) {
 	require.ErrorAs(t, e.Admit(ctx, "q", []string{"hot"}), &p)
 	require.Equal(t, domain.CodeOverloaded, p.Code)
 	require.NoError(t, e.Admit(ctx, "q", []string{"user:999"}), "a key under its cap")
+}
+
+// manyKeys are n keys in the order intake sorts them.
+func manyKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("m%03d", i)
+	}
+	return keys
+}
+
+// The largest request intake accepts, requests.MaxKeys keys, is applied by a
+// drain whose batch is one request, the fewest keys a drain holds
+// (maxGroupKeys); a request with one key more is refused at intake, before
+// it is stored.
+func TestLargestRequestIsAppliedWithABatchOfOne(t *testing.T) {
+	r := newFenceRig(t)
+	e := r.engineTTL(t, "w", 1, holdingTTL)
+	ctx := context.Background()
+	keys := manyKeys(requests.MaxKeys + 1)
+
+	_, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: keys})
+	p, ok := domain.AsProblem(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, domain.CodeInvalidInput, p.Code)
+	var stored int
+	require.NoError(t, r.pool.QueryRow(ctx, `SELECT count(*) FROM requests`).Scan(&stored))
+	require.Zero(t, stored)
+
+	req, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: keys[:requests.MaxKeys]})
+	require.NoError(t, err)
+	require.NoError(t, e.Drain(ctx, keys[0], "q"))
+	applied := r.applied(t)
+	require.Len(t, applied, 1)
+	require.Equal(t, req.ID, applied[0].ID)
+}
+
+// Control: a request with more keys than a drain holds, were intake to
+// accept it, is never applied. Its drain takes keys up to maxGroupKeys,
+// waits for the rest until its slice is over and hands them on, and so on
+// for ever; every request behind it on one of its keys would wait with it.
+func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
+	r := newFenceRig(t)
+	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
+		Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 200 * time.Millisecond, Worker: "w"})
+	t.Cleanup(func() { _ = e.Close() })
+	var calls atomic.Int32
+	e.Register(Type{Name: "fence.test", Queue: "q", Applier: Each(Plain,
+		func(context.Context, pgx.Tx, *Batch, *requests.Request, *struct{}) (requests.Outcome, error) {
+			calls.Add(1)
+			return requests.Succeeded(nil), nil
+		})})
+	ctx := context.Background()
+	keys := manyKeys(e.maxGroupKeys() + 1)
+	keysJSON, err := json.Marshal(keys)
+	require.NoError(t, err)
+	req := &requests.Request{ID: uuid.New(), Type: "fence.test", Queue: "q", UserID: "u", Keys: keys}
+	require.NoError(t, r.pool.QueryRow(ctx, `INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at)
+		SELECT $1, 'fence.test', 'q', 'u', ARRAY(SELECT jsonb_array_elements_text($2::jsonb)), '{}', '', now() RETURNING seq`,
+		req.ID, string(keysJSON)).Scan(&req.Seq))
+	require.NoError(t, e.Dispatch(ctx, req))
+
+	require.NoError(t, e.Drain(ctx, keys[0], "q"))
+	var status string
+	require.NoError(t, r.pool.QueryRow(ctx, `SELECT status FROM requests WHERE id = $1`, req.ID).Scan(&status))
+	require.Contains(t, []string{"queued", "processing"}, status, "the request is still open after its drain's slice")
+	require.Zero(t, calls.Load(), "its applier never ran")
+	held := 0
+	for _, k := range keys {
+		if r.rdb.ZScore(ctx, mboxKey(k), req.ID.String()).Err() == nil {
+			held++
+		}
+	}
+	require.Equal(t, len(keys), held, "it waits in every one of its mailboxes")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/storage"
 )
 
@@ -45,6 +46,15 @@ type Dispatcher interface {
 	// posting says.
 	Enqueue(ctx context.Context, r *Request, posting Posting) error
 }
+
+// MaxKeys is the most serialization keys one request may name. A drain
+// applies a request only while it holds every one of its keys at once, and
+// it holds at most keyed's maxGroupKeys, which is above MaxKeys whatever
+// BATCH_MAX says: a request with more keys could never be applied, and every
+// request behind it on one of its keys would wait with it. Intake refuses
+// one (400 INVALID_INPUT) before storing it; a vertical whose writes may name
+// more bounds them first with a rule of its own (the shop's MaxCartItems).
+const MaxKeys = 64
 
 // Posting is what Post saw of a request's keys right after the request
 // entered their mailboxes; Enqueue decides from it when its task is due.
@@ -113,6 +123,10 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 		return nil, false, errors.New("requests: incomplete submission")
 	}
 	sub.Keys = NormalizeKeys(sub.Keys)
+	if len(sub.Keys) > MaxKeys {
+		return nil, false, domain.NewProblem(domain.CodeInvalidInput,
+			"a write may name at most %d serialization keys; this one names %d", MaxKeys, len(sub.Keys))
+	}
 	if sub.Payload == nil {
 		sub.Payload = json.RawMessage("{}")
 	}

@@ -235,6 +235,9 @@ func (h *handlers) reserve(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if len(items) > MaxCartItems {
+		return errCartFull
+	}
 	options := make([]int64, len(items))
 	for i, l := range items {
 		options[i] = l.ProductOptionID
