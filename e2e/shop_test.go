@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -478,4 +479,66 @@ func TestShopCartOfManyOptions(t *testing.T) {
 	r = over.Do("POST", "/api/v1/orders/reserve", map[string]int64{"userId": over.id})
 	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
 	require.Equal(t, domain.CodeCartFull, r.ErrorCode(t))
+}
+
+// A rush of large carts over many hot options, each cart sharing options
+// with most others: every reserve ends, none oversells, and each one is
+// whole or nothing. The drains of such carts gather dozens of keys that
+// other drains hold, and must make way for each other without a drain
+// waiting for ever (keyed/doc.go, "Groups").
+func TestShopRushOfLargeOverlappingCarts(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	const users, stock = 60, 15
+	stocks := make([]int, 40)
+	for i := range stocks {
+		stocks[i] = stock
+	}
+	opts := newProduct(t, s, stocks...)
+	rng := rand.New(rand.NewPCG(7, 25))
+	carts := make([][]int64, users)
+	for i := range carts {
+		perm := rng.Perm(len(opts))[:10+rng.IntN(21)] // 10 to 30 options
+		for _, j := range perm {
+			carts[i] = append(carts[i], opts[j])
+		}
+	}
+	shoppers := make([]shopper, users)
+	reqs := make([]string, users)
+	var wg sync.WaitGroup
+	for i := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			shoppers[i] = newShopper(t, s, fmt.Sprintf("large%d", i))
+			for _, o := range carts[i] {
+				shoppers[i].put(o, 1)
+			}
+			reqs[i] = shoppers[i].submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": shoppers[i].id})
+		}()
+	}
+	wg.Wait()
+	s.StartWorker("w0")
+	s.StartWorker("w1")
+	want := map[int64]int{} // units each option's reserved carts asked for
+	for i, u := range shoppers {
+		v := u.Wait(reqs[i], 90*time.Second)
+		if v.Status != domain.StatusSucceeded {
+			rejected(t, v, domain.CodeInsufficientStock, 409)
+			continue
+		}
+		var got struct{ Reservations []shop.Reservation }
+		require.NoError(t, json.Unmarshal(v.Result, &got))
+		require.Len(t, got.Reservations, len(carts[i]), "whole or nothing")
+		for _, o := range carts[i] {
+			want[o]++
+		}
+	}
+	for _, o := range opts {
+		var reserved int
+		require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(quantity), 0) FROM inventory_reservations
+			WHERE product_option_id = $1 AND status = 'RESERVED'`, o).Scan(&reserved))
+		require.LessOrEqual(t, reserved, stock, "option %d oversold", o)
+		require.Equal(t, want[o], reserved, "option %d: reserved units are those of the reserved carts", o)
+	}
 }
