@@ -443,7 +443,8 @@ func TestShopAllOrNothingMidBatch(t *testing.T) {
 // more keys than a drain holds at once. Before the limit, a reserve of 100
 // options (101 keys, where a drain with BATCH_MAX 8 holds 80) was accepted
 // and never applied, and another shopper's reserve of one of its options
-// waited behind it for ever.
+// waited behind it for ever: the first version of this test, which filled
+// the cart with all 100 through the API, failed so.
 func TestShopCartOfManyOptions(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"BATCH_MAX", "8"}})
@@ -462,6 +463,8 @@ func TestShopCartOfManyOptions(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
 	require.Equal(t, domain.CodeCartFull, r.ErrorCode(t))
 	big.put(opts[0], 2) // a line already in a full cart still changes
+	r = big.Do("PUT", "/api/v1/cart/items/999999", map[string]int{"quantity": 1})
+	require.Equal(t, http.StatusNotFound, r.Status, "an option that does not exist is not found, full cart or not: %s", r.Body)
 
 	bigReq := big.submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": big.id})
 	other.put(opts[0], 1)
@@ -469,16 +472,21 @@ func TestShopCartOfManyOptions(t *testing.T) {
 	v := big.Wait(bigReq, 30*time.Second)
 	require.Equal(t, domain.StatusSucceeded, v.Status, "%+v", v.Error)
 
-	// Two PUTs of new options at the same moment can leave a cart over the
-	// limit (the count is not a lock): its reserve is refused before it is
-	// accepted.
-	for _, o := range opts[:shop.MaxCartItems+1] {
+	// PUTs of new options at the same moment can leave a cart over the limit
+	// (the count is not a lock); this one has every option, more than a
+	// drain holds. Its reserve is refused before it is accepted, and its
+	// lines still change.
+	for _, o := range opts {
 		_, err := s.Pool.Exec(context.Background(), `INSERT INTO cart_items (user_id, product_option_id, quantity) VALUES ($1, $2, 1)`, over.id, o)
 		require.NoError(t, err)
 	}
 	r = over.Do("POST", "/api/v1/orders/reserve", map[string]int64{"userId": over.id})
 	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
 	require.Equal(t, domain.CodeCartFull, r.ErrorCode(t))
+	over.put(opts[len(opts)-1], 3)
+	over.put(opts[len(opts)-1], 0)
+	require.Equal(t, http.StatusConflict, over.Do("PUT", fmt.Sprintf("/api/v1/cart/items/%d", opts[len(opts)-1]), map[string]int{"quantity": 1}).Status,
+		"a removed line is a new option again")
 }
 
 // A rush of large carts over many hot options, each cart sharing options

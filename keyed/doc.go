@@ -115,11 +115,13 @@
 //     handed on, each with a drain task if its mailbox has entries.
 //
 // A group is bounded by 2·BatchMax+64 keys, and a request by 64
-// (requests.MaxKeys, refused at intake above it), so a group can always
-// hold every key of a request, however small BatchMax is: a request with
-// more keys than its group may hold would never be applied, and every
-// request behind it on one of its keys would wait with it (the shop bounds
-// a cart to 50 options for this). Everything a group holds is
+// (requests.MaxKeys, refused at intake above it; the shop bounds a cart to
+// 50 options for this): a request with more keys than a group may hold
+// would never be applied, and every request behind it on one of its keys
+// would wait with it. When the keys still lacking for the first request a
+// group gathers do not fit beside those it holds, the group hands on the
+// keys that request does not name (roomFor), so the request's keys always
+// fit, however small BatchMax is. Everything a group holds is
 // fenced in its transaction (one statement for all keys), so a group that
 // lost any lease cannot commit (K2); a lost lease ends the drain, and its
 // keys are handed on (K5 as before: leases lapse, the reconciler re-drives).

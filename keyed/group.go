@@ -228,12 +228,51 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 	if len(p.wanted) == 0 {
 		return progress, nil
 	}
-	got, failed, err := g.acquire(ctx, p.wanted)
+	wanted := p.wanted
+	if lacking, others := g.roomFor(p.blocked); lacking != nil {
+		if err := g.giveUp(ctx, others, nil, "h", 0); err != nil {
+			return false, err
+		}
+		wanted = lacking
+	}
+	got, failed, err := g.acquire(ctx, wanted)
 	if err != nil {
 		return false, err
 	}
 	yielded, err := g.yield(ctx, p.blocked, failed)
 	return progress || yielded || got > 0, err
+}
+
+// roomFor checks that the keys still lacking for the first blocked request
+// this group gathers (it holds the request's smallest key) fit beside those
+// it holds (maxGroupKeys). When they do not, it returns them, each claiming
+// that smallest key, and the held keys the request does not name: handed
+// on, these make the room, as a request names at most requests.MaxKeys keys,
+// fewer than a group holds. A group filled with the keys of later requests,
+// none of which it may apply before that one (K3), would otherwise wait out
+// its slice.
+func (g *group) roomFor(blocked []*requests.Request) (lacking map[string]string, others []string) {
+	for _, r := range blocked {
+		if _, gathers := g.held[r.Keys[0]]; !gathers {
+			continue
+		}
+		lacking = map[string]string{}
+		for _, k := range r.Keys {
+			if _, held := g.held[k]; !held {
+				lacking[k] = r.Keys[0]
+			}
+		}
+		if len(lacking) <= g.e.maxGroupKeys()-len(g.held) {
+			return nil, nil
+		}
+		for _, k := range g.keys() {
+			if !slices.Contains(r.Keys, k) {
+				others = append(others, k)
+			}
+		}
+		return lacking, others
+	}
+	return nil, nil
 }
 
 // releaseEmpty lets go of the keys whose window is empty, in one round trip,

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
@@ -142,41 +143,91 @@ func TestLargestRequestIsAppliedWithABatchOfOne(t *testing.T) {
 	require.Equal(t, req.ID, applied[0].ID)
 }
 
-// Control: a request with more keys than a drain holds, were intake to
-// accept it, is never applied. Its drain takes keys up to maxGroupKeys,
-// waits for the rest until its slice is over and hands them on, and so on
-// for ever; every request behind it on one of its keys would wait with it.
+// Control: the bound is what a drain holds. A request of maxGroupKeys keys,
+// stored past intake, is applied by one drain; one of a key more never is:
+// its drain takes keys up to maxGroupKeys, waits for the rest until its slice
+// is over and hands them on, and so on for ever, and every request behind it
+// on one of its keys would wait with it.
 func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
+	for _, extra := range []int{0, 1} {
+		t.Run(fmt.Sprintf("maxGroupKeys+%d", extra), func(t *testing.T) {
+			r := newFenceRig(t)
+			e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
+				Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 300 * time.Millisecond, Worker: "w"})
+			t.Cleanup(func() { _ = e.Close() })
+			var calls atomic.Int32
+			e.Register(Type{Name: "fence.test", Queue: "q", Applier: Each(Plain,
+				func(context.Context, pgx.Tx, *Batch, *requests.Request, *struct{}) (requests.Outcome, error) {
+					calls.Add(1)
+					return requests.Succeeded(nil), nil
+				})})
+			ctx := context.Background()
+			keys := manyKeys(e.maxGroupKeys() + extra)
+			keysJSON, err := json.Marshal(keys)
+			require.NoError(t, err)
+			req := &requests.Request{ID: uuid.New(), Type: "fence.test", Queue: "q", UserID: "u", Keys: keys}
+			require.NoError(t, r.pool.QueryRow(ctx, `INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at)
+				SELECT $1, 'fence.test', 'q', 'u', ARRAY(SELECT jsonb_array_elements_text($2::jsonb)), '{}', '', now() RETURNING seq`,
+				req.ID, string(keysJSON)).Scan(&req.Seq))
+			require.NoError(t, e.Dispatch(ctx, req))
+
+			require.NoError(t, e.Drain(ctx, keys[0], "q"))
+			var status string
+			require.NoError(t, r.pool.QueryRow(ctx, `SELECT status FROM requests WHERE id = $1`, req.ID).Scan(&status))
+			if extra == 0 {
+				require.Equal(t, "succeeded", status)
+				require.EqualValues(t, 1, calls.Load())
+				return
+			}
+			require.Contains(t, []string{"queued", "processing"}, status, "the request is still open after its drain's slice")
+			require.Zero(t, calls.Load(), "its applier never ran")
+			require.Positive(t, testutil.ToFloat64(e.m.HandOffs.WithLabelValues("q")), "its drain ran, and handed its keys on")
+		})
+	}
+}
+
+// A group full of one request's keys still gathers an earlier request's.
+// With a batch of one a group holds 66 keys. R1 names a00–a63; R0, accepted
+// before it, names a10 and z00–z62. The drain of a00 takes R1's keys but
+// a05, which another holder keeps, and meets R0 at the head of a10: R0 is
+// this group's to gather (a10 is its smallest key), but its 63 missing keys
+// do not fit beside R1's. The group hands on the keys R0 does not name, then
+// gathers R0's and applies it. Before, it took three of them, was full, and
+// waited with neither request applicable until its slice was over; the
+// drains of the keys it handed on met the same again.
+func TestAFullGroupMakesRoomForTheRequestItGathers(t *testing.T) {
 	r := newFenceRig(t)
 	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-		Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 200 * time.Millisecond, Worker: "w"})
+		Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 2 * time.Second, Worker: "w"})
 	t.Cleanup(func() { _ = e.Close() })
-	var calls atomic.Int32
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: Each(Plain,
 		func(context.Context, pgx.Tx, *Batch, *requests.Request, *struct{}) (requests.Outcome, error) {
-			calls.Add(1)
 			return requests.Succeeded(nil), nil
 		})})
+	require.Equal(t, 66, e.maxGroupKeys())
 	ctx := context.Background()
-	keys := manyKeys(e.maxGroupKeys() + 1)
-	keysJSON, err := json.Marshal(keys)
-	require.NoError(t, err)
-	req := &requests.Request{ID: uuid.New(), Type: "fence.test", Queue: "q", UserID: "u", Keys: keys}
-	require.NoError(t, r.pool.QueryRow(ctx, `INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at)
-		SELECT $1, 'fence.test', 'q', 'u', ARRAY(SELECT jsonb_array_elements_text($2::jsonb)), '{}', '', now() RETURNING seq`,
-		req.ID, string(keysJSON)).Scan(&req.Seq))
-	require.NoError(t, e.Dispatch(ctx, req))
-
-	require.NoError(t, e.Drain(ctx, keys[0], "q"))
-	var status string
-	require.NoError(t, r.pool.QueryRow(ctx, `SELECT status FROM requests WHERE id = $1`, req.ID).Scan(&status))
-	require.Contains(t, []string{"queued", "processing"}, status, "the request is still open after its drain's slice")
-	require.Zero(t, calls.Load(), "its applier never ran")
-	held := 0
-	for _, k := range keys {
-		if r.rdb.ZScore(ctx, mboxKey(k), req.ID.String()).Err() == nil {
-			held++
-		}
+	r0Keys := []string{"a10"}
+	for i := range 63 {
+		r0Keys = append(r0Keys, fmt.Sprintf("z%02d", i))
 	}
-	require.Equal(t, len(keys), held, "it waits in every one of its mailboxes")
+	r0, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: r0Keys})
+	require.NoError(t, err)
+	r1Keys := make([]string, 64)
+	for i := range r1Keys {
+		r1Keys[i] = fmt.Sprintf("a%02d", i)
+	}
+	r1, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: r1Keys})
+	require.NoError(t, err)
+	_, ok, err := e.TryAcquire(ctx, "a05")
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	require.NoError(t, e.Drain(ctx, "a00", "q"))
+	status := func(id uuid.UUID) string {
+		var s string
+		require.NoError(t, r.pool.QueryRow(ctx, `SELECT status FROM requests WHERE id = $1`, id).Scan(&s))
+		return s
+	}
+	require.Equal(t, "succeeded", status(r0.ID), "the earlier request is applied within the drain's slice")
+	require.Contains(t, []string{"queued", "processing"}, status(r1.ID), "the later one waits for a05")
 }

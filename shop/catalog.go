@@ -161,16 +161,18 @@ func (c *Catalog) Cart(ctx context.Context, userID int64) ([]CartItem, error) {
 // user's key and one key per option (keysFor), and intake accepts at most
 // requests.MaxKeys keys a request, since a drain must hold them all at once.
 // Fifty lines is more than a checkout page shows. A full cart refuses another
-// option with 409 CART_FULL. A reserve of a cart over it is refused the same
-// way before it is accepted: two PUTs of new options at the same moment can
-// leave a cart one over, as this count is not a lock.
+// option with 409 CART_FULL; a line already in it still changes. A reserve of
+// a cart over it is refused the same way before it is accepted: PUTs of new
+// options at the same moment can each see room and leave a cart over it, as
+// this count is not a lock.
 const MaxCartItems = 50
 
 var errCartFull = domain.NewProblem(domain.CodeCartFull,
 	"the cart holds %d different options, the most it may; remove one first", MaxCartItems)
 
 // SetCartItem sets a cart line's quantity; 0 removes it. A new option in a
-// cart of MaxCartItems is refused (errCartFull).
+// cart of MaxCartItems lines is refused (errCartFull); an option that does
+// not exist is tried anyway, so that it is the foreign key's 404.
 func (c *Catalog) SetCartItem(ctx context.Context, userID, optionID int64, qty int) error {
 	if err := c.userExists(ctx, userID); err != nil {
 		return err
@@ -180,7 +182,9 @@ func (c *Catalog) SetCartItem(ctx context.Context, userID, optionID int64, qty i
 		return storage.Translate("shop: set cart item", err)
 	}
 	tag, err := c.pool.Exec(ctx, `INSERT INTO cart_items (user_id, product_option_id, quantity)
-		SELECT $1, $2, $3 WHERE (SELECT count(*) FROM cart_items WHERE user_id = $1 AND product_option_id <> $2) < $4
+		SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM cart_items WHERE user_id = $1 AND product_option_id = $2)
+			OR (SELECT count(*) FROM cart_items WHERE user_id = $1) < $4
+			OR NOT EXISTS (SELECT 1 FROM product_options WHERE id = $2)
 		ON CONFLICT (user_id, product_option_id) DO UPDATE SET quantity = EXCLUDED.quantity`, userID, optionID, qty, MaxCartItems)
 	if err == nil && tag.RowsAffected() == 0 {
 		return errCartFull
