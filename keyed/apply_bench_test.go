@@ -3,6 +3,7 @@ package keyed_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -23,7 +24,13 @@ import (
 //
 // With one key a single drain applies everything. With 100 keys, 1 or 8
 // concurrent drains take keys in turn, as a worker's task slots would; a
-// worker's concurrency is bounded by its Postgres pool (8 here).
+// worker's concurrency is bounded by its Postgres pool (8 here). In the
+// shared-key cases every request names one of 24 keys of its own (a
+// client's, accepted in turn) and one key all share. When the shared key
+// sorts after the others, each request's drain is the one of its own key,
+// which gathers the shared one (doc.go, "Groups"), so the shared key goes
+// from drain to drain, a few requests each time; when it sorts first, its
+// drain gathers the others and applies in batches.
 func BenchmarkBatchApply(b *testing.B) {
 	rig := newBenchRig(b)
 	ctx := context.Background()
@@ -35,6 +42,8 @@ func BenchmarkBatchApply(b *testing.B) {
 		{"keys=1", 1, 1},
 		{"keys=100/drains=1", 100, 1},
 		{"keys=100/drains=8", 100, benchPoolConns},
+		{"keys=24+shared-last/drains=8", 24, benchPoolConns},
+		{"keys=24+shared-first/drains=8", 24, benchPoolConns},
 	}
 	round := 0
 	for _, c := range cases {
@@ -44,6 +53,15 @@ func BenchmarkBatchApply(b *testing.B) {
 			round++
 			prefix := "apply-" + strconv.Itoa(round)
 			subs := probeSubmissions(prefix, c.keys)
+			if shared, ok := strings.CutPrefix(c.name, "keys=24+"); ok {
+				name := prefix + "-shared" // after prefix-0 … prefix-23
+				if strings.HasPrefix(shared, "shared-first") {
+					name = prefix + "--shared" // before them
+				}
+				for i := range subs {
+					subs[i] = probeSubmission(prefix+"-"+strconv.Itoa(i), name)
+				}
+			}
 			acceptAll(b, rig.intake, subs, b.N)
 
 			keys := make(chan string, len(subs))

@@ -76,14 +76,18 @@ func workerEngine(b *testing.B, pool *pgxpool.Pool, rdb redis.UniversalClient, c
 	return e
 }
 
-// probeSubmission is what POST /api/v1/probe {"keys":[counter]} hands intake.
-func probeSubmission(counter string) requests.Submission {
-	body, err := json.Marshal(probe.Payload{Keys: []string{counter}})
+// probeSubmission is what POST /api/v1/probe {"keys": counters} hands intake.
+func probeSubmission(counters ...string) requests.Submission {
+	body, err := json.Marshal(probe.Payload{Keys: counters})
 	if err != nil {
 		panic(err)
 	}
+	keys := make([]string, len(counters))
+	for i, c := range counters {
+		keys[i] = probe.SerialKey(c)
+	}
 	return requests.Submission{Type: probe.TypeIncr, Queue: probe.Queue, UserID: "bench-user",
-		Keys: []string{probe.SerialKey(counter)}, Payload: body, Route: "POST /api/v1/probe", TraceID: "bench"}
+		Keys: keys, Payload: body, Route: "POST /api/v1/probe", TraceID: "bench"}
 }
 
 // probeSubmissions returns one submission per counter prefix-0 … prefix-(n-1).
