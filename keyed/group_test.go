@@ -153,7 +153,7 @@ func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
 		t.Run(fmt.Sprintf("maxGroupKeys+%d", extra), func(t *testing.T) {
 			r := newFenceRig(t)
 			e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-				Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 300 * time.Millisecond, Worker: "w"})
+				Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: time.Second, Worker: "w"})
 			t.Cleanup(func() { _ = e.Close() })
 			var calls atomic.Int32
 			e.Register(Type{Name: "fence.test", Queue: "q", Applier: Each(Plain,
@@ -171,15 +171,22 @@ func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
 				req.ID, string(keysJSON)).Scan(&req.Seq))
 			require.NoError(t, e.Dispatch(ctx, req))
 
-			require.NoError(t, e.Drain(ctx, keys[0], "q"))
+			// Three drains one after another, as the tasks of handed-on keys
+			// would run them; a busy machine may need more than one slice.
 			var status string
-			require.NoError(t, r.pool.QueryRow(ctx, `SELECT status FROM requests WHERE id = $1`, req.ID).Scan(&status))
+			for range 3 {
+				require.NoError(t, e.Drain(ctx, keys[0], "q"))
+				require.NoError(t, r.pool.QueryRow(ctx, `SELECT status FROM requests WHERE id = $1`, req.ID).Scan(&status))
+				if status == "succeeded" {
+					break
+				}
+			}
 			if extra == 0 {
 				require.Equal(t, "succeeded", status)
 				require.EqualValues(t, 1, calls.Load())
 				return
 			}
-			require.Contains(t, []string{"queued", "processing"}, status, "the request is still open after its drain's slice")
+			require.Contains(t, []string{"queued", "processing"}, status, "the request is still open after three drains' slices")
 			require.Zero(t, calls.Load(), "its applier never ran")
 			require.Positive(t, testutil.ToFloat64(e.m.HandOffs.WithLabelValues("q")), "its drain ran, and handed its keys on")
 		})
@@ -198,7 +205,7 @@ func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
 func TestAFullGroupMakesRoomForTheRequestItGathers(t *testing.T) {
 	r := newFenceRig(t)
 	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-		Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 2 * time.Second, Worker: "w"})
+		Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 4 * time.Second, Worker: "w"})
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: Each(Plain,
 		func(context.Context, pgx.Tx, *Batch, *requests.Request, *struct{}) (requests.Outcome, error) {
