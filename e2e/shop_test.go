@@ -92,6 +92,27 @@ func rejected(t *testing.T, v requests.View, code string, status int) {
 	require.Equal(t, status, v.Error.HTTPStatus)
 }
 
+// reserveCarts makes a shopper for each cart (named prefix and its index),
+// puts one unit of each of the cart's options in it, in the cart's order,
+// and sends its reserve, all shoppers at once. It returns the shoppers and
+// their reserves' request ids.
+func reserveCarts(t *testing.T, s *systest.System, prefix string, carts [][]int64) ([]shopper, []string) {
+	shoppers := make([]shopper, len(carts))
+	reqs := make([]string, len(carts))
+	var wg sync.WaitGroup
+	for i, cart := range carts {
+		wg.Go(func() {
+			shoppers[i] = newShopper(t, s, fmt.Sprintf("%s%d", prefix, i))
+			for _, o := range cart {
+				shoppers[i].put(o, 1)
+			}
+			reqs[i] = shoppers[i].submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": shoppers[i].id})
+		})
+	}
+	wg.Wait()
+	return shoppers, reqs
+}
+
 // Seed 002's flow and every one of its error codes, through the API and worker.
 func TestShopCheckoutAndErrors(t *testing.T) {
 	t.Parallel()
@@ -212,19 +233,11 @@ func shopRace(t *testing.T, s *systest.System, users, workers, waiters, preReser
 			VALUES ($1, $2, $3, 'RESERVED', now(), now() + interval '30 minutes')`, a, early.id, preReserved)
 		require.NoError(t, err)
 	}
-	shoppers := make([]shopper, users)
-	reqs := make([]string, users)
-	var wg sync.WaitGroup
-	for i := range users {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			shoppers[i] = newShopper(t, s, fmt.Sprintf("racer%d", i))
-			shoppers[i].put(a, 1)
-			reqs[i] = shoppers[i].submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": shoppers[i].id})
-		}()
+	carts := make([][]int64, users)
+	for i := range carts {
+		carts[i] = []int64{a}
 	}
-	wg.Wait()
+	shoppers, reqs := reserveCarts(t, s, "racer", carts)
 	b := holdTable(t, s, "inventory")
 	for i := range workers {
 		s.StartWorker(fmt.Sprintf("w%d", i))
@@ -278,26 +291,14 @@ func TestShopOppositeOrderCarts(t *testing.T) {
 	s := systest.Start(t, systest.Options{Workers: 2})
 	opts := newProduct(t, s, 20, 1000)
 	a, b := opts[0], opts[1]
-	const users = 60
-	reqs := make([]string, users)
-	us := make([]shopper, users)
-	var wg sync.WaitGroup
-	for i := range users {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			us[i] = newShopper(t, s, fmt.Sprintf("o%d", i))
-			if i%2 == 0 {
-				us[i].put(a, 1)
-				us[i].put(b, 1)
-			} else {
-				us[i].put(b, 1)
-				us[i].put(a, 1)
-			}
-			reqs[i] = us[i].submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": us[i].id})
-		}()
+	carts := make([][]int64, 60)
+	for i := range carts {
+		carts[i] = []int64{a, b}
+		if i%2 == 1 {
+			carts[i] = []int64{b, a}
+		}
 	}
-	wg.Wait()
+	us, reqs := reserveCarts(t, s, "o", carts)
 	ok := 0
 	for i, u := range us {
 		v := u.Wait(reqs[i], 60*time.Second)
@@ -511,21 +512,7 @@ func TestShopRushOfLargeOverlappingCarts(t *testing.T) {
 			carts[i] = append(carts[i], opts[j])
 		}
 	}
-	shoppers := make([]shopper, users)
-	reqs := make([]string, users)
-	var wg sync.WaitGroup
-	for i := range users {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			shoppers[i] = newShopper(t, s, fmt.Sprintf("large%d", i))
-			for _, o := range carts[i] {
-				shoppers[i].put(o, 1)
-			}
-			reqs[i] = shoppers[i].submit("POST", "/api/v1/orders/reserve", map[string]int64{"userId": shoppers[i].id})
-		}()
-	}
-	wg.Wait()
+	shoppers, reqs := reserveCarts(t, s, "large", carts)
 	s.StartWorker("w0")
 	s.StartWorker("w1")
 	want := map[int64]int{} // units each option's reserved carts asked for
