@@ -3,7 +3,6 @@ package keyed_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
@@ -38,12 +37,16 @@ func BenchmarkBatchApply(b *testing.B) {
 		name   string
 		keys   int
 		drains int
+		// shared, when set, is the suffix of a counter every request also
+		// names: "-shared" sorts after the counters of their own, "--shared"
+		// before them.
+		shared string
 	}{
-		{"keys=1", 1, 1},
-		{"keys=100/drains=1", 100, 1},
-		{"keys=100/drains=8", 100, benchPoolConns},
-		{"keys=24+shared-last/drains=8", 24, benchPoolConns},
-		{"keys=24+shared-first/drains=8", 24, benchPoolConns},
+		{"keys=1", 1, 1, ""},
+		{"keys=100/drains=1", 100, 1, ""},
+		{"keys=100/drains=8", 100, benchPoolConns, ""},
+		{"keys=24+shared-last/drains=8", 24, benchPoolConns, "-shared"},
+		{"keys=24+shared-first/drains=8", 24, benchPoolConns, "--shared"},
 	}
 	round := 0
 	for _, c := range cases {
@@ -53,13 +56,9 @@ func BenchmarkBatchApply(b *testing.B) {
 			round++
 			prefix := "apply-" + strconv.Itoa(round)
 			subs := probeSubmissions(prefix, c.keys)
-			if shared, ok := strings.CutPrefix(c.name, "keys=24+"); ok {
-				name := prefix + "-shared" // after prefix-0 … prefix-23
-				if strings.HasPrefix(shared, "shared-first") {
-					name = prefix + "--shared" // before them
-				}
+			if c.shared != "" {
 				for i := range subs {
-					subs[i] = probeSubmission(prefix+"-"+strconv.Itoa(i), name)
+					subs[i] = probeSubmission(prefix+"-"+strconv.Itoa(i), prefix+c.shared)
 				}
 			}
 			acceptAll(b, rig.intake, subs, b.N)

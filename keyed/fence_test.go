@@ -69,9 +69,14 @@ func (r *fenceRig) engineTTL(t *testing.T, name string, batch int, ttl time.Dura
 
 // engineOn is engineTTL on the given clients.
 func (r *fenceRig) engineOn(t *testing.T, name string, batch int, ttl time.Duration, pool *pgxpool.Pool, rdb redis.UniversalClient) *Engine {
-	e := New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-		Options{LeaseTTL: ttl, BatchMax: batch, Worker: name, ScheduleDeferred: r.scheduleDeferred,
-			EnqueueEach: testenv.SpeedupsOff()})
+	return r.engineWith(t, Options{LeaseTTL: ttl, BatchMax: batch, Worker: name}, pool, rdb)
+}
+
+// engineWith is an engine of opt on the given clients, deferring tasks and
+// enqueueing as the rig's engines do, with the recording applier.
+func (r *fenceRig) engineWith(t *testing.T, opt Options, pool *pgxpool.Pool, rdb redis.UniversalClient) *Engine {
+	opt.ScheduleDeferred, opt.EnqueueEach = r.scheduleDeferred, testenv.SpeedupsOff()
+	e := New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()), opt)
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
 		func(ctx context.Context, tx pgx.Tx, b *Batch) ([]requests.Outcome, error) {

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -108,13 +106,21 @@ func TestBacklogSamplesStayBounded(t *testing.T) {
 	require.NoError(t, e.Admit(ctx, "q", []string{"user:999"}), "a key under its cap")
 }
 
-// manyKeys are n keys in the order intake sorts them.
-func manyKeys(n int) []string {
+// numberedKeys are prefix000, prefix001, … : n keys in the order intake
+// sorts them.
+func numberedKeys(prefix string, n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("m%03d", i)
+		keys[i] = fmt.Sprintf("%s%03d", prefix, i)
 	}
 	return keys
+}
+
+// open is whether request id is still open, as its row says.
+func (r *fenceRig) open(t *testing.T, id uuid.UUID) bool {
+	var status domain.Status
+	require.NoError(t, r.pool.QueryRow(context.Background(), `SELECT status FROM requests WHERE id = $1`, id).Scan(&status))
+	return !status.Terminal()
 }
 
 // The largest request intake accepts, requests.MaxKeys keys, is applied by a
@@ -125,7 +131,7 @@ func TestLargestRequestIsAppliedWithABatchOfOne(t *testing.T) {
 	r := newFenceRig(t)
 	e := r.engineTTL(t, "w", 1, holdingTTL)
 	ctx := context.Background()
-	keys := manyKeys(requests.MaxKeys + 1)
+	keys := numberedKeys("m", requests.MaxKeys+1)
 
 	_, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: keys})
 	p, ok := domain.AsProblem(err)
@@ -135,12 +141,11 @@ func TestLargestRequestIsAppliedWithABatchOfOne(t *testing.T) {
 	require.NoError(t, r.pool.QueryRow(ctx, `SELECT count(*) FROM requests`).Scan(&stored))
 	require.Zero(t, stored)
 
-	req, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: keys[:requests.MaxKeys]})
-	require.NoError(t, err)
+	id := r.acceptOn(t, keys[:requests.MaxKeys]...)
 	require.NoError(t, e.Drain(ctx, keys[0], "q"))
 	applied := r.applied(t)
 	require.Len(t, applied, 1)
-	require.Equal(t, req.ID, applied[0].ID)
+	require.Equal(t, id, applied[0].ID)
 }
 
 // Control: the bound is what a drain holds. A request of maxGroupKeys keys,
@@ -152,17 +157,9 @@ func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
 	for _, extra := range []int{0, 1} {
 		t.Run(fmt.Sprintf("maxGroupKeys+%d", extra), func(t *testing.T) {
 			r := newFenceRig(t)
-			e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-				Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: time.Second, Worker: "w"})
-			t.Cleanup(func() { _ = e.Close() })
-			var calls atomic.Int32
-			e.Register(Type{Name: "fence.test", Queue: "q", Applier: Each(Plain,
-				func(context.Context, pgx.Tx, *Batch, *requests.Request, *struct{}) (requests.Outcome, error) {
-					calls.Add(1)
-					return requests.Succeeded(nil), nil
-				})})
+			e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: time.Second, Worker: "w"}, r.pool, r.rdb)
 			ctx := context.Background()
-			keys := manyKeys(e.maxGroupKeys() + extra)
+			keys := numberedKeys("m", e.maxGroupKeys()+extra)
 			keysJSON, err := json.Marshal(keys)
 			require.NoError(t, err)
 			req := &requests.Request{ID: uuid.New(), Type: "fence.test", Queue: "q", UserID: "u", Keys: keys}
@@ -173,68 +170,48 @@ func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
 
 			// Three drains one after another, as the tasks of handed-on keys
 			// would run them; a busy machine may need more than one slice.
-			var status string
 			for range 3 {
 				require.NoError(t, e.Drain(ctx, keys[0], "q"))
-				require.NoError(t, r.pool.QueryRow(ctx, `SELECT status FROM requests WHERE id = $1`, req.ID).Scan(&status))
-				if status == "succeeded" {
+				if !r.open(t, req.ID) {
 					break
 				}
 			}
 			if extra == 0 {
-				require.Equal(t, "succeeded", status)
-				require.EqualValues(t, 1, calls.Load())
+				require.False(t, r.open(t, req.ID), "applied")
+				require.Len(t, r.applied(t), 1, "its applier ran once")
 				return
 			}
-			require.Contains(t, []string{"queued", "processing"}, status, "the request is still open after three drains' slices")
-			require.Zero(t, calls.Load(), "its applier never ran")
+			require.True(t, r.open(t, req.ID), "the request is still open after three drains' slices")
+			require.Empty(t, r.applied(t), "its applier never ran")
 			require.Positive(t, testutil.ToFloat64(e.m.HandOffs.WithLabelValues("q")), "its drain ran, and handed its keys on")
 		})
 	}
 }
 
 // A group full of one request's keys still gathers an earlier request's.
-// With a batch of one a group holds 66 keys. R1 names a00–a63; R0, accepted
-// before it, names a10 and z00–z62. The drain of a00 takes R1's keys but
-// a05, which another holder keeps, and meets R0 at the head of a10: R0 is
-// this group's to gather (a10 is its smallest key), but its 63 missing keys
-// do not fit beside R1's. The group hands on the keys R0 does not name, then
-// gathers R0's and applies it. Before, it took three of them, was full, and
-// waited with neither request applicable until its slice was over; the
-// drains of the keys it handed on met the same again.
+// With a batch of one a group holds 66 keys. R1 names a000–a063; R0,
+// accepted before it, names a010 and z000–z062. The drain of a000 takes R1's
+// keys but a005, which another holder keeps, and meets R0 at the head of
+// a010: R0 is this group's to gather (a010 is its smallest key), but its 63
+// missing keys do not fit beside R1's. The group hands on the keys R0 does
+// not name, then gathers R0's and applies it. Before, it took three of them,
+// was full, and waited with neither request applicable until its slice was
+// over; the drains of the keys it handed on met the same again.
 func TestAFullGroupMakesRoomForTheRequestItGathers(t *testing.T) {
 	r := newFenceRig(t)
-	e := New(r.pool, r.rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()),
-		Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 4 * time.Second, Worker: "w"})
-	t.Cleanup(func() { _ = e.Close() })
-	e.Register(Type{Name: "fence.test", Queue: "q", Applier: Each(Plain,
-		func(context.Context, pgx.Tx, *Batch, *requests.Request, *struct{}) (requests.Outcome, error) {
-			return requests.Succeeded(nil), nil
-		})})
+	e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 4 * time.Second, Worker: "w"}, r.pool, r.rdb)
 	require.Equal(t, 66, e.maxGroupKeys())
 	ctx := context.Background()
-	r0Keys := []string{"a10"}
-	for i := range 63 {
-		r0Keys = append(r0Keys, fmt.Sprintf("z%02d", i))
-	}
-	r0, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: r0Keys})
-	require.NoError(t, err)
-	r1Keys := make([]string, 64)
-	for i := range r1Keys {
-		r1Keys[i] = fmt.Sprintf("a%02d", i)
-	}
-	r1, _, err := r.intake.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: r1Keys})
-	require.NoError(t, err)
-	_, ok, err := e.TryAcquire(ctx, "a05")
+	r0 := r.acceptOn(t, append([]string{"a010"}, numberedKeys("z", 63)...)...)
+	r1 := r.acceptOn(t, numberedKeys("a", 64)...)
+	_, ok, err := e.TryAcquire(ctx, "a005")
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	require.NoError(t, e.Drain(ctx, "a00", "q"))
-	status := func(id uuid.UUID) string {
-		var s string
-		require.NoError(t, r.pool.QueryRow(ctx, `SELECT status FROM requests WHERE id = $1`, id).Scan(&s))
-		return s
-	}
-	require.Equal(t, "succeeded", status(r0.ID), "the earlier request is applied within the drain's slice")
-	require.Contains(t, []string{"queued", "processing"}, status(r1.ID), "the later one waits for a05")
+	require.NoError(t, e.Drain(ctx, "a000", "q"))
+	require.False(t, r.open(t, r0), "the earlier request is applied within the drain's slice")
+	got := r.applied(t)
+	require.Len(t, got, 1)
+	require.Equal(t, r0, got[0].ID)
+	require.True(t, r.open(t, r1), "the later one waits for a005")
 }
