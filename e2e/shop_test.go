@@ -477,10 +477,9 @@ func TestShopCartOfManyOptions(t *testing.T) {
 	// (the count is not a lock); this one has every option, more than a
 	// drain holds. Its reserve is refused before it is accepted, and its
 	// lines still change.
-	for _, o := range opts {
-		_, err := s.Pool.Exec(context.Background(), `INSERT INTO cart_items (user_id, product_option_id, quantity) VALUES ($1, $2, 1)`, over.id, o)
-		require.NoError(t, err)
-	}
+	_, err := s.Pool.Exec(context.Background(), `INSERT INTO cart_items (user_id, product_option_id, quantity)
+		SELECT $1, unnest($2::bigint[]), 1`, over.id, opts)
+	require.NoError(t, err)
 	r = over.Do("POST", "/api/v1/orders/reserve", map[string]int64{"userId": over.id})
 	require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
 	require.Equal(t, domain.CodeCartFull, r.ErrorCode(t))
@@ -530,9 +529,7 @@ func TestShopRushOfLargeOverlappingCarts(t *testing.T) {
 		}
 	}
 	for _, o := range opts {
-		var reserved int
-		require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(quantity), 0) FROM inventory_reservations
-			WHERE product_option_id = $1 AND status = 'RESERVED'`, o).Scan(&reserved))
+		reserved := stockOf(t, shoppers[0].Client, o).ReservedQuantity
 		require.LessOrEqual(t, reserved, stock, "option %d oversold", o)
 		require.Equal(t, want[o], reserved, "option %d: reserved units are those of the reserved carts", o)
 	}
