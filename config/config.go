@@ -99,6 +99,12 @@ type Config struct {
 	// woken. Either way the announcement wakes the poll.
 	AnnouncedViews bool `env:"ANNOUNCED_VIEWS" envDefault:"true"`
 
+	// QuietWaiting lets a drain that waits for keys other drains hold look
+	// again with Redis alone while nothing changes, and wakes it as soon as
+	// a drain of its process gives it a key (keyed's waiting.go); false
+	// makes every look a whole step, every few milliseconds.
+	QuietWaiting bool `env:"QUIET_WAITING" envDefault:"true"`
+
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 }
 

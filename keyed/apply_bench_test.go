@@ -29,7 +29,8 @@ import (
 // sorts after the others, each request's drain is the one of its own key,
 // which gathers the shared one (doc.go, "Groups"), so the shared key goes
 // from drain to drain, a few requests each time; when it sorts first, its
-// drain gathers the others and applies in batches.
+// drain gathers the others and applies in batches. The shared-last case
+// runs twice, waiting quietly and plain (waiting.go, QUIET_WAITING).
 func BenchmarkBatchApply(b *testing.B) {
 	rig := newBenchRig(b)
 	ctx := context.Background()
@@ -41,12 +42,15 @@ func BenchmarkBatchApply(b *testing.B) {
 		// names: "-shared" sorts after the counters of their own, "--shared"
 		// before them.
 		shared string
+		// plainWaiting drains with quiet waiting off (keyed/waiting.go).
+		plainWaiting bool
 	}{
-		{"keys=1", 1, 1, ""},
-		{"keys=100/drains=1", 100, 1, ""},
-		{"keys=100/drains=8", 100, benchPoolConns, ""},
-		{"keys=24+shared-last/drains=8", 24, benchPoolConns, "-shared"},
-		{"keys=24+shared-first/drains=8", 24, benchPoolConns, "--shared"},
+		{"keys=1", 1, 1, "", false},
+		{"keys=100/drains=1", 100, 1, "", false},
+		{"keys=100/drains=8", 100, benchPoolConns, "", false},
+		{"keys=24+shared-last/drains=8", 24, benchPoolConns, "-shared", false},
+		{"keys=24+shared-last/drains=8/plain-waiting", 24, benchPoolConns, "-shared", true},
+		{"keys=24+shared-first/drains=8", 24, benchPoolConns, "--shared", false},
 	}
 	round := 0
 	for _, c := range cases {
@@ -68,6 +72,10 @@ func BenchmarkBatchApply(b *testing.B) {
 				keys <- s.Keys[0]
 			}
 			close(keys)
+			worker := rig.worker
+			if c.plainWaiting {
+				worker = rig.plainWaiting
+			}
 			b.StartTimer()
 			var wg sync.WaitGroup
 			for range c.drains {
@@ -78,7 +86,7 @@ func BenchmarkBatchApply(b *testing.B) {
 						// task no worker runs here). The mailbox is the
 						// sorted set under the key's tag (keyed/scripts.go).
 						for rig.rdb.ZCard(ctx, keyed.KeyTag(k)+":mbox").Val() > 0 {
-							if err := rig.worker.Drain(ctx, k, probe.Queue); err != nil {
+							if err := worker.Drain(ctx, k, probe.Queue); err != nil {
 								b.Errorf("drain %s: %v", k, err)
 								return
 							}

@@ -33,10 +33,11 @@
 // (docs/configuration.md) and its measured gain beside its code: deferred.go
 // (deferred tasks folded, AGGREGATE_DEFERRED_TASKS), the intake's group
 // commit (requests/group.go, GROUP_COMMIT), batched Asynq enqueues
-// (storage/batch.go, BATCH_ENQUEUE), and the announced outcomes that let
+// (storage/batch.go, BATCH_ENQUEUE), the announced outcomes that let
 // long polls answer without Postgres (api/notify.go and await in
-// api/requests.go, ANNOUNCED_VIEWS). None of them is needed for K1–K6:
-// make test runs the protocol's tests again with every one of them off
+// api/requests.go, ANNOUNCED_VIEWS), and quiet waiting (waiting.go,
+// QUIET_WAITING: a drain that waits for keys looks again with Redis alone,
+// and a yield wakes it). None of them is needed for K1–K6: make test runs the protocol's tests again with every one of them off
 // (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups
 // (group.go) are part of the protocol: they are how a request with several
 // keys is applied at all.

@@ -33,6 +33,8 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 	g := e.newGroup(queue, l)
 	deadline := time.Now().Add(e.opt.DrainSlice)
 	var wait time.Duration
+	w := e.newWaiter()
+	defer w.done()
 	for len(g.held) > 0 {
 		if e.stopping.Load() || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return g.handOffAll(ctx, 0)
@@ -51,13 +53,16 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 			return err // retried, and shown in Asynqmon
 		case progress:
 			wait = 0
+			w.done()
 			continue
 		}
 		// Everything left waits for keys that other drains hold and will
-		// give up (doc.go, "Groups"): look again shortly.
+		// give up (doc.go, "Groups"): look again shortly, or once a drain
+		// of this process gives one up for this group (waiting.go).
 		wait = min(max(2*wait, time.Millisecond), 20*time.Millisecond)
 		select {
 		case <-time.After(wait):
+		case <-w.wait(g.keys()):
 		case <-ctx.Done():
 		}
 	}

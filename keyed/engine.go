@@ -91,7 +91,11 @@ type Options struct {
 	// EnqueueEach sends each Asynq enqueue to Redis by itself, instead of
 	// with those of concurrent writes in one pipeline (storage.BatchScripts).
 	EnqueueEach bool
-	Worker      string // name of this process, for logs and the probe's log
+	// PlainWaiting makes every look of a drain that waits for keys other
+	// drains hold a whole step, on its timer alone, instead of quiet
+	// waiting (waiting.go).
+	PlainWaiting bool
+	Worker       string // name of this process, for logs and the probe's log
 	// ForgetAfter is how long a key's fencing state outlives its last
 	// acquire (doc.go, "Forgetting"): its Redis fence key expires and Forget
 	// deletes its key_fences row, and a token older than this is refused.
@@ -121,6 +125,7 @@ func OptionsFrom(cfg config.Config, worker string) Options {
 		RedriveAfter: cfg.RedriveAfter, KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap,
 		ForgetAfter: cfg.KeyForgetAfter, Worker: worker,
 		ScheduleDeferred: !cfg.AggregateDeferred, EnqueueEach: !cfg.BatchEnqueue,
+		PlainWaiting: !cfg.QuietWaiting,
 	}
 }
 
@@ -145,6 +150,7 @@ type Engine struct {
 	types  map[string]Type
 
 	stopping atomic.Bool
+	wakers   wakers
 
 	// backlog is what this API's posts saw of each key's mailbox, for
 	// Admit. A sample counts for a second, and the map forgets it after one

@@ -28,6 +28,8 @@ type group struct {
 	// limit is the batch size: halved to isolate a request whose applier
 	// fails, doubled back after each successful batch.
 	limit int
+	// quiet is what the last step saw when it applied nothing (waiting.go).
+	quiet *quiet
 }
 
 // maxGroupKeys bounds the keys one drain holds: enough for a full batch of
@@ -46,7 +48,7 @@ const (
 )
 
 func (e *Engine) newGroup(queue string, l Lease) *group {
-	return &group{e: e, queue: queue, held: map[string]Lease{l.Key: l}, limit: e.opt.BatchMax}
+	return &group{e: e, queue: queue, held: map[string]Lease{l.Key: l}, limit: e.opt.BatchMax, quiet: e.newQuiet()}
 }
 
 func (g *group) keys() []string { return slices.Sorted(maps.Keys(g.held)) }
@@ -214,17 +216,21 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		g.e.finish(ctx, g.queue, result{gone: bad}, mailboxesOf(merged))
 		return true, nil
 	}
-	if err := g.e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
-		return false, err
+	p, unchanged := g.quiet.unchanged(keys, merged)
+	if !unchanged {
+		if err := g.e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
+			return false, err
+		}
+		res, err := g.applyRetrying(ctx, ids, g.picker(wins, &p))
+		if err != nil {
+			return false, err
+		}
+		res.gone = append(res.gone, bad...)
+		g.e.finish(ctx, g.queue, res, mailboxesOf(merged))
+		applied := len(res.applied)+len(res.gone) > 0
+		progress = progress || applied
+		g.quiet.stepped(keys, merged, p, applied)
 	}
-	var p plan
-	res, err := g.applyRetrying(ctx, ids, g.picker(wins, &p))
-	if err != nil {
-		return false, err
-	}
-	res.gone = append(res.gone, bad...)
-	g.e.finish(ctx, g.queue, res, mailboxesOf(merged))
-	progress = progress || len(res.applied)+len(res.gone) > 0
 	if len(p.wanted) == 0 {
 		return progress, nil
 	}
@@ -465,6 +471,9 @@ func (g *group) giveUp(ctx context.Context, keys []string, keptFor map[string]st
 		return fmt.Errorf("keyed: release: %w", err)
 	}
 	var errs []error
+	for _, p := range keptFor {
+		g.e.wakers.wake(p)
+	}
 	for i, l := range ls {
 		st, err := cmds[i].Int()
 		switch {

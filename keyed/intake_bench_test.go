@@ -38,6 +38,8 @@ type benchRig struct {
 	rdb    redis.UniversalClient
 	intake *requests.Intake
 	worker *keyed.Engine
+	// plainWaiting is worker with QUIET_WAITING=false (keyed/waiting.go).
+	plainWaiting *keyed.Engine
 }
 
 func newBenchRig(b *testing.B) *benchRig {
@@ -57,20 +59,20 @@ func newBenchRig(b *testing.B) *benchRig {
 	m := metrics.NewPipeline(metrics.NewRegistry())
 	api := keyed.New(pool, rdb, asynq.NewInspectorFromRedisClient(rdb), log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap})
 	b.Cleanup(func() { _ = api.Close() })
+	plainWaiting := cfg
+	plainWaiting.QuietWaiting = false
 	return &benchRig{
-		pool:   pool,
-		rdb:    rdb,
-		intake: requests.NewIntake(requests.NewStore(pool), api, log),
-		worker: workerEngine(b, pool, rdb, cfg, log),
+		pool:         pool,
+		rdb:          rdb,
+		intake:       requests.NewIntake(requests.NewStore(pool), api, log),
+		worker:       workerEngine(b, pool, rdb, cfg, log),
+		plainWaiting: workerEngine(b, pool, rdb, plainWaiting, log),
 	}
 }
 
 // workerEngine is the engine worker.Run builds, with the probe registered.
 func workerEngine(b *testing.B, pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) *keyed.Engine {
-	e := keyed.New(pool, rdb, nil, log, metrics.NewPipeline(metrics.NewRegistry()), keyed.Options{
-		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
-		RedriveAfter: cfg.RedriveAfter, Worker: "bench",
-	})
+	e := keyed.New(pool, rdb, nil, log, metrics.NewPipeline(metrics.NewRegistry()), keyed.OptionsFrom(cfg, "bench"))
 	e.Register(probe.Type())
 	b.Cleanup(func() { _ = e.Close() })
 	return e

@@ -28,9 +28,10 @@ func TestOptionsFromTheConfiguration(t *testing.T) {
 	require.Equal(t, want, got, "config's defaults are the engine's")
 
 	off := OptionsFrom(load(map[string]string{"AGGREGATE_DEFERRED_TASKS": "false", "BATCH_ENQUEUE": "false",
-		"LEASE_TTL": "7s", "KEY_FORGET_AFTER": "2h"}), "w")
+		"QUIET_WAITING": "false", "LEASE_TTL": "7s", "KEY_FORGET_AFTER": "2h"}), "w")
 	require.True(t, off.ScheduleDeferred)
 	require.True(t, off.EnqueueEach)
+	require.True(t, off.PlainWaiting)
 	require.Equal(t, "7s", off.LeaseTTL.String())
 	require.Equal(t, "2h0m0s", off.ForgetAfter.String())
 }

@@ -19,4 +19,5 @@ var speedupsOff = map[string]string{
 	"BATCH_ENQUEUE":            "false", // storage.BatchScripts
 	"ANNOUNCED_VIEWS":          "false", // api/notify.go, api await
 	"CART_GROUP_READ":          "false", // storage.GroupRead in the shop
+	"QUIET_WAITING":            "false", // keyed/waiting.go
 }
