@@ -11,31 +11,40 @@ import (
 // and the wait short:
 //
 //   - a look that sees what the last idle step saw (the same keys held, the
-//     same requests in their windows) only tries the wanted keys again,
-//     without Postgres: the pick would be the same, since no other drain
-//     can apply a request whose key this one holds. An idle step would
-//     otherwise run an apply transaction that locks the rows of the
-//     requests it waits for, which the drain that holds the key they wait
-//     for is about to apply;
-//   - a drain gives up a key kept for another (yield) and wakes that drain
-//     at once if it runs in the same process, instead of leaving it to
-//     look again up to 20 ms later.
+//     same requests in their windows) reuses that step's plan: it tries the
+//     wanted keys again, and makes room or yields as that step would have,
+//     without Postgres. The pick would be the same: only the group's own
+//     apply completes a request in its windows, a request added to them
+//     changes what the look sees, and one added again only narrows what a
+//     window covers. An idle step would otherwise run an apply transaction
+//     that locks the rows of every open request in its windows, and so
+//     does the drain that holds the key they wait for, in each of its steps.
+//     One case costs a wait: a holder that stalled past its lease and still
+//     committed (K2 allows it until the next holder commits) and then failed
+//     to remove its applied entries leaves a terminal one in the windows;
+//     a whole step drops it, a quiet look does not, so the drain waits until
+//     its keys change or its slice ends (DrainSlice);
+//   - a drain that yields a key kept for the holder of another wakes that
+//     holder at once if it is a drain of the same engine, instead of leaving
+//     it to look again up to 20 ms later. A hand-off, or a key released with
+//     its mailbox empty, wakes nobody.
 //
 // Both matter where requests share a key that sorts after keys of their
 // own: the shared key goes from drain to drain, a few requests each time,
 // and each hand costs a wait. Measured (BenchmarkBatchApply, the case
 // keys=24+shared-last/drains=8 against its plain-waiting twin, 400
 // requests, 2026-11-27): 173–305 requests a second against 90–135 in
-// seven runs of both, and 2.4× in three run alternately (234–250 against
-// 88–117). Waking alone gave 188 against 120; skipping Postgres alone,
-// 126–136 against 77–110. A hand still costs an apply transaction (about
-// 10 ms here), so this case stays well below the one where the shared key
-// sorts first (966–1,619 a second): docs/benchmarks.md says why.
+// seven runs of both; run alternately, 234 / 250 / 239 against 117 / 88 /
+// 111 / 91 / 95 / 96 (2.4× on the means). Waking alone gave 188 against
+// 120; skipping Postgres alone, 126–136 against 77–110. A hand still costs
+// an apply transaction (about 10 ms here), so this case stays well below
+// the one where the shared key sorts first (966–1,619 a second):
+// docs/benchmarks.md says why.
 //
 // Options.PlainWaiting (QUIET_WAITING=false) turns both off: every look is
 // a whole step, on its timer alone. Neither is needed for K1–K6: the looks
 // go on either way, so a wake that is lost, or a yield by a drain of
-// another process, costs only the wait.
+// another engine, costs only the wait.
 
 // quiet is the last step of a group that applied nothing: what it saw and
 // what it planned. A nil *quiet is waiting plain.
@@ -87,7 +96,7 @@ func signature(keys []string, merged []entry) string {
 	return b.String()
 }
 
-// wakers are the drains of this process that wait for keys, by the keys
+// wakers are the drains of an engine that wait for keys, by the keys
 // they held when they began to wait. It is bounded by live work: a drain
 // is in it only while it waits, under at most maxGroupKeys keys.
 type wakers struct {
@@ -95,7 +104,7 @@ type wakers struct {
 	by map[string]chan struct{}
 }
 
-// wake wakes the drain of this process that waits holding key, if any.
+// wake wakes the drain of this engine that waits holding key, if any.
 func (ws *wakers) wake(key string) {
 	ws.mu.Lock()
 	ch := ws.by[key]
@@ -128,9 +137,9 @@ func (w *waiter) wait(keys []string) <-chan struct{} {
 	if w.ws == nil {
 		return nil
 	}
-	w.done()
 	w.ws.mu.Lock()
 	defer w.ws.mu.Unlock()
+	w.unregister()
 	if w.ws.by == nil {
 		w.ws.by = map[string]chan struct{}{}
 	}
@@ -148,6 +157,11 @@ func (w *waiter) done() {
 	}
 	w.ws.mu.Lock()
 	defer w.ws.mu.Unlock()
+	w.unregister()
+}
+
+// unregister is done with the wakers' lock held.
+func (w *waiter) unregister() {
 	for _, k := range w.keys {
 		if w.ws.by[k] == w.ch {
 			delete(w.ws.by, k)

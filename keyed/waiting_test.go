@@ -31,9 +31,10 @@ func (h *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // every few milliseconds. Waiting quietly, a look that sees what the last
 // idle step saw only tries the key again: once its first look is done, the
 // drain does not touch Postgres however many looks it makes, where an idle
-// step would lock the rows of the requests it waits for. The control,
-// waiting plain, runs a whole step at every look. Either way the request
-// is applied once the key is free.
+// step would lock the rows of the requests it waits for; a request that
+// joins its windows makes the next look a whole step again. The control,
+// waiting plain, runs a whole step at every look. Either way the drain
+// takes the key once the holder yields it, and applies both requests.
 func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 	for _, plain := range []bool{false, true} {
 		t.Run(fmt.Sprintf("PlainWaiting=%t", plain), func(t *testing.T) {
@@ -49,35 +50,51 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 			rdb.AddHook(looks)
 			e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 8, DrainSlice: time.Minute, Worker: "w"}, pool, rdb)
 			e.opt.PlainWaiting = plain
+			acquisitions := func() int64 { return pool.Stat().AcquireCount() }
+			// lookTwice waits until the drain has looked twice more: a look
+			// sends two pipelines, a peek and a try for s.
+			lookTwice := func() {
+				seen := looks.n.Load()
+				require.Eventually(t, func() bool { return looks.n.Load() >= seen+4 }, 30*time.Second, time.Millisecond)
+			}
 
-			id := r.acceptOn(t, "a", "s")
-			holder := r.engineTTL(t, "holder", 8, holdingTTL)
-			s, ok, err := holder.TryAcquire(ctx, "s")
+			first := r.acceptOn(t, "a", "s")
+			s, ok, err := e.TryAcquire(ctx, "s") // the other drain, on the same engine
 			require.NoError(t, err)
 			require.True(t, ok)
-
 			done := make(chan error, 1)
 			go func() { done <- e.Drain(ctx, "a", "q") }()
-			// The first look reads the request from Postgres and finds s
-			// held. A look sends two pipelines, a peek and a try: the fifth
-			// is the third look's peek.
-			require.Eventually(t, func() bool { return looks.n.Load() >= 5 }, 30*time.Second, time.Millisecond)
-			firstLook, seen := pool.Stat().AcquireCount(), looks.n.Load()
-			require.Positive(t, firstLook)
-			require.Eventually(t, func() bool { return looks.n.Load() >= seen+20 }, 30*time.Second, time.Millisecond,
-				"ten more looks at least")
-			if plain {
-				require.Greater(t, pool.Stat().AcquireCount(), firstLook, "every look is a whole step")
-			} else {
-				require.Equal(t, firstLook, pool.Stat().AcquireCount(), "the looks after the first use Redis alone")
-			}
-			require.True(t, r.open(t, id))
 
-			// The holder gives s up: the next look takes it, and the request is applied.
-			_, err = releaseScript.Run(ctx, r.rdb, []string{leaseKey("s"), mboxKey("s"), forKey("s")}, s.Token, "force", "", 0).Int()
-			require.NoError(t, err)
+			lookTwice() // the first look read the request from Postgres and found s held
+			before := acquisitions()
+			require.Positive(t, before)
+			for range 5 {
+				lookTwice()
+			}
+			e.wakers.mu.Lock()
+			registered := e.wakers.by["a"] != nil
+			e.wakers.mu.Unlock()
+			if plain {
+				require.Greater(t, acquisitions(), before, "every look is a whole step")
+				require.False(t, registered)
+			} else {
+				require.Equal(t, before, acquisitions(), "the looks after the first use Redis alone")
+				require.True(t, registered, "the waiting drain can be woken under the key it holds")
+			}
+
+			second := r.acceptOn(t, "a")
+			lookTwice()
+			lookTwice()
+			require.Greater(t, acquisitions(), before, "a changed window makes a whole step")
+			require.True(t, r.open(t, first))
+			require.True(t, r.open(t, second), "behind the first on a")
+
+			// The holder yields s to the drain of a, as a drain does that
+			// makes way for a request whose smallest key is a.
+			require.NoError(t, e.newGroup("q", s).giveUp(ctx, []string{"s"}, map[string]string{"s": "a"}, "y", time.Minute))
 			require.NoError(t, <-done)
-			require.False(t, r.open(t, id))
+			require.False(t, r.open(t, first))
+			require.False(t, r.open(t, second))
 		})
 	}
 }
