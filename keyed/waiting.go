@@ -1,8 +1,13 @@
 package keyed
 
 import (
+	"context"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
+
+	"github.com/holdfast/holdfast/storage"
 )
 
 // Quiet waiting, a throughput mechanism outside the protocol (doc.go). A
@@ -25,9 +30,10 @@ import (
 //     a whole step drops it, a quiet look does not, so the drain waits until
 //     its keys change or its slice ends (DrainSlice);
 //   - a drain that yields a key kept for the holder of another wakes that
-//     holder at once if it is a drain of the same engine, instead of leaving
-//     it to look again up to 20 ms later. A hand-off, or a key released with
-//     its mailbox empty, wakes nobody.
+//     holder at once, instead of leaving it to look again up to 20 ms
+//     later: directly if it is a drain of the same engine, and through
+//     Redis pub/sub (wakeChannel) if it is one of another worker. A
+//     hand-off, or a key released with its mailbox empty, wakes nobody.
 //
 // Both matter where requests share a key that sorts after keys of their
 // own: the shared key goes from drain to drain, a few requests each time,
@@ -36,15 +42,20 @@ import (
 // requests, 2026-11-27): 173–305 requests a second against 90–135 in
 // seven runs of both; run alternately, 234 / 250 / 239 against 117 / 88 /
 // 111 / 91 / 95 / 96 (2.4× on the means). Waking alone gave 188 against
-// 120; skipping Postgres alone, 126–136 against 77–110. A hand still costs
+// 120; skipping Postgres alone, 126–136 against 77–110. Across two
+// workers (e2e TestMultiKeyAcceptanceOrder, from the last 202 to the last
+// outcome), a median of 4.0 s against 16.8 in five runs each; 6.0 when
+// only the drains of one engine woke each other. A hand still costs
 // an apply transaction (about 10 ms here), so this case stays well below
 // the one where the shared key sorts first (966–1,619 a second):
 // docs/benchmarks.md says why.
 //
 // Options.PlainWaiting (QUIET_WAITING=false) turns both off: every look is
 // a whole step, on its timer alone. Neither is needed for K1–K6: the looks
-// go on either way, so a wake that is lost, or a yield by a drain of
-// another engine, costs only the wait.
+// go on either way, so a wake that is lost (pub/sub delivers at most once;
+// a worker that does not listen) costs only the wait, and a wake for a key
+// no drain of an engine waits with (another deployment's, on a shared
+// Redis) costs nothing.
 
 // quiet is the last step of a group that applied nothing: what it saw and
 // what it planned. A nil *quiet is waiting plain.
@@ -94,6 +105,40 @@ func signature(keys []string, merged []entry) string {
 		b.WriteString(m.id)
 	}
 	return b.String()
+}
+
+// wakeChannel carries the yields of every engine: a message is the keys,
+// one a line, that a yield kept keys for.
+const wakeChannel = "holdfast:keyed:wake"
+
+// woken wakes the drains that wait holding the keys of keptFor's values:
+// those of this engine at once, those of others through wakeChannel. It
+// runs after the yield released its keys.
+func (e *Engine) woken(ctx context.Context, keptFor map[string]string) {
+	if e.opt.PlainWaiting || len(keptFor) == 0 {
+		return
+	}
+	holders := slices.Compact(slices.Sorted(maps.Values(keptFor)))
+	for _, p := range holders {
+		e.wakers.wake(p)
+	}
+	if err := e.rdb.Publish(ctx, wakeChannel, strings.Join(holders, "\n")).Err(); err != nil {
+		e.log.Debug("cannot announce a yield; its drain looks again on its timer", "err", err)
+	}
+}
+
+// ListenForWakes wakes this engine's waiting drains for the yields of other
+// engines until ctx ends. A worker runs it; an engine that does not only
+// wakes for its own yields.
+func (e *Engine) ListenForWakes(ctx context.Context) {
+	if e.opt.PlainWaiting {
+		return
+	}
+	storage.Listen(ctx, e.rdb, wakeChannel, func(payload string) {
+		for k := range strings.SplitSeq(payload, "\n") {
+			e.wakers.wake(k)
+		}
+	})
 }
 
 // wakers are the drains of an engine that wait for keys, by the keys

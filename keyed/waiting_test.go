@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/storage"
 )
 
@@ -149,4 +150,46 @@ func TestAYieldWakesTheDrainItKeepsTheKeyFor(t *testing.T) {
 	require.Empty(t, woken, "a hand-off wakes nobody")
 	require.NoError(t, group("y").giveUp(ctx, []string{"y"}, map[string]string{"y": "p"}, "y", time.Second))
 	require.Len(t, woken, 1, "a yield for p wakes p's drain")
+}
+
+// A yield wakes a waiting drain of another engine (another worker) through
+// Redis pub/sub once that engine listens; an engine that waits plain does
+// not listen. A private Redis server, so that no other test's workers
+// listen on it.
+func TestAYieldWakesTheDrainOfAnotherEngine(t *testing.T) {
+	r := newFenceRig(t)
+	_, rdb := testenv.RedisServer(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	engine := func(name string) *Engine {
+		e := r.engineOn(t, name, 8, holdingTTL, r.pool, rdb)
+		e.opt.PlainWaiting = false
+		go e.ListenForWakes(ctx)
+		return e
+	}
+	a, b := engine("a"), engine("b")
+	require.Eventually(t, func() bool {
+		n, err := rdb.PubSubNumSub(ctx, wakeChannel).Result()
+		return err == nil && n[wakeChannel] == 2
+	}, 30*time.Second, time.Millisecond, "both engines listen")
+	waits := b.newWaiter()
+	woken := waits.wait([]string{"p"})
+	defer waits.done()
+
+	l, ok, err := a.TryAcquire(ctx, "y")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, a.newGroup("q", l).giveUp(ctx, []string{"y"}, map[string]string{"y": "p"}, "y", time.Minute))
+	select {
+	case <-woken:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the drain of the other engine was not woken")
+	}
+
+	plain := r.engineOn(t, "plain", 8, holdingTTL, r.pool, rdb)
+	plain.opt.PlainWaiting = true
+	plain.ListenForWakes(ctx) // returns at once: it does not listen
+	n, err := rdb.PubSubNumSub(ctx, wakeChannel).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n[wakeChannel])
 }

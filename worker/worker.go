@@ -89,6 +89,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		srv.shutdown()
 		return err
 	}
+	go engine.ListenForWakes(ctx)
 	// Recover at once what a crash or a lost Redis left behind.
 	go func() {
 		if err := engine.Reconcile(ctx); err != nil && ctx.Err() == nil {
