@@ -58,7 +58,7 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		}
 		// Everything left waits for keys that other drains hold and will
 		// give up (doc.go, "Groups"): look again shortly, or once a drain
-		// of this process gives one up for this group (waiting.go).
+		// yields one to this group (waiting.go).
 		wait = min(max(2*wait, time.Millisecond), 20*time.Millisecond)
 		select {
 		case <-time.After(wait):

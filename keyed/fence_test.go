@@ -225,15 +225,7 @@ func (r *fenceRig) stalledGroup(t *testing.T, a *Engine, stall *pgStall, b *Engi
 	<-paused
 	require.Eventually(t, func() bool { return r.rdb.Exists(ctx, leaseKey("k"), leaseKey("u")).Val() == 0 },
 		5*time.Second, 10*time.Millisecond, "the stalled group's leases lapse")
-	var ls []Lease
-	for _, k := range []string{"k", "u"} {
-		l, ok, err := b.TryAcquire(ctx, k)
-		require.NoError(t, err)
-		require.True(t, ok)
-		ls = append(ls, l)
-	}
-	g := b.newGroup("q", ls[0])
-	g.held[ls[1].Key] = ls[1]
+	g := heldGroup(t, b, "k", "u")
 	g.limit = 1
 	_, err = g.step(ctx)
 	require.NoError(t, err)
@@ -281,4 +273,22 @@ func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, 
 	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key), forKey(key)},
 		e.opt.LeaseTTL.Milliseconds(), "", e.opt.ForgetAfter.Milliseconds()))
 	return Lease{Key: key, Token: tok}, tok > 0, err
+}
+
+// heldGroup is a group of e holding keys, each taken with TryAcquire, as a
+// drain's group holds the keys it gathered.
+func heldGroup(t *testing.T, e *Engine, keys ...string) *group {
+	t.Helper()
+	var g *group
+	for _, k := range keys {
+		l, ok, err := e.TryAcquire(context.Background(), k)
+		require.NoError(t, err)
+		require.True(t, ok, "%s is free", k)
+		if g == nil {
+			g = e.newGroup("q", l)
+		} else {
+			g.held[k] = l
+		}
+	}
+	return g
 }

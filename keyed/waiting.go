@@ -30,9 +30,10 @@ import (
 //     a whole step drops it, a quiet look does not, so the drain waits until
 //     its keys change or its slice ends (DrainSlice);
 //   - a drain that yields a key kept for the holder of another wakes that
-//     holder at once, instead of leaving it to look again up to 20 ms
-//     later: directly if it is a drain of the same engine, and through
-//     Redis pub/sub (wakeChannel) if it is one of another worker. A
+//     holder, instead of leaving it to look again up to 20 ms later:
+//     directly if it is a drain of the same engine, and through Redis
+//     pub/sub (wakeChannel) otherwise, which delivers at most once (not
+//     while a listener reconnects, nor before a worker listens). A
 //     hand-off, or a key released with its mailbox empty, wakes nobody.
 //
 // Both matter where requests share a key that sorts after keys of their
@@ -44,18 +45,18 @@ import (
 // 111 / 91 / 95 / 96 (2.4× on the means). Waking alone gave 188 against
 // 120; skipping Postgres alone, 126–136 against 77–110. Across two
 // workers (e2e TestMultiKeyAcceptanceOrder, from the last 202 to the last
-// outcome), a median of 4.0 s against 16.8 in five runs each; 6.0 when
-// only the drains of one engine woke each other. A hand still costs
+// outcome, runs alternately), a median of 4.0 s against 16.8 in five runs
+// each. A hand still costs
 // an apply transaction (about 10 ms here), so this case stays well below
 // the one where the shared key sorts first (966–1,619 a second):
 // docs/benchmarks.md says why.
 //
 // Options.PlainWaiting (QUIET_WAITING=false) turns both off: every look is
 // a whole step, on its timer alone. Neither is needed for K1–K6: the looks
-// go on either way, so a wake that is lost (pub/sub delivers at most once;
-// a worker that does not listen) costs only the wait, and a wake for a key
-// no drain of an engine waits with (another deployment's, on a shared
-// Redis) costs nothing.
+// go on either way, so a wake that is lost costs only the wait, and one
+// meant for another drain (a key of the same name in another deployment
+// on a shared Redis: channels ignore database numbers) at most an early
+// look.
 
 // quiet is the last step of a group that applied nothing: what it saw and
 // what it planned. A nil *quiet is waiting plain.
@@ -112,17 +113,23 @@ func signature(keys []string, merged []entry) string {
 const wakeChannel = "holdfast:keyed:wake"
 
 // woken wakes the drains that wait holding the keys of keptFor's values:
-// those of this engine at once, those of others through wakeChannel. It
-// runs after the yield released its keys.
+// those of this engine at once, and, for the keys none of them waits with,
+// those of other engines through wakeChannel (a round trip, and only then).
+// It runs after the yield released its keys.
 func (e *Engine) woken(ctx context.Context, keptFor map[string]string) {
 	if e.opt.PlainWaiting || len(keptFor) == 0 {
 		return
 	}
-	holders := slices.Compact(slices.Sorted(maps.Values(keptFor)))
-	for _, p := range holders {
-		e.wakers.wake(p)
+	var elsewhere []string
+	for _, p := range slices.Compact(slices.Sorted(maps.Values(keptFor))) {
+		if !e.wakers.wake(p) {
+			elsewhere = append(elsewhere, p)
+		}
 	}
-	if err := e.rdb.Publish(ctx, wakeChannel, strings.Join(holders, "\n")).Err(); err != nil {
+	if len(elsewhere) == 0 {
+		return
+	}
+	if err := e.rdb.Publish(ctx, wakeChannel, strings.Join(elsewhere, "\n")).Err(); err != nil {
 		e.log.Debug("cannot announce a yield; its drain looks again on its timer", "err", err)
 	}
 }
@@ -149,8 +156,9 @@ type wakers struct {
 	by map[string]chan struct{}
 }
 
-// wake wakes the drain of this engine that waits holding key, if any.
-func (ws *wakers) wake(key string) {
+// wake wakes the drain of this engine that waits holding key, if any, and
+// reports whether there was one.
+func (ws *wakers) wake(key string) bool {
 	ws.mu.Lock()
 	ch := ws.by[key]
 	ws.mu.Unlock()
@@ -158,6 +166,7 @@ func (ws *wakers) wake(key string) {
 	case ch <- struct{}{}:
 	default: // none, or woken already
 	}
+	return ch != nil
 }
 
 // waiter is one drain's registration with its engine's wakers.

@@ -139,23 +139,16 @@ func TestAYieldWakesTheDrainItKeepsTheKeyFor(t *testing.T) {
 	woken := waits.wait([]string{"p"})
 	defer waits.done()
 
-	group := func(k string) *group {
-		l, ok, err := e.TryAcquire(ctx, k)
-		require.NoError(t, err)
-		require.True(t, ok)
-		return e.newGroup("q", l)
-	}
-
-	require.NoError(t, group("x").giveUp(ctx, []string{"x"}, nil, "h", 0))
+	require.NoError(t, heldGroup(t, e, "x").giveUp(ctx, []string{"x"}, nil, "h", 0))
 	require.Empty(t, woken, "a hand-off wakes nobody")
-	require.NoError(t, group("y").giveUp(ctx, []string{"y"}, map[string]string{"y": "p"}, "y", time.Second))
+	require.NoError(t, heldGroup(t, e, "y").giveUp(ctx, []string{"y"}, map[string]string{"y": "p"}, "y", time.Second))
 	require.Len(t, woken, 1, "a yield for p wakes p's drain")
 }
 
-// A yield wakes a waiting drain of another engine (another worker) through
-// Redis pub/sub once that engine listens; an engine that waits plain does
-// not listen. A private Redis server, so that no other test's workers
-// listen on it.
+// A yield wakes the waiting drains of another engine (another worker)
+// through Redis pub/sub once that engine listens, all those it keeps keys
+// for in one message; an engine that waits plain does not listen. A
+// private Redis server, so that no other test's workers listen on it.
 func TestAYieldWakesTheDrainOfAnotherEngine(t *testing.T) {
 	r := newFenceRig(t)
 	_, rdb := testenv.RedisServer(t)
@@ -172,23 +165,31 @@ func TestAYieldWakesTheDrainOfAnotherEngine(t *testing.T) {
 		n, err := rdb.PubSubNumSub(ctx, wakeChannel).Result()
 		return err == nil && n[wakeChannel] == 2
 	}, 30*time.Second, time.Millisecond, "both engines listen")
-	waits := b.newWaiter()
-	woken := waits.wait([]string{"p"})
-	defer waits.done()
+	var woken []<-chan struct{}
+	for _, p := range []string{"p", "q"} {
+		w := b.newWaiter()
+		woken = append(woken, w.wait([]string{p}))
+		defer w.done()
+	}
 
-	l, ok, err := a.TryAcquire(ctx, "y")
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.NoError(t, a.newGroup("q", l).giveUp(ctx, []string{"y"}, map[string]string{"y": "p"}, "y", time.Minute))
-	select {
-	case <-woken:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the drain of the other engine was not woken")
+	require.NoError(t, heldGroup(t, a, "y", "z").giveUp(ctx, []string{"y", "z"}, map[string]string{"y": "p", "z": "q"}, "y", time.Minute))
+	for i, ch := range woken {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the drain of the other engine waiting with %s was not woken", []string{"p", "q"}[i])
+		}
 	}
 
 	plain := r.engineOn(t, "plain", 8, holdingTTL, r.pool, rdb)
 	plain.opt.PlainWaiting = true
-	plain.ListenForWakes(ctx) // returns at once: it does not listen
+	returned := make(chan struct{})
+	go func() { plain.ListenForWakes(ctx); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		t.Fatal("an engine that waits plain listens")
+	}
 	n, err := rdb.PubSubNumSub(ctx, wakeChannel).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n[wakeChannel])

@@ -131,8 +131,9 @@ func (s *Stores) Close() {
 }
 
 // Listen hands every message published on channel to deliver until ctx
-// ends, subscribing again after a lost connection. Pub/sub is at most once:
-// a listener must not depend on every message for correctness.
+// ends (go-redis re-subscribes after a lost connection; Listen subscribes
+// again should the subscription end). Pub/sub is at most once: a listener
+// must not depend on every message for correctness.
 func Listen(ctx context.Context, rdb redis.UniversalClient, channel string, deliver func(payload string)) {
 	for ctx.Err() == nil {
 		sub := rdb.Subscribe(ctx, channel)

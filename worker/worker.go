@@ -89,7 +89,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		srv.shutdown()
 		return err
 	}
-	go engine.ListenForWakes(ctx)
 	// Recover at once what a crash or a lost Redis left behind.
 	go func() {
 		if err := engine.Reconcile(ctx); err != nil && ctx.Err() == nil {
@@ -103,6 +102,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		srv.shutdown()
 		return err
 	}
+	go engine.ListenForWakes(ctx)
 	log.Info("worker started", "addr", ln.Addr().String(), "queues", engine.Queues(), "concurrency", cfg.Concurrency)
 
 	<-ctx.Done()
