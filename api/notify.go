@@ -11,7 +11,6 @@ import (
 
 	"github.com/holdfast/holdfast/internal/recent"
 	"github.com/holdfast/holdfast/requests"
-	"github.com/holdfast/holdfast/storage"
 )
 
 // Notifier fans the outcomes workers announce (requests.DoneChannel) out to
@@ -92,7 +91,26 @@ func (n *Notifier) Local(id uuid.UUID, mayRead func(owner string) bool) (Tracked
 
 // Run listens until ctx ends, resubscribing after connection loss.
 func (n *Notifier) Run(ctx context.Context) {
-	storage.Listen(ctx, n.rdb, requests.DoneChannel, n.deliver)
+	for ctx.Err() == nil {
+		sub := n.rdb.Subscribe(ctx, requests.DoneChannel)
+		ch := sub.Channel(redis.WithChannelHealthCheckInterval(5 * time.Second))
+	loop:
+		for {
+			select {
+			case <-ctx.Done():
+				break loop
+			case msg, ok := <-ch:
+				if !ok {
+					break loop
+				}
+				n.deliver(msg.Payload)
+			}
+		}
+		_ = sub.Close()
+		if ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }
 
 // deliver hands each announced request's view (requests.DoneMessage) to its

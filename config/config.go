@@ -101,7 +101,7 @@ type Config struct {
 
 	// QuietWaiting lets a drain that waits for keys other drains hold look
 	// again with Redis alone while nothing changes, and wakes it as soon as
-	// a drain of any worker yields it a key (keyed's waiting.go); false
+	// a drain of its process yields it a key (keyed's waiting.go); false
 	// makes every look a whole step, every few milliseconds.
 	QuietWaiting bool `env:"QUIET_WAITING" envDefault:"true"`
 

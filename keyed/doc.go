@@ -37,10 +37,9 @@
 // long polls answer without Postgres (api/notify.go and await in
 // api/requests.go, ANNOUNCED_VIEWS), and quiet waiting (waiting.go,
 // QUIET_WAITING: a drain that waits for keys looks again with Redis alone,
-// and a yield wakes it, across workers through pub/sub). None of them is
-// needed for K1–K6: make test runs the protocol's tests again with every
-// one of them off (HOLDFAST_TEST_SPEEDUPS=off,
-// internal/testenv/speedups.go). Groups
+// and a yield wakes it). None of them is needed for K1–K6: make test runs
+// the protocol's tests again with every one of them off
+// (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups
 // (group.go) are part of the protocol: they are how a request with several
 // keys is applied at all.
 //

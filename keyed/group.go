@@ -470,8 +470,10 @@ func (g *group) giveUp(ctx context.Context, keys []string, keptFor map[string]st
 	if err != nil {
 		return fmt.Errorf("keyed: release: %w", err)
 	}
-	g.e.woken(ctx, keptFor)
 	var errs []error
+	for _, p := range keptFor {
+		g.e.wakers.wake(p)
+	}
 	for i, l := range ls {
 		st, err := cmds[i].Int()
 		switch {

@@ -1,13 +1,8 @@
 package keyed
 
 import (
-	"context"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
-
-	"github.com/holdfast/holdfast/storage"
 )
 
 // Quiet waiting, a throughput mechanism outside the protocol (doc.go). A
@@ -30,11 +25,11 @@ import (
 //     a whole step drops it, a quiet look does not, so the drain waits until
 //     its keys change or its slice ends (DrainSlice);
 //   - a drain that yields a key kept for the holder of another wakes that
-//     holder, instead of leaving it to look again up to 20 ms later:
-//     directly if it is a drain of the same engine, and through Redis
-//     pub/sub (wakeChannel) otherwise, which delivers at most once (not
-//     while a listener reconnects, nor before a worker listens). A
-//     hand-off, or a key released with its mailbox empty, wakes nobody.
+//     holder at once if it is a drain of the same engine (a worker has one),
+//     instead of leaving it to look again up to 20 ms later. A hand-off, or
+//     a key released with its mailbox empty, wakes nobody. Waking the drains
+//     of other workers too, through Redis pub/sub, was tried and not kept
+//     (docs/benchmarks.md, "A shared key that sorts after").
 //
 // Both matter where requests share a key that sorts after keys of their
 // own: the shared key goes from drain to drain, a few requests each time,
@@ -43,20 +38,15 @@ import (
 // requests, 2026-11-27): 173–305 requests a second against 90–135 in
 // seven runs of both; run alternately, 234 / 250 / 239 against 117 / 88 /
 // 111 / 91 / 95 / 96 (2.4× on the means). Waking alone gave 188 against
-// 120; skipping Postgres alone, 126–136 against 77–110. Across two
-// workers (e2e TestMultiKeyAcceptanceOrder, from the last 202 to the last
-// outcome, runs alternately), a median of 4.0 s against 16.8 in five runs
-// each. A hand still costs
+// 120; skipping Postgres alone, 126–136 against 77–110. A hand still costs
 // an apply transaction (about 10 ms here), so this case stays well below
 // the one where the shared key sorts first (966–1,619 a second):
 // docs/benchmarks.md says why.
 //
 // Options.PlainWaiting (QUIET_WAITING=false) turns both off: every look is
 // a whole step, on its timer alone. Neither is needed for K1–K6: the looks
-// go on either way, so a wake that is lost costs only the wait, and one
-// meant for another drain (a key of the same name in another deployment
-// on a shared Redis: channels ignore database numbers) at most an early
-// look.
+// go on either way, so a wake that is lost, or a yield by a drain of
+// another worker, costs only the wait.
 
 // quiet is the last step of a group that applied nothing: what it saw and
 // what it planned. A nil *quiet is waiting plain.
@@ -108,46 +98,6 @@ func signature(keys []string, merged []entry) string {
 	return b.String()
 }
 
-// wakeChannel carries the yields of every engine: a message is the keys,
-// one a line, that a yield kept keys for.
-const wakeChannel = "holdfast:keyed:wake"
-
-// woken wakes the drains that wait holding the keys of keptFor's values:
-// those of this engine at once, and, for the keys none of them waits with,
-// those of other engines through wakeChannel (a round trip, and only then).
-// It runs after the yield released its keys.
-func (e *Engine) woken(ctx context.Context, keptFor map[string]string) {
-	if e.opt.PlainWaiting || len(keptFor) == 0 {
-		return
-	}
-	var elsewhere []string
-	for _, p := range slices.Compact(slices.Sorted(maps.Values(keptFor))) {
-		if !e.wakers.wake(p) {
-			elsewhere = append(elsewhere, p)
-		}
-	}
-	if len(elsewhere) == 0 {
-		return
-	}
-	if err := e.rdb.Publish(ctx, wakeChannel, strings.Join(elsewhere, "\n")).Err(); err != nil {
-		e.log.Debug("cannot announce a yield; its drain looks again on its timer", "err", err)
-	}
-}
-
-// ListenForWakes wakes this engine's waiting drains for the yields of other
-// engines until ctx ends. A worker runs it; an engine that does not only
-// wakes for its own yields.
-func (e *Engine) ListenForWakes(ctx context.Context) {
-	if e.opt.PlainWaiting {
-		return
-	}
-	storage.Listen(ctx, e.rdb, wakeChannel, func(payload string) {
-		for k := range strings.SplitSeq(payload, "\n") {
-			e.wakers.wake(k)
-		}
-	})
-}
-
 // wakers are the drains of an engine that wait for keys, by the keys
 // they held when they began to wait. It is bounded by live work: a drain
 // is in it only while it waits, under at most maxGroupKeys keys.
@@ -156,9 +106,8 @@ type wakers struct {
 	by map[string]chan struct{}
 }
 
-// wake wakes the drain of this engine that waits holding key, if any, and
-// reports whether there was one.
-func (ws *wakers) wake(key string) bool {
+// wake wakes the drain of this engine that waits holding key, if any.
+func (ws *wakers) wake(key string) {
 	ws.mu.Lock()
 	ch := ws.by[key]
 	ws.mu.Unlock()
@@ -166,7 +115,6 @@ func (ws *wakers) wake(key string) bool {
 	case ch <- struct{}{}:
 	default: // none, or woken already
 	}
-	return ch != nil
 }
 
 // waiter is one drain's registration with its engine's wakers.

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/config"
-	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/storage"
 )
 
@@ -143,54 +142,4 @@ func TestAYieldWakesTheDrainItKeepsTheKeyFor(t *testing.T) {
 	require.Empty(t, woken, "a hand-off wakes nobody")
 	require.NoError(t, heldGroup(t, e, "y").giveUp(ctx, []string{"y"}, map[string]string{"y": "p"}, "y", time.Second))
 	require.Len(t, woken, 1, "a yield for p wakes p's drain")
-}
-
-// A yield wakes the waiting drains of another engine (another worker)
-// through Redis pub/sub once that engine listens, all those it keeps keys
-// for in one message; an engine that waits plain does not listen. A
-// private Redis server, so that no other test's workers listen on it.
-func TestAYieldWakesTheDrainOfAnotherEngine(t *testing.T) {
-	r := newFenceRig(t)
-	_, rdb := testenv.RedisServer(t)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	engine := func(name string) *Engine {
-		e := r.engineOn(t, name, 8, holdingTTL, r.pool, rdb)
-		e.opt.PlainWaiting = false
-		go e.ListenForWakes(ctx)
-		return e
-	}
-	a, b := engine("a"), engine("b")
-	require.Eventually(t, func() bool {
-		n, err := rdb.PubSubNumSub(ctx, wakeChannel).Result()
-		return err == nil && n[wakeChannel] == 2
-	}, 30*time.Second, time.Millisecond, "both engines listen")
-	var woken []<-chan struct{}
-	for _, p := range []string{"p", "q"} {
-		w := b.newWaiter()
-		woken = append(woken, w.wait([]string{p}))
-		defer w.done()
-	}
-
-	require.NoError(t, heldGroup(t, a, "y", "z").giveUp(ctx, []string{"y", "z"}, map[string]string{"y": "p", "z": "q"}, "y", time.Minute))
-	for i, ch := range woken {
-		select {
-		case <-ch:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("the drain of the other engine waiting with %s was not woken", []string{"p", "q"}[i])
-		}
-	}
-
-	plain := r.engineOn(t, "plain", 8, holdingTTL, r.pool, rdb)
-	plain.opt.PlainWaiting = true
-	returned := make(chan struct{})
-	go func() { plain.ListenForWakes(ctx); close(returned) }()
-	select {
-	case <-returned:
-	case <-time.After(30 * time.Second):
-		t.Fatal("an engine that waits plain listens")
-	}
-	n, err := rdb.PubSubNumSub(ctx, wakeChannel).Result()
-	require.NoError(t, err)
-	require.Equal(t, int64(2), n[wakeChannel])
 }

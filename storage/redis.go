@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -128,31 +127,4 @@ func Open(ctx context.Context, databaseURL string, rc config.Redis, maxConns int
 func (s *Stores) Close() {
 	_ = s.Redis.Close()
 	s.Pool.Close()
-}
-
-// Listen hands every message published on channel to deliver until ctx
-// ends (go-redis re-subscribes after a lost connection; Listen subscribes
-// again should the subscription end). Pub/sub is at most once: a listener
-// must not depend on every message for correctness.
-func Listen(ctx context.Context, rdb redis.UniversalClient, channel string, deliver func(payload string)) {
-	for ctx.Err() == nil {
-		sub := rdb.Subscribe(ctx, channel)
-		ch := sub.Channel(redis.WithChannelHealthCheckInterval(5 * time.Second))
-	loop:
-		for {
-			select {
-			case <-ctx.Done():
-				break loop
-			case msg, ok := <-ch:
-				if !ok {
-					break loop
-				}
-				deliver(msg.Payload)
-			}
-		}
-		_ = sub.Close()
-		if ctx.Err() == nil {
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
 }

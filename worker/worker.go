@@ -102,7 +102,6 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		srv.shutdown()
 		return err
 	}
-	go engine.ListenForWakes(ctx)
 	log.Info("worker started", "addr", ln.Addr().String(), "queues", engine.Queues(), "concurrency", cfg.Concurrency)
 
 	<-ctx.Done()
