@@ -139,6 +139,11 @@ type plan struct {
 	// the group holds as that request's smallest (its claim on a promised
 	// key), or "" when the group wants the smallest key itself.
 	wanted map[string]string
+	// first is the first blocked request this group gathers (it holds
+	// the request's smallest key), and lacking the keys of it the group
+	// does not hold (roomFor).
+	first   *requests.Request
+	lacking []string
 }
 
 // picker returns the pick of an apply transaction: in acceptance order, the
@@ -179,6 +184,8 @@ func (g *group) picker(wins map[string]window, p *plan) pickFunc {
 			smallest := r.Keys[0]
 			if _, designated := g.held[smallest]; !designated {
 				lacking, smallest = []string{smallest}, ""
+			} else if p.first == nil {
+				p.first, p.lacking = r, lacking
 			}
 			for _, k := range lacking {
 				if _, ok := p.wanted[k]; !ok {
@@ -235,7 +242,7 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		return progress, nil
 	}
 	wanted := p.wanted
-	if lacking, others := g.roomFor(p.blocked); lacking != nil {
+	if lacking, others := g.roomFor(p); lacking != nil {
 		if err := g.giveUp(ctx, others, nil, "h", 0); err != nil {
 			return false, err
 		}
@@ -250,35 +257,26 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 }
 
 // roomFor checks that the keys still lacking for the first blocked request
-// this group gathers (it holds the request's smallest key) fit beside those
-// it holds (maxGroupKeys). When they do not, it returns them, each claiming
-// that smallest key, and the held keys the request does not name: handed
-// on, these make the room, as a request names at most requests.MaxKeys keys,
-// fewer than a group holds. A group filled with the keys of later requests,
-// none of which it may apply before that one (K3), would otherwise wait out
-// its slice.
-func (g *group) roomFor(blocked []*requests.Request) (lacking map[string]string, others []string) {
-	for _, r := range blocked {
-		if _, gathers := g.held[r.Keys[0]]; !gathers {
-			continue
-		}
-		lacking = map[string]string{}
-		for _, k := range r.Keys {
-			if _, held := g.held[k]; !held {
-				lacking[k] = r.Keys[0]
-			}
-		}
-		if len(lacking) <= g.e.maxGroupKeys()-len(g.held) {
-			return nil, nil
-		}
-		for _, k := range g.keys() {
-			if !slices.Contains(r.Keys, k) {
-				others = append(others, k)
-			}
-		}
-		return lacking, others
+// this group gathers (plan.first) fit beside those it holds (maxGroupKeys).
+// When they do not, it returns them, each claiming that request's smallest
+// key, and the held keys the request does not name: handed on, these make
+// the room, as a request names at most requests.MaxKeys keys, fewer than a
+// group holds. A group filled with the keys of later requests, none of which
+// it may apply before that one (K3), would otherwise wait out its slice.
+func (g *group) roomFor(p plan) (lacking map[string]string, others []string) {
+	if p.first == nil || len(p.lacking) <= g.e.maxGroupKeys()-len(g.held) {
+		return nil, nil
 	}
-	return nil, nil
+	lacking = map[string]string{}
+	for _, k := range p.lacking {
+		lacking[k] = p.first.Keys[0]
+	}
+	for _, k := range g.keys() {
+		if !slices.Contains(p.first.Keys, k) {
+			others = append(others, k)
+		}
+	}
+	return lacking, others
 }
 
 // releaseEmpty lets go of the keys whose window is empty, in one round trip,

@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"slices"
 	"strings"
 	"sync"
 )
@@ -134,10 +135,11 @@ func (e *Engine) newWaiter() *waiter {
 // wait registers the drain under keys, the ones its group holds now, and
 // returns the channel a wake arrives on (nil, which never delivers, when
 // waiting plain). The drain stays registered until done, so a key given up
-// for it while it looks again still wakes it.
+// for it while it looks again still wakes it; a look that holds the keys it
+// is registered under leaves the registry as it is.
 func (w *waiter) wait(keys []string) <-chan struct{} {
-	if w.ws == nil {
-		return nil
+	if w.ws == nil || slices.Equal(keys, w.keys) {
+		return w.ch
 	}
 	w.ws.mu.Lock()
 	defer w.ws.mu.Unlock()
