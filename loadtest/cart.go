@@ -58,14 +58,18 @@ type cartLine struct {
 	quantity int
 }
 
-// rushCart is user i's cart: one or two of options, drawn from seed and i
-// alone, so that every run with the same seed gives user i the same cart.
-func rushCart(seed uint64, i int, options []int64) []cartLine {
+// rushCart is user i's cart: one or two of options and, with a tail, one
+// of tail, drawn from seed and i alone, so that every run with the same
+// seed gives user i the same cart.
+func rushCart(seed uint64, i int, options, tail []int64) []cartLine {
 	rng := rand.New(rand.NewPCG(seed, uint64(i)))
 	first := rng.IntN(len(options))
 	cart := []cartLine{{options[first], 1}}
 	if rng.IntN(2) == 0 {
 		cart = append(cart, cartLine{options[(first+1+rng.IntN(len(options)-1))%len(options)], 1})
+	}
+	if len(tail) > 0 {
+		cart = append(cart, cartLine{tail[rng.IntN(len(tail))], 1})
 	}
 	slices.SortFunc(cart, byOption)
 	return cart
@@ -75,14 +79,26 @@ func byOption(a, b cartLine) int { return cmp.Compare(a.option, b.option) }
 
 // createRushOptions creates the rush's product through api (holdfast's
 // admin call, which the baseline's cart mode also answers) and returns its
-// option ids. Option codes carry the run's id, so runs can share a
-// database.
-func createRushOptions(ctx context.Context, e *Env, api *client.Client, stock int) ([]int64, error) {
-	var opts []client.NewOption
-	for i := range rushOptions {
-		opts = append(opts, client.NewOption{OptionCode: fmt.Sprintf("%s-DROP-%d", e.RunID, i), Price: 1000 * int64(i+1), StockQuantity: stock, IsActive: true})
+// option ids; with Options.CartTail, first a catalog product of that many
+// options, whose ids it returns in tail. Option codes carry the run's id,
+// so runs can share a database.
+func createRushOptions(ctx context.Context, e *Env, api *client.Client, stock int) (options, tail []int64, err error) {
+	if n := e.Opt.CartTail; n > 0 {
+		if tail, err = createOptions(ctx, e, api, "catalog", "TAIL", n, stock); err != nil {
+			return nil, nil, err
+		}
 	}
-	p, err := api.CreateProduct(ctx, "limited drop "+e.RunID, opts...)
+	options, err = createOptions(ctx, e, api, "limited drop", "DROP", rushOptions, stock)
+	return options, tail, err
+}
+
+// createOptions creates a product of n options of stock units each.
+func createOptions(ctx context.Context, e *Env, api *client.Client, name, code string, n, stock int) ([]int64, error) {
+	var opts []client.NewOption
+	for i := range n {
+		opts = append(opts, client.NewOption{OptionCode: fmt.Sprintf("%s-%s-%d", e.RunID, code, i), Price: 1000 * int64(i+1), StockQuantity: stock, IsActive: true})
+	}
+	p, err := api.CreateProduct(ctx, name+" "+e.RunID, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("create product: %w", err)
 	}
@@ -117,11 +133,11 @@ type cartBook struct {
 	bad     violations
 }
 
-func newCartBook(seed uint64, users int, options []int64, stock int) *cartBook {
-	b := &cartBook{stock: stock, options: options, carts: make([][]cartLine, users), users: make([]string, users),
+func newCartBook(seed uint64, users int, options, tail []int64, stock int) *cartBook {
+	b := &cartBook{stock: stock, options: slices.Concat(options, tail), carts: make([][]cartLine, users), users: make([]string, users),
 		told: map[int64]int{}, holders: map[int64]int{}, won: map[int]int{}, refused: map[int]int64{}, dups: map[int]bool{}}
 	for i := range b.carts {
-		b.carts[i] = rushCart(seed, i, options)
+		b.carts[i] = rushCart(seed, i, options, tail)
 	}
 	return b
 }
@@ -281,11 +297,11 @@ type cartRush struct {
 
 func (s *cartRush) Setup(ctx context.Context, e *Env) (int, error) {
 	n, stock := orDefault(e.Opt.Users, 3000), orDefault(e.Opt.Stock, 300)
-	options, err := createRushOptions(ctx, e, e.Admin, stock)
+	options, tail, err := createRushOptions(ctx, e, e.Admin, stock)
 	if err != nil {
 		return 0, err
 	}
-	s.book = newCartBook(e.Opt.Seed, n, options, stock)
+	s.book = newCartBook(e.Opt.Seed, n, options, tail, stock)
 	s.uids, s.clients = make([]int64, n), make([]*client.Client, n)
 	err = forEach(n, min(e.Opt.Concurrency, 64), func(i int) error {
 		u, err := e.Admin.CreateUser(ctx, fmt.Sprintf("%s shopper %d", e.RunID, i))
@@ -357,15 +373,15 @@ type baselineCart struct {
 
 func (s *baselineCart) Setup(ctx context.Context, e *Env) (int, error) {
 	n, stock := orDefault(e.Opt.Users, 3000), orDefault(e.Opt.Stock, 300)
-	options, err := createRushOptions(ctx, e, e.base, stock)
+	options, tail, err := createRushOptions(ctx, e, e.base, stock)
 	if err != nil {
 		return 0, err
 	}
-	s.book = newCartBook(e.Opt.Seed, n, options, stock)
+	s.book = newCartBook(e.Opt.Seed, n, options, tail, stock)
 	for i := range s.book.users {
 		s.book.users[i] = e.userID(i)
 	}
-	return n, warmUp(ctx, e, options)
+	return n, warmUp(ctx, e, s.book.options)
 }
 
 // warmUp reads the options' stock from all clients at once, so that the

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,8 +15,8 @@ func TestRushCartsDependOnSeedAndUserOnly(t *testing.T) {
 	options := []int64{11, 12, 13, 14, 15}
 	twos := 0
 	for i := range 1000 {
-		cart := rushCart(1, i, options)
-		require.Equal(t, cart, rushCart(1, i, options), "user %d", i)
+		cart := rushCart(1, i, options, nil)
+		require.Equal(t, cart, rushCart(1, i, options, nil), "user %d", i)
 		require.True(t, len(cart) == 1 || len(cart) == 2)
 		if len(cart) == 2 {
 			twos++
@@ -29,11 +30,35 @@ func TestRushCartsDependOnSeedAndUserOnly(t *testing.T) {
 	require.InDelta(t, 500, twos, 60)
 	differ := 0
 	for i := range 100 {
-		if !equalCarts(rushCart(1, i, options), rushCart(2, i, options)) {
+		if !equalCarts(rushCart(1, i, options, nil), rushCart(2, i, options, nil)) {
 			differ++
 		}
 	}
 	require.Greater(t, differ, 50, "another seed, other carts")
+}
+
+// With a tail, each cart is its drop cart, as without one, and one option
+// of the tail.
+func TestRushCartsWithATailAddOneOfIt(t *testing.T) {
+	options, tail := []int64{11, 12, 13, 14, 15}, []int64{1, 2, 3}
+	seen := map[int64]bool{}
+	for i := range 300 {
+		cart := rushCart(1, i, options, tail)
+		var drop []cartLine
+		var fromTail []int64
+		for _, l := range cart {
+			if slices.Contains(tail, l.option) {
+				fromTail = append(fromTail, l.option)
+			} else {
+				drop = append(drop, l)
+			}
+		}
+		require.Len(t, fromTail, 1, "user %d: %v", i, cart)
+		require.Equal(t, rushCart(1, i, options, nil), drop, "user %d", i)
+		require.True(t, slices.IsSortedFunc(cart, byOption))
+		seen[fromTail[0]] = true
+	}
+	require.Len(t, seen, len(tail))
 }
 
 func equalCarts(a, b []cartLine) bool {
@@ -54,7 +79,7 @@ func equalCarts(a, b []cartLine) bool {
 func TestCartBookFindsViolations(t *testing.T) {
 	options := []int64{1, 2}
 	book := func() *cartBook {
-		b := newCartBook(1, 4, options, 2)
+		b := newCartBook(1, 4, options, nil, 2)
 		for i := range b.users {
 			b.users[i] = string(rune('a' + i))
 		}

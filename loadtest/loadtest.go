@@ -39,6 +39,11 @@ type Options struct {
 	Users       int    // journeys in all
 	Seats       int    // fcfs-rush, waiting-room-rush: seats of the event
 	Stock       int    // cart-rush, baseline-cart: units of each option
+	// CartTail, for cart-rush and baseline-cart, is the options of an older
+	// catalog product, created before the drop: each cart also holds one
+	// of them (0: none). Their keys sort before the drop's in about half
+	// the carts, as the option ids compare as strings.
+	CartTail int
 	// waiting-room-rush: the share of users (percent) who never claim their
 	// turn, and who leave mid-queue; a pre-queue this long before the sale
 	// starts (the journeys begun before the start join it); an admission

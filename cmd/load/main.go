@@ -73,6 +73,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.IntVar(&opt.Users, "users", 0, "journeys (0: the scenario's default)")
 	fs.IntVar(&opt.Seats, "seats", 0, "seats of the event for fcfs-rush and waiting-room-rush (0: default)")
 	fs.IntVar(&opt.Stock, "stock", 0, "cart-rush, baseline-cart: units of each of the 5 options (0: 300)")
+	fs.IntVar(&opt.CartTail, "cart-tail", 0, "cart-rush, baseline-cart: each cart also holds one of this many options of an older product (0: none)")
 	fs.IntVar(&opt.NeverClaimPct, "never-claim", 0, "waiting-room-rush: percent of users who let their turn pass")
 	fs.IntVar(&opt.LeavePct, "leave", 0, "waiting-room-rush: percent of users who leave mid-queue")
 	fs.DurationVar(&opt.Prequeue, "prequeue", 0, "waiting-room-rush: open a pre-queue this long before the sale starts")
