@@ -262,8 +262,8 @@ func TestMultiKeyAcceptanceOrder(t *testing.T) {
 	}
 	wg.Wait()
 	// The shared x sorts after every client's key, the slow case of groups
-	// (docs/benchmarks.md, "A shared key that sorts after"): 4–13 s on a
-	// quiet machine, 11–17 s with QUIET_WAITING=false alone, so the bound
+	// (docs/benchmarks.md, "A shared key that sorts after"): 1.6–2.6 s on a
+	// quiet machine, 8.7–17 s with QUIET_WAITING=false alone, so the bound
 	// leaves room for a busy one and for the speed-ups-off pass.
 	t.Logf("all accepted; the last applied %s later", s.WaitAllTerminal(150*time.Second))
 	value := map[string]int64{}

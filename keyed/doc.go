@@ -37,7 +37,8 @@
 // long polls answer without Postgres (api/notify.go and await in
 // api/requests.go, ANNOUNCED_VIEWS), and quiet waiting (waiting.go,
 // QUIET_WAITING: a drain that waits for keys looks again with Redis alone,
-// and a yield wakes it). None of them is needed for K1–K6: make test runs
+// a yield wakes it, and a drain that wants a key it waits with takes its
+// whole group over). None of them is needed for K1–K6: make test runs
 // the protocol's tests again with every one of them off
 // (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups
 // (group.go) are part of the protocol: they are how a request with several
@@ -107,11 +108,12 @@
 //     drain holding that smallest key (whichever of its requests it wants
 //     it for), so no third drain takes it and bounces it on; a drain task
 //     follows a second later, should the holder of the smallest key leave.
-//     Keys are totally
-//     ordered, so the blocked request whose smallest key is smallest of all
-//     always has a holder that waits for nobody who waits for it: someone
-//     always goes on, and the group that holds a request's smallest key ends
-//     up with all of its keys.
+//     Keys are totally ordered, so the blocked request whose smallest key
+//     is smallest of all always has a holder that waits for nobody who
+//     waits for it: someone always goes on, and the group that holds a
+//     request's smallest key ends up with all of its keys. (Waiting
+//     quietly, a drain that wants a key held by a drain of its worker that
+//     waits takes that drain's whole group over instead: waiting.go.)
 //   - a key whose mailbox is found empty leaves the group, atomically with
 //     finding it so; at DrainSlice, on shutdown or on an error every key is
 //     handed on, each with a drain task if its mailbox has entries.

@@ -37,7 +37,8 @@ func newFenceRig(t *testing.T) *fenceRig { return newDeferringRig(t, testenv.Spe
 func newDeferringRig(t *testing.T, scheduleDeferred bool) *fenceRig {
 	pgURL, pool := testenv.Postgres(t)
 	redisURL, rdb := testenv.Redis(t)
-	_, err := pool.Exec(context.Background(), `CREATE TABLE applied (request_id uuid, worker text, token bigint, at timestamptz DEFAULT clock_timestamp())`)
+	_, err := pool.Exec(context.Background(), `CREATE TABLE applied (request_id uuid, worker text, token bigint, at timestamptz DEFAULT clock_timestamp(),
+		tx bigint DEFAULT txid_current())`)
 	require.NoError(t, err)
 	r := &fenceRig{pgURL: pgURL, redisURL: redisURL, pool: pool, rdb: rdb, scheduleDeferred: scheduleDeferred}
 	r.intake = r.newIntake(r.engine(t, "intake", 1))

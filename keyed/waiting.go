@@ -1,15 +1,18 @@
 package keyed
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/holdfast/holdfast/requests"
 )
 
 // Quiet waiting, a throughput mechanism outside the protocol (doc.go). A
 // drain whose requests wait for keys other drains hold (doc.go, "Groups")
-// looks again every few milliseconds. Two things make those looks cheap
-// and the wait short:
+// looks again every few milliseconds, parked in between. Three things make
+// those looks cheap and the wait short:
 //
 //   - a look that sees what the last idle step saw (the same keys held, the
 //     same requests in their windows) reuses that step's plan: it tries the
@@ -30,24 +33,44 @@ import (
 //     instead of leaving it to look again up to 20 ms later. A hand-off, or
 //     a key released with its mailbox empty, wakes nobody. Waking the drains
 //     of other workers too, through Redis pub/sub, was tried and not kept
-//     (docs/benchmarks.md, "A shared key that sorts after").
+//     (docs/benchmarks.md, "A shared key that sorts after");
+//   - a drain that wants a key which a parked drain of the same engine holds
+//     takes that drain's whole group over (gather, wakers.take) before it
+//     tries the keys it still lacks, and the drain taken over ends. Where
+//     many requests share a key that sorts after keys of their own (a cart
+//     of a long-tail option and a hot one), each is gathered by the drain
+//     of its own key, which waits for the shared one: the shared key's
+//     holder now takes those drains over and applies their requests in one
+//     batch, where it used to yield the key to each in turn.
 //
-// Both matter where requests share a key that sorts after keys of their
-// own: the shared key goes from drain to drain, a few requests each time,
-// and each hand costs a wait. Measured (BenchmarkBatchApply, the case
-// keys=24+shared-last/drains=8 against its plain-waiting twin, 400
-// requests, 2026-11-27): 173–305 requests a second against 90–135 in
-// seven runs of both; run alternately, 234 / 250 / 239 against 117 / 88 /
-// 111 / 91 / 95 / 96 (2.4× on the means). Waking alone gave 188 against
-// 120; skipping Postgres alone, 126–136 against 77–110. A hand still costs
-// an apply transaction (about 10 ms here), so this case stays well below
-// the one where the shared key sorts first (966–1,619 a second):
-// docs/benchmarks.md says why.
+// Why taking over keeps the protocol's guarantees. The leases move between
+// the two groups in the process, under the wakers' and the waiter's locks,
+// never released: no other drain can take a key meanwhile, and the tokens,
+// hence the fences, are the ones they were (K2). A parked drain does not
+// touch its group until it resumes, so one group only ever uses a lease.
+// Only a drain that is stepping takes, and only from a parked one, which
+// ends: a take makes one group of two and never splits one, so takes
+// cannot go round in a circle, and each ends a drain. Every key stays held
+// throughout, so doc.go's argument that someone always goes on holds of
+// the merged group as of the two: it holds every smallest key either held,
+// and yields for none of those requests. It takes only what leaves room
+// for the keys of any one request (roomFor), and in the same step still
+// tries and yields for what it could not take (held by a drain of another
+// worker, or by one looking again).
 //
-// Options.PlainWaiting (QUIET_WAITING=false) turns both off: every look is
-// a whole step, on its timer alone. Neither is needed for K1–K6: the looks
-// go on either way, so a wake that is lost, or a yield by a drain of
-// another worker, costs only the wait.
+// Measured (2026-11-27, BenchmarkBatchApply's case keys=24+shared-last/
+// drains=8, 400 requests, three runs of each, alternating): taking over,
+// 1,444 / 1,323 / 1,460 requests a second at 100–133 a transaction; the
+// first two alone, 395 / 342 / 318 at 2.6; plain, 126–159 at 2.6–2.9. The
+// shared key sorting first ran 924–1,544 in the same runs. In e2e
+// (TestMultiKeyAcceptanceOrder, two workers), from the last 202 to the last
+// outcome: 1.6–2.6 s, against 4.0–4.8 s without taking over and 8.7–10.5 s
+// plain. docs/benchmarks.md has the earlier measurements of the first two.
+//
+// Options.PlainWaiting (QUIET_WAITING=false) turns all three off: every
+// look is a whole step, on its timer alone. None is needed for K1–K6: the
+// looks go on either way, so a wake that is lost, a drain not taken over,
+// or a yield by a drain of another worker costs only the wait.
 
 // quiet is the last step of a group that applied nothing: what it saw and
 // what it planned. A nil *quiet is waiting plain.
@@ -99,23 +122,66 @@ func signature(keys []string, merged []entry) string {
 	return b.String()
 }
 
+// gather takes over the groups of the drains of this engine that are
+// parked holding keys g wants (wakers.take), and returns the keys it still
+// wants: the next step applies what those drains waited for with g's own.
+func (g *group) gather(wanted map[string]string) (left map[string]string, took bool) {
+	if g.quiet == nil {
+		return wanted, false
+	}
+	for k := range wanted {
+		took = g.e.wakers.take(k, g) || took
+	}
+	if !took {
+		return wanted, false
+	}
+	left = maps.Clone(wanted)
+	maps.DeleteFunc(left, func(k, _ string) bool { _, held := g.held[k]; return held })
+	return left, true
+}
+
 // wakers are the drains of an engine that wait for keys, by the keys
 // they held when they began to wait. It is bounded by live work: a drain
 // is in it only while it waits, under at most maxGroupKeys keys.
 type wakers struct {
 	mu sync.Mutex
-	by map[string]chan struct{}
+	by map[string]*waiter
 }
 
 // wake wakes the drain of this engine that waits holding key, if any.
 func (ws *wakers) wake(key string) {
 	ws.mu.Lock()
-	ch := ws.by[key]
+	w := ws.by[key]
 	ws.mu.Unlock()
-	select {
-	case ch <- struct{}{}:
-	default: // none, or woken already
+	if w != nil {
+		w.wake()
 	}
+}
+
+// take moves into the whole group of the drain of this engine that is
+// parked holding key, if it drains the same queue and into has room for it
+// and then still for the keys of any one request (so roomFor does not hand
+// them on again), and wakes that drain, which then ends: its group is
+// empty. It reports whether it took anything.
+func (ws *wakers) take(key string, into *group) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w := ws.by[key]
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.parked || w.g.queue != into.queue || len(into.held)+len(w.g.held) > into.e.maxGroupKeys()-requests.MaxKeys {
+		return false
+	}
+	for k, l := range w.g.held {
+		into.held[k] = l
+	}
+	clear(w.g.held)
+	w.unregister()
+	w.wake()
+	return true
 }
 
 // waiter is one drain's registration with its engine's wakers.
@@ -123,6 +189,12 @@ type waiter struct {
 	ws   *wakers // nil when waiting plain
 	ch   chan struct{}
 	keys []string
+
+	mu sync.Mutex
+	// parked is set while the drain waits between two looks, and g is its
+	// group: while parked the drain does not touch g, so take may empty it.
+	parked bool
+	g      *group
 }
 
 func (e *Engine) newWaiter() *waiter {
@@ -132,31 +204,52 @@ func (e *Engine) newWaiter() *waiter {
 	return &waiter{ws: &e.wakers, ch: make(chan struct{}, 1)}
 }
 
-// wait registers the drain under keys, the ones its group holds now, and
-// returns the channel a wake arrives on (nil, which never delivers, when
-// waiting plain). The drain stays registered until done, so a key given up
-// for it while it looks again still wakes it; a look that holds the keys it
-// is registered under leaves the registry as it is.
-func (w *waiter) wait(keys []string) <-chan struct{} {
-	if w.ws == nil || slices.Equal(keys, w.keys) {
-		return w.ch
+// park registers the drain under the keys g holds now, marks it parked,
+// and returns the channel a wake arrives on (nil, which never delivers,
+// when waiting plain). The drain stays registered until done, so a key
+// given up for it while it looks again still wakes it; a look that holds
+// the keys it is registered under leaves the registry as it is. The drain
+// calls resume once it stops waiting, before it touches g again.
+func (w *waiter) park(g *group) <-chan struct{} {
+	if w.ws == nil {
+		return nil
 	}
-	w.ws.mu.Lock()
-	defer w.ws.mu.Unlock()
-	w.unregister()
-	if w.ws.by == nil {
-		w.ws.by = map[string]chan struct{}{}
+	if keys := g.keys(); !slices.Equal(keys, w.keys) {
+		w.ws.mu.Lock()
+		w.unregister()
+		if w.ws.by == nil {
+			w.ws.by = map[string]*waiter{}
+		}
+		for _, k := range keys {
+			w.ws.by[k] = w
+		}
+		w.keys = keys
+		w.ws.mu.Unlock()
 	}
-	for _, k := range keys {
-		w.ws.by[k] = w.ch
-	}
-	w.keys = keys
+	w.mu.Lock()
+	w.parked, w.g = true, g
+	w.mu.Unlock()
 	return w.ch
+}
+
+// resume ends a wait: from now on no other drain takes the group, which
+// is empty if one did.
+func (w *waiter) resume() {
+	w.mu.Lock()
+	w.parked = false
+	w.mu.Unlock()
+}
+
+func (w *waiter) wake() {
+	select {
+	case w.ch <- struct{}{}:
+	default: // woken already
+	}
 }
 
 // done removes the registration: the drain made progress, or ends.
 func (w *waiter) done() {
-	if w.ws == nil || w.keys == nil {
+	if w.ws == nil || w.keys == nil { // only take changes keys, while parked
 		return
 	}
 	w.ws.mu.Lock()
@@ -167,7 +260,7 @@ func (w *waiter) done() {
 // unregister is done with the wakers' lock held.
 func (w *waiter) unregister() {
 	for _, k := range w.keys {
-		if w.ws.by[k] == w.ch {
+		if w.ws.by[k] == w {
 			delete(w.ws.by, k)
 		}
 	}

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/storage"
 )
 
@@ -65,7 +67,12 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- e.Drain(ctx, "a", "q") }()
 
-			lookTwice() // the first look read the request from Postgres and found s held
+			// The first look is a whole step: it marks the window processing
+			// and runs an apply transaction, which finds s held. (Counting
+			// pipelines alone would not do: on a Redis that has not loaded
+			// the scripts yet, the first peek and try send two each.)
+			require.Eventually(t, func() bool { return acquisitions() >= 2 }, 30*time.Second, time.Millisecond)
+			lookTwice()
 			before := acquisitions()
 			require.Positive(t, before)
 			for range 5 {
@@ -105,14 +112,14 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 func TestWakersWakeTheDrainThatWaitsHoldingTheKey(t *testing.T) {
 	e := &Engine{}
 	w := e.newWaiter()
-	ch := w.wait([]string{"a", "b"})
+	ch := parkOn(e, w, "a", "b")
 	e.wakers.wake("b")
 	e.wakers.wake("a") // woken already: does not block
 	require.Len(t, ch, 1)
 	<-ch
 
 	other := e.newWaiter()
-	otherCh := other.wait([]string{"b"}) // b moved to another drain's group
+	otherCh := parkOn(e, other, "b") // b moved to another drain's group
 	w.done()
 	e.wakers.wake("a")
 	require.Empty(t, ch, "a drain that is done waiting is not woken")
@@ -122,7 +129,7 @@ func TestWakersWakeTheDrainThatWaitsHoldingTheKey(t *testing.T) {
 	require.Empty(t, e.wakers.by, "nothing stays once no drain waits")
 
 	e.opt.PlainWaiting = true
-	require.Nil(t, e.newWaiter().wait([]string{"a"}), "a plain wait has no wake")
+	require.Nil(t, parkOn(e, e.newWaiter(), "a"), "a plain wait has no wake")
 	require.Empty(t, e.wakers.by)
 }
 
@@ -135,11 +142,178 @@ func TestAYieldWakesTheDrainItKeepsTheKeyFor(t *testing.T) {
 	e.opt.PlainWaiting = false
 	ctx := context.Background()
 	waits := e.newWaiter()
-	woken := waits.wait([]string{"p"})
+	woken := parkOn(e, waits, "p")
 	defer waits.done()
 
 	require.NoError(t, heldGroup(t, e, "x").giveUp(ctx, []string{"x"}, nil, "h", 0))
 	require.Empty(t, woken, "a hand-off wakes nobody")
 	require.NoError(t, heldGroup(t, e, "y").giveUp(ctx, []string{"y"}, map[string]string{"y": "p"}, "y", time.Second))
 	require.Len(t, woken, 1, "a yield for p wakes p's drain")
+}
+
+// parkOn parks w as the drain of a group of e holding keys, as a drain
+// does between two looks. The leases are placeholders: the registry and
+// take look at keys alone.
+func parkOn(e *Engine, w *waiter, keys ...string) <-chan struct{} {
+	g := &group{e: e, queue: "q", held: map[string]Lease{}}
+	for _, k := range keys {
+		g.held[k] = Lease{Key: k, Token: 1}
+	}
+	return w.park(g)
+}
+
+// take moves the whole group of a parked drain, and wakes it; it leaves
+// alone a drain that is looking again (resumed), one of another queue, and
+// one whose keys would not fit beside the taker's.
+func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
+	e := &Engine{opt: Options{BatchMax: 8}} // a group holds at most 80 keys
+	into := &group{e: e, queue: "q", held: map[string]Lease{"s": {Key: "s", Token: 7}}}
+
+	parked := e.newWaiter()
+	woken := parkOn(e, parked, "a", "b")
+	require.True(t, e.wakers.take("b", into))
+	require.Equal(t, []string{"a", "b", "s"}, into.keys())
+	require.Equal(t, Lease{Key: "a", Token: 1}, into.held["a"], "the lease moves, token and all")
+	require.Empty(t, parked.g.held, "the drain taken over holds nothing, so it ends")
+	require.Len(t, woken, 1, "and is woken to end at once")
+	require.Empty(t, e.wakers.by, "nor can it be taken or woken again")
+	require.False(t, e.wakers.take("a", into))
+
+	looking := e.newWaiter()
+	parkOn(e, looking, "c")
+	looking.resume()
+	require.False(t, e.wakers.take("c", into), "a drain that looks again keeps its group")
+	require.Len(t, looking.g.held, 1)
+	parkOn(e, looking, "c")
+	require.True(t, e.wakers.take("c", into), "parked again, it is taken")
+
+	other := e.newWaiter()
+	other.park(&group{e: e, queue: "other", held: map[string]Lease{"d": {Key: "d"}}})
+	require.False(t, e.wakers.take("d", into), "a drain of another queue")
+	other.done()
+
+	big := e.newWaiter()
+	var keys []string
+	for i := range e.maxGroupKeys() - requests.MaxKeys - len(into.held) + 1 {
+		keys = append(keys, fmt.Sprintf("k%03d", i))
+	}
+	parkOn(e, big, keys...)
+	require.False(t, e.wakers.take("k000", into), "a group that leaves no room for a request's keys")
+	delete(big.g.held, "k000")
+	require.True(t, e.wakers.take("k001", into), "one that does")
+	require.Empty(t, e.wakers.by)
+}
+
+// Requests that share a key sorting after keys of their own (a cart of a
+// long-tail option and a hot one) are each gathered by the drain of their
+// own key, which waits for the shared one. Waiting quietly, the drain that
+// holds the shared key takes over the groups of those that wait parked in
+// its engine and applies all their requests in one transaction. The
+// control, waiting plain, yields the shared key to the first of them, and
+// the requests go one hand at a time.
+func TestAHolderGathersTheDrainsThatWaitForItsKey(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("PlainWaiting=%t", plain), func(t *testing.T) {
+			r := newFenceRig(t)
+			e := r.engineTTL(t, "w", 8, holdingTTL)
+			e.opt.PlainWaiting = plain
+			ctx := context.Background()
+			ids := []uuid.UUID{r.acceptOn(t, "a", "s"), r.acceptOn(t, "b", "s"), r.acceptOn(t, "c", "s")}
+			var waiting []*group
+			for _, k := range []string{"a", "b", "c"} {
+				g := heldGroup(t, e, k)
+				e.newWaiter().park(g) // as its drain does once it found s held
+				waiting = append(waiting, g)
+			}
+			s, ok, err := e.TryAcquire(ctx, "s")
+			require.NoError(t, err)
+			require.True(t, ok)
+			holder := e.newGroup("q", s)
+
+			progress, err := holder.step(ctx)
+			require.NoError(t, err)
+			if plain {
+				require.True(t, progress)
+				require.Empty(t, holder.held, "s is yielded to the drain of a")
+				require.Len(t, waiting[0].held, 1, "which keeps a")
+				return
+			}
+			require.True(t, progress)
+			require.Equal(t, []string{"a", "b", "c", "s"}, holder.keys())
+			for _, g := range waiting {
+				require.Empty(t, g.held)
+			}
+			_, err = holder.step(ctx)
+			require.NoError(t, err)
+			var txs int
+			require.NoError(t, r.pool.QueryRow(ctx, `SELECT count(DISTINCT tx) FROM applied WHERE request_id = ANY($1)`,
+				ids).Scan(&txs))
+			require.Equal(t, 1, txs, "all three in one transaction")
+			for _, id := range ids {
+				require.False(t, r.open(t, id))
+			}
+		})
+	}
+}
+
+// gate is a go-redis hook that, once shut, holds each pipeline until it
+// opens again, telling held of each one it holds.
+type gate struct {
+	shut atomic.Bool
+	held chan struct{}
+	open chan struct{}
+}
+
+func (h *gate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.shut.Load() {
+			h.held <- struct{}{}
+			<-h.open
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A drain that looks again is not parked: a drain that wants its key does
+// not take its group while the look runs, whatever the look then does with
+// it (the look is held in a round trip to force the interleaving). Parked
+// again, it is taken over, ends, and the taker applies its request. Run
+// with -race, the tries to take race the drain's looks.
+func TestADrainIsTakenOverOnlyWhileParked(t *testing.T) {
+	r := newFenceRig(t)
+	ctx := context.Background()
+	rdb, err := storage.OpenRedis(ctx, config.Redis{URL: r.redisURL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rdb.Close() })
+	looks := &gate{held: make(chan struct{}), open: make(chan struct{})}
+	rdb.AddHook(looks)
+	e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 8, DrainSlice: time.Minute, Worker: "w"}, r.pool, rdb)
+	e.opt.PlainWaiting = false
+	id := r.acceptOn(t, "a", "s")
+	s, ok, err := e.TryAcquire(ctx, "s")
+	require.NoError(t, err)
+	require.True(t, ok)
+	holder := e.newGroup("q", s)
+	done := make(chan error, 1)
+	go func() { done <- e.Drain(ctx, "a", "q") }()
+
+	require.Eventually(t, func() bool {
+		e.wakers.mu.Lock()
+		defer e.wakers.mu.Unlock()
+		return e.wakers.by["a"] != nil
+	}, 30*time.Second, time.Millisecond, "the drain waits for s, holding a")
+	looks.shut.Store(true)
+	<-looks.held // the drain looks again, and a round trip of the look is held
+	require.False(t, e.wakers.take("a", holder), "a drain that looks again keeps its group")
+	looks.shut.Store(false)
+	close(looks.open)
+
+	require.Eventually(t, func() bool { return e.wakers.take("a", holder) }, 30*time.Second, 100*time.Microsecond)
+	require.NoError(t, <-done)
+	_, err = holder.step(ctx)
+	require.NoError(t, err)
+	require.False(t, r.open(t, id))
+	require.Empty(t, e.wakers.by)
 }
