@@ -92,22 +92,28 @@ func createRushOptions(ctx context.Context, e *Env, api *client.Client, stock in
 	return options, tail, err
 }
 
-// createOptions creates a product of n options of stock units each.
+// createOptions creates n options of stock units each, in products of at
+// most maxProductOptions (the shop's bound).
 func createOptions(ctx context.Context, e *Env, api *client.Client, name, code string, n, stock int) ([]int64, error) {
-	var opts []client.NewOption
-	for i := range n {
-		opts = append(opts, client.NewOption{OptionCode: fmt.Sprintf("%s-%s-%d", e.RunID, code, i), Price: 1000 * int64(i+1), StockQuantity: stock, IsActive: true})
-	}
-	p, err := api.CreateProduct(ctx, name+" "+e.RunID, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("create product: %w", err)
-	}
-	ids := make([]int64, len(p.Options))
-	for i, o := range p.Options {
-		ids[i] = o.ProductOptionID
+	var ids []int64
+	for first := 0; first < n; first += maxProductOptions {
+		var opts []client.NewOption
+		for i := first; i < min(n, first+maxProductOptions); i++ {
+			opts = append(opts, client.NewOption{OptionCode: fmt.Sprintf("%s-%s-%d", e.RunID, code, i), Price: 1000 * int64(i+1), StockQuantity: stock, IsActive: true})
+		}
+		p, err := api.CreateProduct(ctx, fmt.Sprintf("%s %s %d", name, e.RunID, first), opts...)
+		if err != nil {
+			return nil, fmt.Errorf("create product: %w", err)
+		}
+		for _, o := range p.Options {
+			ids = append(ids, o.ProductOptionID)
+		}
 	}
 	return ids, nil
 }
+
+// maxProductOptions is the most options the shop takes in one product.
+const maxProductOptions = 50
 
 // reservedLine is a reservation line as a client was told of it.
 type reservedLine struct {
