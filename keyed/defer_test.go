@@ -44,7 +44,8 @@ func requireDeferred(t *testing.T, info *asynq.TaskInfo, schedule bool, msg stri
 // A request that enters its key's mailbox while the key is held has its
 // task deferred: the holder applies it, and its task only shows it in
 // Asynqmon (K1). A request on an idle key rings the doorbell: its task is
-// due at once.
+// due at once. A request with several keys is deferred when any of them is
+// held.
 func TestTaskIsDeferredWhileItsKeyIsHeld(t *testing.T) {
 	t.Parallel()
 	deferModes(t, func(t *testing.T, schedule bool) {
@@ -78,6 +79,14 @@ func TestTaskIsDeferredWhileItsKeyIsHeld(t *testing.T) {
 
 		next := r.accept(t)
 		require.Equal(t, asynq.TaskStatePending, task(next).State, "idle again: due at once")
+
+		// A request whose first key is idle but another is held is left to
+		// that holder as well, whose group gathers the first (group.go).
+		z := holding(t, e, "z")
+		multi := r.acceptOn(t, "a", "z")
+		requireDeferred(t, task(multi), schedule, "the holder of z applies it")
+		require.NoError(t, e.drainHeld(ctx, z, "q"))
+		require.False(t, r.open(t, multi))
 	})
 }
 
@@ -264,7 +273,7 @@ type raceResult struct {
 	deferred, due int         // tasks deferred; tasks the worker ran
 }
 
-// deferralRace accepts requests on one key from two clients, in bursts,
+// deferralRace accepts requests on key k from two clients, in bursts,
 // while an Asynq server runs the due tasks with the engine's handlers.
 // After each burst it waits until the worker is idle and notes what was
 // left: a request stranded early in a burst is rescued by the drain a later
@@ -286,10 +295,13 @@ func deferralRace(t *testing.T, schedule bool) raceResult {
 	insp := asynq.NewInspectorFromRedisClient(r.rdb)
 	idle := func() bool {
 		info, err := insp.GetQueueInfo("q")
-		return err == nil && info.Pending+info.Active == 0 && r.rdb.Exists(ctx, leaseKey("k")).Val() == 0
+		return err == nil && info.Pending+info.Active == 0 && r.rdb.Exists(ctx, leaseKey("j"), leaseKey("k")).Val() == 0
 	}
 
 	const bursts, clients, each = 20, 2, 5
+	// The second client's requests also name j, which sorts first: their
+	// tasks are deferred when k alone is held, whose holder gathers j.
+	keys := [clients][]string{{"k"}, {"j", "k"}}
 	var res raceResult
 	applied := map[uuid.UUID]bool{}
 	for range bursts {
@@ -299,7 +311,7 @@ func deferralRace(t *testing.T, schedule bool) raceResult {
 		for c := range clients {
 			accepts.Go(func() {
 				for i := c; i < len(ids); i += clients {
-					req, _, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
+					req, _, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: keys[c]})
 					if err != nil {
 						errs <- err
 						return

@@ -60,12 +60,13 @@ const MaxKeys = 64
 // entered their mailboxes; Enqueue decides from it when its task is due.
 type Posting struct {
 	Backlog int64 // the length of its longest mailbox
-	// Held is true when its first key's lease (the key its task drains) was
-	// held once it was in the mailboxes: that holder, or a successor,
-	// applies the request, as a holder gives a key up only when it finds
-	// the mailbox empty, or hands it on with a drain task, or yields it for
-	// a request whose first key another holds (with a drain task to follow),
-	// and the reconciler re-drives a key whose holder died.
+	// Held is true when the lease of one of its keys was held once it was
+	// in the mailboxes: that holder, or a successor, applies the request or
+	// makes way for the drain that gathers it, as a holder gives a key up
+	// only when it finds the mailbox empty, or hands it on with a drain
+	// task, or yields it for a request whose first key another holds (with
+	// a drain task to follow), and the reconciler re-drives a key whose
+	// holder died.
 	Held bool
 }
 

@@ -39,6 +39,8 @@
 #
 # Sizes: BENCH_USERS (40000), BENCH_SEATS (20000), BENCH_CONCURRENCY (200),
 # BENCH_CART_USERS (3000), BENCH_CART_STOCK (300 units an option),
+# BENCH_CART_TAIL (0: with N, every cart also holds one of N options of an
+# older catalog product, in both cart runs; load -cart-tail),
 # BENCH_HOLD_USERS (3000). BENCH_ONLY=cart or BENCH_ONLY=hold runs that part
 # alone (step 3 or 4), with the same stores and sizes, and writes its table
 # to bin/bench/latest-cart.md or latest-hold.md.
@@ -50,7 +52,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 users="${BENCH_USERS:-40000}" seats="${BENCH_SEATS:-20000}" conc="${BENCH_CONCURRENCY:-200}"
-cart_users="${BENCH_CART_USERS:-3000}" cart_stock="${BENCH_CART_STOCK:-300}"
+cart_users="${BENCH_CART_USERS:-3000}" cart_stock="${BENCH_CART_STOCK:-300}" cart_tail="${BENCH_CART_TAIL:-0}"
 hold_users="${BENCH_HOLD_USERS:-3000}"
 only="${BENCH_ONLY:-}"
 case "$only" in "" | cart | hold) ;; *) echo "BENCH_ONLY must be cart, hold or unset" >&2; exit 2 ;; esac
@@ -125,7 +127,7 @@ if part cart; then
   bin/baseline -mode cart -addr "$baseline_addr" > "$out/baseline-cart.log" 2>&1 & pid=$!; pids+=("$pid")
   wait_ready "http://$baseline_addr/healthz" "$pid"
   settle
-  bin/load -url "http://$baseline_addr" -users "$cart_users" -stock "$cart_stock" -concurrency "$conc" -worker-metrics '' -json baseline-cart > "$out/cart-baseline.json" || true
+  bin/load -url "http://$baseline_addr" -users "$cart_users" -stock "$cart_stock" -cart-tail "$cart_tail" -concurrency "$conc" -worker-metrics '' -json baseline-cart > "$out/cart-baseline.json" || true
   stop "$pid"
 fi
 
@@ -145,7 +147,7 @@ holdfast=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" 
 if part cart; then
   step "holdfast: cart-rush, $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
   settle
-  bin/load "${holdfast[@]}" -users "$cart_users" -stock "$cart_stock" -json -html "$out/cart-rush.html" cart-rush > "$out/cart-rush.json" || true
+  bin/load "${holdfast[@]}" -users "$cart_users" -stock "$cart_stock" -cart-tail "$cart_tail" -json -html "$out/cart-rush.html" cart-rush > "$out/cart-rush.json" || true
 fi
 
 if part hold; then
