@@ -273,7 +273,8 @@ type raceResult struct {
 	deferred, due int         // tasks deferred; tasks the worker ran
 }
 
-// deferralRace accepts requests on key k from two clients, in bursts,
+// deferralRace accepts requests on key k from two clients (the second's
+// on j too), in bursts,
 // while an Asynq server runs the due tasks with the engine's handlers.
 // After each burst it waits until the worker is idle and notes what was
 // left: a request stranded early in a burst is rescued by the drain a later
@@ -295,7 +296,11 @@ func deferralRace(t *testing.T, schedule bool) raceResult {
 	insp := asynq.NewInspectorFromRedisClient(r.rdb)
 	idle := func() bool {
 		info, err := insp.GetQueueInfo("q")
-		return err == nil && info.Pending+info.Active == 0 && r.rdb.Exists(ctx, leaseKey("j"), leaseKey("k")).Val() == 0
+		if err != nil || info.Pending+info.Active > 0 {
+			return false
+		}
+		held, err := r.rdb.Exists(ctx, leaseKey("j"), leaseKey("k")).Result()
+		return err == nil && held == 0
 	}
 
 	const bursts, clients, each = 20, 2, 5

@@ -111,7 +111,8 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Po
 // (scripts/ab.sh, -cart-tail 200, two pairs, 2026-11-27): 2,238 and 1,930
 // carts a second against 1,213 and 1,207, CPU per journey 0.64 and 0.76 ms
 // against 1.27; a cart whose long-tail option sorts first no longer starts
-// a drain of its own that waits for the hot option. The duration is the
+// a drain of its own at once that waits for the hot option (a fold still
+// drains its first key, after the aggregator's wait). The duration is the
 // schedule's; a folded task waits for the aggregator instead.
 func deferral(p requests.Posting, after int) time.Duration {
 	if p.Backlog <= int64(after) && !p.Held {

@@ -113,7 +113,8 @@
 //     waits for it: someone always goes on, and the group that holds a
 //     request's smallest key ends up with all of its keys. (Waiting
 //     quietly, a drain that wants a key held by a drain of its worker that
-//     waits takes that drain's whole group over instead: waiting.go.)
+//     waits parked takes that drain's whole group over instead, when it
+//     has room for it: waiting.go.)
 //   - a key whose mailbox is found empty leaves the group, atomically with
 //     finding it so; at DrainSlice, on shutdown or on an error every key is
 //     handed on, each with a drain task if its mailbox has entries.

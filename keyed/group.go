@@ -248,7 +248,7 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		}
 		wanted = lacking
 	}
-	wanted, took := g.gather(wanted)
+	wanted, took := g.gather(ctx, wanted)
 	got, failed, err := g.acquire(ctx, wanted)
 	if err != nil {
 		return false, err

@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -36,7 +37,9 @@ import (
 //     (docs/benchmarks.md, "A shared key that sorts after");
 //   - a drain that wants a key which a parked drain of the same engine holds
 //     takes that drain's whole group over (gather, wakers.take) before it
-//     tries the keys it still lacks, and the drain taken over ends. Where
+//     tries the keys it still lacks, and the drain taken over ends (unless
+//     it drains another queue, the merged group would leave no room for a
+//     request's keys, or the two list a key both). Where
 //     many requests share a key that sorts after keys of their own (a cart
 //     of a long-tail option and a hot one), each is gathered by the drain
 //     of its own key, which waits for the shared one: the shared key's
@@ -129,8 +132,9 @@ func signature(keys []string, merged []entry) string {
 // gather takes over the groups of the drains of this engine that are
 // parked holding keys g wants (wakers.take), and returns the keys it still
 // wants: the next step applies what those drains waited for with g's own.
-func (g *group) gather(wanted map[string]string) (left map[string]string, took bool) {
-	if g.quiet == nil {
+// A drain that is stopping takes nothing: it is about to hand its keys on.
+func (g *group) gather(ctx context.Context, wanted map[string]string) (left map[string]string, took bool) {
+	if g.quiet == nil || ctx.Err() != nil || g.e.stopping.Load() {
 		return wanted, false
 	}
 	for k := range wanted {
@@ -176,7 +180,8 @@ func (ws *wakers) take(key string, into *group) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.parked || w.g.queue != into.queue || len(into.held)+len(w.g.held) > into.e.maxGroupKeys()-requests.MaxKeys {
+	if !w.parked || w.g.queue != into.queue || len(into.held)+len(w.g.held) > into.e.maxGroupKeys()-requests.MaxKeys ||
+		sharesKey(w.g, into) {
 		return false
 	}
 	for k, l := range w.g.held {
@@ -186,6 +191,19 @@ func (ws *wakers) take(key string, into *group) bool {
 	w.unregister()
 	w.wake()
 	return true
+}
+
+// sharesKey reports whether two groups list a key both: one of them lost
+// its lease and has not found out yet (a step outlasted the lease, and
+// another drain took the key). Merged, the lapsed token could replace the
+// live one; each finds out at its next peek instead.
+func sharesKey(a, b *group) bool {
+	for k := range a.held {
+		if _, ok := b.held[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // waiter is one drain's registration with its engine's wakers.

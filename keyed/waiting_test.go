@@ -163,8 +163,9 @@ func parkOn(e *Engine, w *waiter, keys ...string) <-chan struct{} {
 }
 
 // take moves the whole group of a parked drain, and wakes it; it leaves
-// alone a drain that is looking again (resumed), one of another queue, and
-// one whose keys would not fit beside the taker's.
+// alone a drain that is looking again (resumed), one of another queue, one
+// that lists a key the taker holds, and one whose keys would not fit
+// beside the taker's; a drain that is stopping takes nothing.
 func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 	e := &Engine{opt: Options{BatchMax: 8}} // a group holds at most 80 keys
 	into := &group{e: e, queue: "q", held: map[string]Lease{"s": {Key: "s", Token: 7}}}
@@ -191,6 +192,22 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 	other.park(&group{e: e, queue: "other", held: map[string]Lease{"d": {Key: "d"}}})
 	require.False(t, e.wakers.take("d", into), "a drain of another queue")
 	other.done()
+
+	stale := e.newWaiter()
+	parkOn(e, stale, "e", "s") // its lease of s lapsed; into holds s now
+	require.False(t, e.wakers.take("e", into), "a group that lists a key the taker holds")
+	stale.done()
+
+	stopping := e.newWaiter()
+	parkOn(e, stopping, "f")
+	into.quiet = &quiet{}
+	e.stopping.Store(true)
+	left, took := into.gather(context.Background(), map[string]string{"f": ""})
+	require.False(t, took, "a drain that is stopping takes nothing")
+	require.Contains(t, left, "f")
+	e.stopping.Store(false)
+	_, took = into.gather(context.Background(), map[string]string{"f": ""})
+	require.True(t, took)
 
 	big := e.newWaiter()
 	var keys []string
@@ -235,7 +252,9 @@ func TestAHolderGathersTheDrainsThatWaitForItsKey(t *testing.T) {
 			if plain {
 				require.True(t, progress)
 				require.Empty(t, holder.held, "s is yielded to the drain of a")
-				require.Len(t, waiting[0].held, 1, "which keeps a")
+				for _, id := range ids {
+					require.True(t, r.open(t, id), "nothing is applied in that step")
+				}
 				return
 			}
 			require.True(t, progress)
