@@ -37,14 +37,14 @@ import (
 //     (docs/benchmarks.md, "A shared key that sorts after");
 //   - a drain that wants a key which a parked drain of the same engine holds
 //     takes that drain's whole group over (gather, wakers.take) before it
-//     tries the keys it still lacks, and the drain taken over ends (unless
-//     it drains another queue, the merged group would leave no room for a
-//     request's keys, or the two list a key both). Where
-//     many requests share a key that sorts after keys of their own (a cart
-//     of a long-tail option and a hot one), each is gathered by the drain
-//     of its own key, which waits for the shared one: the shared key's
-//     holder now takes those drains over and applies their requests in one
-//     batch, where it used to yield the key to each in turn.
+//     tries the keys it still lacks, and the drain taken over ends (unless it
+//     drains another queue, the merged group would leave no room for a
+//     request's keys, or the two list a key both). Where many requests share a
+//     key that sorts after keys of their own (a cart of a long-tail option and
+//     a hot one), each is gathered by the drain of its own key, which waits
+//     for the shared one: the shared key's holder now takes those drains over
+//     and applies their requests in one batch, where it used to yield the key
+//     to each in turn.
 //
 // Why taking over keeps the protocol's guarantees. The leases move between
 // the two groups in the process, under the wakers' and the waiter's locks,
