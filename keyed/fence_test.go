@@ -282,9 +282,7 @@ func heldGroup(t *testing.T, e *Engine, keys ...string) *group {
 	t.Helper()
 	var g *group
 	for _, k := range keys {
-		l, ok, err := e.TryAcquire(context.Background(), k)
-		require.NoError(t, err)
-		require.True(t, ok, "%s is free", k)
+		l := holding(t, e, k)
 		if g == nil {
 			g = e.newGroup("q", l)
 		} else {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -16,17 +17,46 @@ import (
 	"github.com/holdfast/holdfast/storage"
 )
 
-// pipelines is a go-redis hook that counts the pipelines a client sends: a
-// drain's looks, each a peek and a try for the keys it waits for.
-type pipelines struct{ n atomic.Int64 }
+// pipelines is a go-redis hook on the pipelines a client sends, a drain's
+// looks (each a peek and a try for the keys it waits for): it counts them,
+// and once shut it holds each one until open closes, telling held of it.
+type pipelines struct {
+	n    atomic.Int64
+	shut atomic.Bool
+	held chan struct{}
+	open chan struct{}
+}
 
 func (h *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (h *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.n.Add(1)
+		if h.shut.Load() {
+			h.held <- struct{}{}
+			<-h.open
+		}
 		return next(ctx, cmds)
 	}
+}
+
+// watchedEngine is an engine of the rig, waiting quietly, whose Redis
+// client sends its pipelines through looks, and its Postgres through pool.
+func (r *fenceRig) watchedEngine(t *testing.T, pool *pgxpool.Pool, looks *pipelines) *Engine {
+	rdb, err := storage.OpenRedis(context.Background(), config.Redis{URL: r.redisURL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(looks)
+	e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 8, DrainSlice: time.Minute, Worker: "w"}, pool, rdb)
+	e.opt.PlainWaiting = false
+	return e
+}
+
+// registered reports whether a drain of e waits registered under key.
+func registered(e *Engine, key string) bool {
+	e.wakers.mu.Lock()
+	defer e.wakers.mu.Unlock()
+	return e.wakers.by[key] != nil
 }
 
 // A drain whose request waits for a key another drain holds looks again
@@ -45,12 +75,8 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 			pool, err := storage.OpenPostgres(ctx, r.pgURL, 4)
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
-			rdb, err := storage.OpenRedis(ctx, config.Redis{URL: r.redisURL})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = rdb.Close() })
 			looks := &pipelines{}
-			rdb.AddHook(looks)
-			e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 8, DrainSlice: time.Minute, Worker: "w"}, pool, rdb)
+			e := r.watchedEngine(t, pool, looks)
 			e.opt.PlainWaiting = plain
 			acquisitions := func() int64 { return pool.Stat().AcquireCount() }
 			// lookTwice waits until the drain has looked twice more: a look
@@ -61,9 +87,7 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 			}
 
 			first := r.acceptOn(t, "a", "s")
-			s, ok, err := e.TryAcquire(ctx, "s") // the other drain, on the same engine
-			require.NoError(t, err)
-			require.True(t, ok)
+			holder := heldGroup(t, e, "s") // the other drain, on the same engine
 			done := make(chan error, 1)
 			go func() { done <- e.Drain(ctx, "a", "q") }()
 
@@ -78,9 +102,7 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 			for range 5 {
 				lookTwice()
 			}
-			e.wakers.mu.Lock()
-			registered := e.wakers.by["a"] != nil
-			e.wakers.mu.Unlock()
+			registered := registered(e, "a")
 			if plain {
 				require.Greater(t, acquisitions(), before, "every look is a whole step")
 				require.False(t, registered)
@@ -98,7 +120,7 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 
 			// The holder yields s to the drain of a, as a drain does that
 			// makes way for a request whose smallest key is a.
-			require.NoError(t, e.newGroup("q", s).giveUp(ctx, []string{"s"}, map[string]string{"s": "a"}, "y", time.Minute))
+			require.NoError(t, holder.giveUp(ctx, []string{"s"}, map[string]string{"s": "a"}, "y", time.Minute))
 			require.NoError(t, <-done)
 			require.False(t, r.open(t, first))
 			require.False(t, r.open(t, second))
@@ -242,10 +264,7 @@ func TestAHolderGathersTheDrainsThatWaitForItsKey(t *testing.T) {
 				e.newWaiter().park(g) // as its drain does once it found s held
 				waiting = append(waiting, g)
 			}
-			s, ok, err := e.TryAcquire(ctx, "s")
-			require.NoError(t, err)
-			require.True(t, ok)
-			holder := e.newGroup("q", s)
+			holder := heldGroup(t, e, "s")
 
 			progress, err := holder.step(ctx)
 			require.NoError(t, err)
@@ -275,26 +294,6 @@ func TestAHolderGathersTheDrainsThatWaitForItsKey(t *testing.T) {
 	}
 }
 
-// gate is a go-redis hook that, once shut, holds each pipeline until it
-// opens again, telling held of each one it holds.
-type gate struct {
-	shut atomic.Bool
-	held chan struct{}
-	open chan struct{}
-}
-
-func (h *gate) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.shut.Load() {
-			h.held <- struct{}{}
-			<-h.open
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // A drain that looks again is not parked: a drain that wants its key does
 // not take its group while the look runs, whatever the look then does with
 // it (the look is held in a round trip to force the interleaving). Parked
@@ -303,26 +302,15 @@ func (h *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 func TestADrainIsTakenOverOnlyWhileParked(t *testing.T) {
 	r := newFenceRig(t)
 	ctx := context.Background()
-	rdb, err := storage.OpenRedis(ctx, config.Redis{URL: r.redisURL})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = rdb.Close() })
-	looks := &gate{held: make(chan struct{}), open: make(chan struct{})}
-	rdb.AddHook(looks)
-	e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 8, DrainSlice: time.Minute, Worker: "w"}, r.pool, rdb)
-	e.opt.PlainWaiting = false
+	looks := &pipelines{held: make(chan struct{}), open: make(chan struct{})}
+	e := r.watchedEngine(t, r.pool, looks)
 	id := r.acceptOn(t, "a", "s")
-	s, ok, err := e.TryAcquire(ctx, "s")
-	require.NoError(t, err)
-	require.True(t, ok)
-	holder := e.newGroup("q", s)
+	holder := heldGroup(t, e, "s")
 	done := make(chan error, 1)
 	go func() { done <- e.Drain(ctx, "a", "q") }()
 
-	require.Eventually(t, func() bool {
-		e.wakers.mu.Lock()
-		defer e.wakers.mu.Unlock()
-		return e.wakers.by["a"] != nil
-	}, 30*time.Second, time.Millisecond, "the drain waits for s, holding a")
+	require.Eventually(t, func() bool { return registered(e, "a") }, 30*time.Second, time.Millisecond,
+		"the drain waits for s, holding a")
 	looks.shut.Store(true)
 	<-looks.held // the drain looks again, and a round trip of the look is held
 	require.False(t, e.wakers.take("a", holder), "a drain that looks again keeps its group")
@@ -331,7 +319,7 @@ func TestADrainIsTakenOverOnlyWhileParked(t *testing.T) {
 
 	require.Eventually(t, func() bool { return e.wakers.take("a", holder) }, 30*time.Second, 100*time.Microsecond)
 	require.NoError(t, <-done)
-	_, err = holder.step(ctx)
+	_, err := holder.step(ctx)
 	require.NoError(t, err)
 	require.False(t, r.open(t, id))
 	require.Empty(t, e.wakers.by)
