@@ -33,11 +33,16 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 	g := e.newGroup(queue, l)
 	deadline := time.Now().Add(e.opt.DrainSlice)
 	var wait time.Duration
-	w := e.newWaiter()
+	w := g.w
 	defer w.done()
-	for len(g.held) > 0 {
+	for {
+		// A drain ends, taking no more groups given to it (waiting.go),
+		// once its group is empty and none came.
+		if err := g.receive(ctx, len(g.held) == 0); err != nil || len(g.held) == 0 {
+			return err
+		}
 		if e.stopping.Load() || ctx.Err() != nil || !time.Now().Before(deadline) {
-			return g.handOffAll(ctx, 0)
+			return g.leave(ctx, 0)
 		}
 		progress, err := g.step(ctx)
 		var lost *lostKeys
@@ -47,13 +52,13 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		case errors.Is(err, ErrLeaseLost):
 			return e.lostGroup(ctx, g, nil)
 		case err != nil:
-			if herr := g.handOffAll(ctx, time.Second); herr != nil {
+			if herr := g.leave(ctx, time.Second); herr != nil {
 				e.log.Warn("hand off after error", "keys", g.keys(), "err", herr)
 			}
 			return err // retried, and shown in Asynqmon
 		case progress:
 			wait = 0
-			w.done()
+			w.track(g)
 			continue
 		}
 		// Everything left waits for keys that other drains hold and will
@@ -68,7 +73,6 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		}
 		w.resume()
 	}
-	return nil
 }
 
 // lostGroup handles a group that found leases gone: the keys in lost (all,
@@ -84,7 +88,7 @@ func (e *Engine) lostGroup(ctx context.Context, g *group, lost []string) error {
 			errs = append(errs, e.lostLease(ctx, l, g.queue))
 		}
 	}
-	errs = append(errs, g.handOffAll(ctx, 0))
+	errs = append(errs, g.leave(ctx, 0))
 	return errors.Join(errs...)
 }
 

@@ -28,8 +28,10 @@ type group struct {
 	// limit is the batch size: halved to isolate a request whose applier
 	// fails, doubled back after each successful batch.
 	limit int
-	// quiet is what the last step saw when it applied nothing (waiting.go).
+	// quiet is what the last step saw when it applied nothing, and w the
+	// drain's registration with its engine (waiting.go).
 	quiet *quiet
+	w     *waiter
 }
 
 // maxGroupKeys bounds the keys one drain holds: enough for a full batch of
@@ -48,7 +50,7 @@ const (
 )
 
 func (e *Engine) newGroup(queue string, l Lease) *group {
-	return &group{e: e, queue: queue, held: map[string]Lease{l.Key: l}, limit: e.opt.BatchMax, quiet: e.newQuiet()}
+	return &group{e: e, queue: queue, held: map[string]Lease{l.Key: l}, limit: e.opt.BatchMax, quiet: e.newQuiet(), w: e.newWaiter(queue)}
 }
 
 func (g *group) keys() []string { return slices.Sorted(maps.Keys(g.held)) }
@@ -438,14 +440,22 @@ func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed m
 			}
 		}
 	}
-	return len(give) > 0, g.giveUp(ctx, slices.Sorted(maps.Keys(give)), give, "y", yieldDelay)
+	if len(give) == 0 {
+		return false, nil
+	}
+	if g.giveAway(blocked, failed) {
+		return true, nil
+	}
+	return true, g.giveUp(ctx, slices.Sorted(maps.Keys(give)), give, "y", yieldDelay)
 }
 
-// handOffAll gives every key up, each with a drain task if its mailbox has
-// entries left, after delay. It completes even once ctx is cancelled (a
-// drain that is stopping), as giveUp does.
-func (g *group) handOffAll(ctx context.Context, delay time.Duration) error {
-	return g.giveUp(ctx, g.keys(), nil, "h", delay)
+// leave gives every key up, those given to the drain too (waiting.go),
+// each with a drain task if its mailbox has entries left, after delay. It
+// completes even once ctx is cancelled (a drain that is stopping), as
+// giveUp does.
+func (g *group) leave(ctx context.Context, delay time.Duration) error {
+	err := g.receive(ctx, true)
+	return errors.Join(err, g.giveUp(ctx, g.keys(), nil, "h", delay))
 }
 
 // giveUp releases the leases of keys in one round trip, each kept for

@@ -57,7 +57,7 @@ func TestTaskOfAnAppliedRequestTakesNoLease(t *testing.T) {
 	require.Equal(t, held, fences(), "key held: no lease was taken")
 	require.Equal(t, []float64{1, 1}, []float64{noops(), waits()}, "left to the holder: a lease wait")
 	require.Len(t, r.applied(t), 2)
-	require.NoError(t, e.newGroup("q", l).handOffAll(ctx, 0))
+	require.NoError(t, e.newGroup("q", l).leave(ctx, 0))
 
 	// Control: a task whose request is still queued drains.
 	task(third.String())

@@ -12,7 +12,7 @@ import (
 
 // Quiet waiting, a throughput mechanism outside the protocol (doc.go). A
 // drain whose requests wait for keys other drains hold (doc.go, "Groups")
-// looks again every few milliseconds, parked in between. Three things make
+// looks again every few milliseconds, parked in between. Four things make
 // those looks cheap and the wait short:
 //
 //   - a look that sees what the last idle step saw (the same keys held, the
@@ -44,7 +44,17 @@ import (
 //     a hot one), each is gathered by the drain of its own key, which waits
 //     for the shared one: the shared key's holder now takes those drains over
 //     and applies their requests in one batch, where it used to yield the key
-//     to each in turn.
+//     to each in turn;
+//   - a drain that would yield keys for a request whose smallest key a drain
+//     of the same engine holds gives that drain its whole group instead
+//     (giveAway), parked or not, and ends; the other merges it at the start
+//     of its next step (receive). Where many requests share several hot keys
+//     and each also names a key of its own that sorts before them (carts of
+//     one or two of five hot options, each with one of 200 long-tail ones),
+//     the drains of one worker that hold hot keys each meet requests whose
+//     smallest key another holds, and none of them parks: they yielded keys
+//     to each other at every step, and a rush ran at 60% of the rate without
+//     the tail. Given away, their groups become one.
 //
 // Why taking over keeps the protocol's guarantees. The leases move between
 // the two groups in the process, under the wakers' and the waiter's locks,
@@ -61,6 +71,18 @@ import (
 // tries and yields for what it could not take (held by a drain of another
 // worker, or by one looking again).
 //
+// Giving away keeps them the same way. The leases wait in the receiver's
+// inbox, never released, until its next step merges them, before it peeks
+// (which extends them). A drain closes its inbox, under its lock, as its
+// group empties or it hands its keys on (leave), taking in what came
+// before: a gift after that is refused and stays with its giver, which
+// yields as before; nothing is left in an inbox nobody reads. A giver
+// closes its own inbox first and gives only with it empty, so of two drains
+// that give to each other at once at most one gives. A giver ends, so
+// gifts cannot go round in a circle either. The receiver holds the smallest key
+// the giver yielded for, as the registry last saw it; if it let that key go
+// since, the request is gathered by whoever holds it, as after a yield.
+//
 // Measured (2026-11-27, BenchmarkBatchApply's case keys=24+shared-last/
 // drains=8, 400 requests, three runs of each, alternating): taking over,
 // 1,444 / 1,323 / 1,460 requests a second at 100–133 a transaction; the
@@ -74,10 +96,11 @@ import (
 // 1.0 ms of CPU a journey against 10.5 and 10.2. docs/benchmarks.md has
 // these and the earlier measurements of the first two.
 //
-// Options.PlainWaiting (QUIET_WAITING=false) turns all three off: every
-// look is a whole step, on its timer alone. None is needed for K1–K6: the
-// looks go on either way, so a wake that is lost, a drain not taken over,
-// or a yield by a drain of another worker costs only the wait.
+// Options.PlainWaiting (QUIET_WAITING=false) turns all four off: every
+// look is a whole step, on its timer alone, and keys move between drains
+// through Redis only. None is needed for K1–K6: the looks go on either way,
+// so a wake that is lost, a drain not taken over, a gift refused or a yield
+// by a drain of another worker costs only the wait.
 
 // quiet is the last step of a group that applied nothing: what it saw and
 // what it planned. A nil *quiet is waiting plain.
@@ -148,9 +171,9 @@ func (g *group) gather(ctx context.Context, wanted map[string]string) (left map[
 	return left, true
 }
 
-// wakers are the drains of an engine that wait for keys, by the keys
-// they held when they began to wait. It is bounded by live work: a drain
-// is in it only while it waits, under at most maxGroupKeys keys.
+// wakers are the drains of an engine, by the keys they held at the end of
+// their last step. It is bounded by live work: a drain is in it only while
+// it runs, under at most maxGroupKeys keys.
 type wakers struct {
 	mu sync.Mutex
 	by map[string]*waiter
@@ -180,14 +203,18 @@ func (ws *wakers) take(key string, into *group) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.parked || w.g.queue != into.queue || len(into.held)+len(w.g.held) > into.e.maxGroupKeys()-requests.MaxKeys ||
+	if !w.parked || w.g.queue != into.queue || len(into.held)+len(w.g.held)+len(w.inbox) > into.e.maxGroupKeys()-requests.MaxKeys ||
 		sharesKey(w.g, into) {
 		return false
 	}
-	for k, l := range w.g.held {
-		into.held[k] = l
+	for _, l := range w.g.held {
+		into.add(l)
+	}
+	for _, l := range w.inbox {
+		into.add(l)
 	}
 	clear(w.g.held)
+	w.inbox, w.closed = nil, true
 	w.unregister()
 	w.wake()
 	return true
@@ -208,46 +235,58 @@ func sharesKey(a, b *group) bool {
 
 // waiter is one drain's registration with its engine's wakers.
 type waiter struct {
-	ws   *wakers // nil when waiting plain
-	ch   chan struct{}
-	keys []string
+	ws    *wakers // nil when waiting plain
+	ch    chan struct{}
+	queue string
+	keys  []string
 
 	mu sync.Mutex
 	// parked is set while the drain waits between two looks, and g is its
 	// group: while parked the drain does not touch g, so take may empty it.
 	parked bool
 	g      *group
+	// inbox holds the leases of groups given to this drain (giveAway) that
+	// it has not merged yet; once closed it takes no more.
+	inbox  []Lease
+	closed bool
 }
 
-func (e *Engine) newWaiter() *waiter {
+func (e *Engine) newWaiter(queue string) *waiter {
 	if e.opt.PlainWaiting {
-		return &waiter{}
+		return &waiter{queue: queue}
 	}
-	return &waiter{ws: &e.wakers, ch: make(chan struct{}, 1)}
+	return &waiter{ws: &e.wakers, ch: make(chan struct{}, 1), queue: queue}
 }
 
-// park registers the drain under the keys g holds now, marks it parked,
-// and returns the channel a wake arrives on (nil, which never delivers,
-// when waiting plain). The drain stays registered until done, so a key
-// given up for it while it looks again still wakes it; a look that holds
-// the keys it is registered under leaves the registry as it is. The drain
-// calls resume once it stops waiting, before it touches g again.
+// track registers the drain under the keys g holds now; a drain that holds
+// the keys it is registered under leaves the registry as it is. A drain
+// is registered from its first step until done.
+func (w *waiter) track(g *group) {
+	keys := g.keys()
+	if w.ws == nil || slices.Equal(keys, w.keys) {
+		return
+	}
+	w.ws.mu.Lock()
+	defer w.ws.mu.Unlock()
+	w.unregister()
+	if w.ws.by == nil {
+		w.ws.by = map[string]*waiter{}
+	}
+	for _, k := range keys {
+		w.ws.by[k] = w
+	}
+	w.keys = keys
+}
+
+// park registers the drain under the keys g holds now (track), marks it
+// parked, and returns the channel a wake arrives on (nil, which never
+// delivers, when waiting plain). The drain calls resume once it stops
+// waiting, before it touches g again.
 func (w *waiter) park(g *group) <-chan struct{} {
 	if w.ws == nil {
 		return nil
 	}
-	if keys := g.keys(); !slices.Equal(keys, w.keys) {
-		w.ws.mu.Lock()
-		w.unregister()
-		if w.ws.by == nil {
-			w.ws.by = map[string]*waiter{}
-		}
-		for _, k := range keys {
-			w.ws.by[k] = w
-		}
-		w.keys = keys
-		w.ws.mu.Unlock()
-	}
+	w.track(g)
 	w.mu.Lock()
 	w.parked, w.g = true, g
 	w.mu.Unlock()
@@ -269,9 +308,9 @@ func (w *waiter) wake() {
 	}
 }
 
-// done removes the registration: the drain made progress, or ends.
+// done removes the registration: the drain ends.
 func (w *waiter) done() {
-	if w.ws == nil || w.keys == nil { // only take changes keys, while parked
+	if w.ws == nil || w.keys == nil {
 		return
 	}
 	w.ws.mu.Lock()
@@ -287,4 +326,116 @@ func (w *waiter) unregister() {
 		}
 	}
 	w.keys = nil
+}
+
+// giveAway moves g's whole group to the drain of this engine that holds the
+// smallest key of one of blocked, for which g would yield its keys (failed
+// names the keys g could not get): that drain merges it at its next step,
+// and g ends. It refuses a drain of another queue, and one whose group
+// would leave no room for a request's keys, going by the keys it is
+// registered under.
+func (g *group) giveAway(blocked []*requests.Request, failed map[string]bool) bool {
+	w := g.w
+	if w == nil || w.ws == nil || g.e.stopping.Load() {
+		return false
+	}
+	to := w.ws.holderFor(w, blocked, failed, g.e.maxGroupKeys()-requests.MaxKeys-len(g.held))
+	if to == nil || !w.shut() {
+		return false
+	}
+	if !to.give(slices.Collect(maps.Values(g.held))) {
+		w.open()
+		return false
+	}
+	clear(g.held)
+	return true
+}
+
+// holderFor finds the drain other than w that g, w's drain, may give its
+// group to for one of blocked (giveAway).
+func (ws *wakers) holderFor(w *waiter, blocked []*requests.Request, failed map[string]bool, room int) *waiter {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, r := range blocked {
+		smallest := r.Keys[0]
+		if !failed[smallest] {
+			continue
+		}
+		if to := ws.by[smallest]; to != nil && to != w && to.queue == w.queue && len(to.keys) <= room {
+			return to
+		}
+	}
+	return nil
+}
+
+// give adds leases to w's inbox and wakes its drain, unless it is closed.
+func (w *waiter) give(ls []Lease) bool {
+	if len(ls) == 0 {
+		return true
+	}
+	w.mu.Lock()
+	ok := !w.closed
+	if ok {
+		w.inbox = append(w.inbox, ls...)
+	}
+	w.mu.Unlock()
+	if ok {
+		w.wake()
+	}
+	return ok
+}
+
+// shut closes w's inbox, unless something is in it: its drain gives its
+// group away only when it holds all of it.
+func (w *waiter) shut() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.inbox) > 0 {
+		return false
+	}
+	w.closed = true
+	return true
+}
+
+func (w *waiter) open() {
+	w.mu.Lock()
+	w.closed = false
+	w.mu.Unlock()
+}
+
+// receive merges the leases given to g's drain into g (add); closing, it
+// takes no more after them. A gift that would take the group past
+// maxGroupKeys is handed on instead.
+func (g *group) receive(ctx context.Context, closing bool) error {
+	w := g.w
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	ls := w.inbox
+	w.inbox, w.closed = nil, w.closed || closing
+	w.mu.Unlock()
+	if len(g.held)+len(ls) > g.e.maxGroupKeys() {
+		var keys []string
+		for _, l := range ls {
+			if _, ok := g.held[l.Key]; !ok {
+				g.held[l.Key] = l
+				keys = append(keys, l.Key)
+			}
+		}
+		return g.giveUp(ctx, keys, nil, "h", 0)
+	}
+	for _, l := range ls {
+		g.add(l)
+	}
+	return nil
+}
+
+// add adds a lease given to g. Of two leases of one key the higher token is
+// the live one, if either is: a holder stalled past its lease, and the
+// other took the key; the next peek finds out if it was lost too.
+func (g *group) add(l Lease) {
+	if cur, ok := g.held[l.Key]; !ok || cur.Token < l.Token {
+		g.held[l.Key] = l
+	}
 }

@@ -3,6 +3,9 @@ package keyed
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,14 +136,14 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 // a drain that made progress, or waits plain, is not woken.
 func TestWakersWakeTheDrainThatWaitsHoldingTheKey(t *testing.T) {
 	e := &Engine{}
-	w := e.newWaiter()
+	w := e.newWaiter("q")
 	ch := parkOn(e, w, "a", "b")
 	e.wakers.wake("b")
 	e.wakers.wake("a") // woken already: does not block
 	require.Len(t, ch, 1)
 	<-ch
 
-	other := e.newWaiter()
+	other := e.newWaiter("q")
 	otherCh := parkOn(e, other, "b") // b moved to another drain's group
 	w.done()
 	e.wakers.wake("a")
@@ -151,7 +154,7 @@ func TestWakersWakeTheDrainThatWaitsHoldingTheKey(t *testing.T) {
 	require.Empty(t, e.wakers.by, "nothing stays once no drain waits")
 
 	e.opt.PlainWaiting = true
-	require.Nil(t, parkOn(e, e.newWaiter(), "a"), "a plain wait has no wake")
+	require.Nil(t, parkOn(e, e.newWaiter("q"), "a"), "a plain wait has no wake")
 	require.Empty(t, e.wakers.by)
 }
 
@@ -163,7 +166,7 @@ func TestAYieldWakesTheDrainItKeepsTheKeyFor(t *testing.T) {
 	e := r.engineTTL(t, "w", 8, holdingTTL)
 	e.opt.PlainWaiting = false
 	ctx := context.Background()
-	waits := e.newWaiter()
+	waits := e.newWaiter("q")
 	woken := parkOn(e, waits, "p")
 	defer waits.done()
 
@@ -192,7 +195,7 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 	e := &Engine{opt: Options{BatchMax: 8}} // a group holds at most 80 keys
 	into := &group{e: e, queue: "q", held: map[string]Lease{"s": {Key: "s", Token: 7}}}
 
-	parked := e.newWaiter()
+	parked := e.newWaiter("q")
 	woken := parkOn(e, parked, "a", "b")
 	require.True(t, e.wakers.take("b", into))
 	require.Equal(t, []string{"a", "b", "s"}, into.keys())
@@ -202,7 +205,7 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 	require.Empty(t, e.wakers.by, "nor can it be taken or woken again")
 	require.False(t, e.wakers.take("a", into))
 
-	looking := e.newWaiter()
+	looking := e.newWaiter("q")
 	parkOn(e, looking, "c")
 	looking.resume()
 	require.False(t, e.wakers.take("c", into), "a drain that looks again keeps its group")
@@ -210,17 +213,17 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 	parkOn(e, looking, "c")
 	require.True(t, e.wakers.take("c", into), "parked again, it is taken")
 
-	other := e.newWaiter()
+	other := e.newWaiter("q")
 	other.park(&group{e: e, queue: "other", held: map[string]Lease{"d": {Key: "d"}}})
 	require.False(t, e.wakers.take("d", into), "a drain of another queue")
 	other.done()
 
-	stale := e.newWaiter()
+	stale := e.newWaiter("q")
 	parkOn(e, stale, "e", "s") // its lease of s lapsed; into holds s now
 	require.False(t, e.wakers.take("e", into), "a group that lists a key the taker holds")
 	stale.done()
 
-	stopping := e.newWaiter()
+	stopping := e.newWaiter("q")
 	parkOn(e, stopping, "f")
 	into.quiet = &quiet{}
 	e.stopping.Store(true)
@@ -231,7 +234,7 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 	_, took = into.gather(context.Background(), map[string]string{"f": ""})
 	require.True(t, took)
 
-	big := e.newWaiter()
+	big := e.newWaiter("q")
 	var keys []string
 	for i := range e.maxGroupKeys() - requests.MaxKeys - len(into.held) + 1 {
 		keys = append(keys, fmt.Sprintf("k%03d", i))
@@ -251,47 +254,39 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 // control, waiting plain, yields the shared key to the first of them, and
 // the requests go one hand at a time.
 func TestAHolderGathersTheDrainsThatWaitForItsKey(t *testing.T) {
-	for _, plain := range []bool{false, true} {
-		t.Run(fmt.Sprintf("PlainWaiting=%t", plain), func(t *testing.T) {
-			r := newFenceRig(t)
-			e := r.engineTTL(t, "w", 8, holdingTTL)
-			e.opt.PlainWaiting = plain
-			ctx := context.Background()
-			ids := []uuid.UUID{r.acceptOn(t, "a", "s"), r.acceptOn(t, "b", "s"), r.acceptOn(t, "c", "s")}
-			var waiting []*group
-			for _, k := range []string{"a", "b", "c"} {
-				g := heldGroup(t, e, k)
-				e.newWaiter().park(g) // as its drain does once it found s held
-				waiting = append(waiting, g)
-			}
-			holder := heldGroup(t, e, "s")
+	bothWaitings(t, func(t *testing.T, r *fenceRig, e *Engine, plain bool) {
+		ctx := context.Background()
+		ids := []uuid.UUID{r.acceptOn(t, "a", "s"), r.acceptOn(t, "b", "s"), r.acceptOn(t, "c", "s")}
+		var waiting []*group
+		for _, k := range []string{"a", "b", "c"} {
+			g := heldGroup(t, e, k)
+			e.newWaiter("q").park(g) // as its drain does once it found s held
+			waiting = append(waiting, g)
+		}
+		holder := heldGroup(t, e, "s")
 
-			progress, err := holder.step(ctx)
-			require.NoError(t, err)
-			if plain {
-				require.True(t, progress)
-				require.Empty(t, holder.held, "s is yielded to the drain of a")
-				for _, id := range ids {
-					require.True(t, r.open(t, id), "nothing is applied in that step")
-				}
-				return
-			}
+		progress, err := holder.step(ctx)
+		require.NoError(t, err)
+		if plain {
 			require.True(t, progress)
-			require.Equal(t, []string{"a", "b", "c", "s"}, holder.keys())
-			for _, g := range waiting {
-				require.Empty(t, g.held)
-			}
-			_, err = holder.step(ctx)
-			require.NoError(t, err)
-			var txs int
-			require.NoError(t, r.pool.QueryRow(ctx, `SELECT count(DISTINCT tx) FROM applied WHERE request_id = ANY($1)`,
-				ids).Scan(&txs))
-			require.Equal(t, 1, txs, "all three in one transaction")
+			require.Empty(t, holder.held, "s is yielded to the drain of a")
 			for _, id := range ids {
-				require.False(t, r.open(t, id))
+				require.True(t, r.open(t, id), "nothing is applied in that step")
 			}
-		})
-	}
+			return
+		}
+		require.True(t, progress)
+		require.Equal(t, []string{"a", "b", "c", "s"}, holder.keys())
+		for _, g := range waiting {
+			require.Empty(t, g.held)
+		}
+		_, err = holder.step(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, r.transactions(t, ids...), "all three in one transaction")
+		for _, id := range ids {
+			require.False(t, r.open(t, id))
+		}
+	})
 }
 
 // A drain that looks again is not parked: a drain that wants its key does
@@ -323,4 +318,149 @@ func TestADrainIsTakenOverOnlyWhileParked(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, r.open(t, id))
 	require.Empty(t, e.wakers.by)
+}
+
+// Two drains of one engine that each hold the smallest key of a request
+// the other meets give their keys to each other, one request at a time,
+// for as long as requests come (a cart rush with long-tail options). Waiting
+// quietly, a drain that would yield keys to a drain of its engine gives it
+// its whole group instead: the leases move in the process, tokens and all,
+// and the other applies both requests in one transaction. The control,
+// waiting plain, yields through Redis, and the two trade keys.
+func TestDrainsOfOneEngineMergeInsteadOfTradingKeys(t *testing.T) {
+	bothWaitings(t, func(t *testing.T, r *fenceRig, e *Engine, plain bool) {
+		ctx := context.Background()
+		r1, r2 := r.acceptOn(t, "a", "b"), r.acceptOn(t, "b", "c")
+		giver, taker := heldGroup(t, e, "a", "c"), heldGroup(t, e, "b")
+		giver.w.track(giver) // both are running drains, neither parked
+		taker.w.track(taker)
+		a := giver.held["a"]
+
+		_, err := giver.step(ctx) // r1 waits for b; r2 is b's holder's to gather
+		require.NoError(t, err)
+		require.NoError(t, taker.receive(ctx, false))
+		_, err = taker.step(ctx)
+		require.NoError(t, err)
+		if plain {
+			require.Equal(t, []string{"a"}, giver.keys(), "c is yielded for b; a is kept for r1")
+			require.NotContains(t, taker.held, "a")
+			require.True(t, r.open(t, r1), "r1 waits for b, which its holder yields to a")
+			return
+		}
+		require.Empty(t, giver.held)
+		require.Equal(t, a, taker.held["a"], "the lease moves, token and all")
+		require.Equal(t, 1, r.transactions(t, r1, r2), "both in one transaction")
+	})
+}
+
+// bothWaitings runs f on a rig of its own with an engine waiting quietly,
+// then with one waiting plain, the control.
+func bothWaitings(t *testing.T, f func(t *testing.T, r *fenceRig, e *Engine, plain bool)) {
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("PlainWaiting=%t", plain), func(t *testing.T) {
+			r := newFenceRig(t)
+			e := r.engineTTL(t, "w", 8, holdingTTL)
+			e.opt.PlainWaiting = plain
+			f(t, r, e, plain)
+		})
+	}
+}
+
+// transactions counts the apply transactions that applied ids (the rig's
+// applied table records each one's).
+func (r *fenceRig) transactions(t *testing.T, ids ...uuid.UUID) int {
+	var n int
+	require.NoError(t, r.pool.QueryRow(context.Background(), `SELECT count(DISTINCT tx) FROM applied WHERE request_id = ANY($1)`,
+		ids).Scan(&n))
+	return n
+}
+
+// A drain closes its inbox as it ends (receive, closing): a group given to
+// it after that is refused and stays with its drain, which then yields
+// as before. The control builds the end without closing: the gift lands in
+// an inbox nobody reads, and its keys stay leased to nobody until their
+// leases lapse, with every request on them waiting.
+func TestAGroupIsGivenOnlyToADrainThatGoesOn(t *testing.T) {
+	for _, closing := range []bool{true, false} {
+		t.Run(fmt.Sprintf("closing=%t", closing), func(t *testing.T) {
+			r := newFenceRig(t)
+			e := r.engineTTL(t, "w", 8, holdingTTL)
+			e.opt.PlainWaiting = false
+			ctx := context.Background()
+			r.acceptOn(t, "a", "b")
+			ending, giver := heldGroup(t, e, "a"), heldGroup(t, e, "b")
+			ending.w.track(ending)
+			blocked, err := requestsOn(ctx, r, "b")
+			require.NoError(t, err)
+			failed := map[string]bool{"a": true}
+			to := e.wakers.holderFor(giver.w, blocked, failed, e.maxGroupKeys())
+			require.Same(t, ending.w, to, "the giver finds a's drain")
+
+			// a's drain lets a go and ends, as the giver gives.
+			require.NoError(t, ending.giveUp(ctx, []string{"a"}, nil, "h", time.Hour))
+			if closing {
+				require.NoError(t, ending.receive(ctx, true))
+			}
+			ending.w.done()
+			gave := to.give(slices.Collect(maps.Values(giver.held)))
+			if !closing {
+				require.True(t, gave, "the unguarded end takes the gift")
+				require.Equal(t, int64(1), r.rdb.Exists(ctx, leaseKey("b")).Val(), "b stays leased to nobody")
+				return
+			}
+			require.False(t, gave, "a drain that ended takes nothing")
+			require.Contains(t, giver.held, "b", "b stays with its drain")
+		})
+	}
+}
+
+// requestsOn is what a step picks from: the open requests in key's mailbox.
+func requestsOn(ctx context.Context, r *fenceRig, key string) ([]*requests.Request, error) {
+	ids, err := r.rdb.ZRange(ctx, mboxKey(key), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []*requests.Request
+	for _, id := range ids {
+		req, err := requests.NewStore(r.pool).Get(ctx, uuid.MustParse(id))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, req)
+	}
+	return out, nil
+}
+
+// Groups given to a drain as it receives and then ends all land somewhere:
+// in its group, or back with their givers, refused. Run with -race, the
+// gifts race the receiving.
+func TestGiftsRacingTheEndLoseNoLease(t *testing.T) {
+	e := &Engine{opt: Options{BatchMax: 8}} // a group holds at most 80 keys
+	g := &group{e: e, queue: "q", held: map[string]Lease{}, w: e.newWaiter("q")}
+	var wg sync.WaitGroup
+	refused := make([][]Lease, 10)
+	for i := range refused {
+		ls := make([]Lease, 5)
+		for j := range ls {
+			ls[j] = Lease{Key: fmt.Sprintf("k%d-%d", i, j), Token: 1}
+		}
+		wg.Go(func() {
+			if !g.w.give(ls) {
+				refused[i] = ls
+			}
+		})
+	}
+	for range 3 {
+		require.NoError(t, g.receive(context.Background(), false))
+	}
+	require.NoError(t, g.receive(context.Background(), true))
+	wg.Wait()
+	n := len(g.held)
+	for _, ls := range refused {
+		n += len(ls)
+		for _, l := range ls {
+			require.NotContains(t, g.held, l.Key)
+		}
+	}
+	require.Equal(t, 50, n, "every lease is in the group or refused")
 }
