@@ -56,11 +56,12 @@
 //     lease up atomically with finding the mailbox empty), so the task is done:
 //     a hot key never ties up more than one worker slot (K4).
 //   - The holder applies its mailbox in seq order (K3), in batches of up to
-//     BatchMax requests per Postgres transaction (K6). That transaction first
-//     records the lease token in key_fences and is refused if a newer token is
-//     already there, so a holder that lost its lease cannot commit (K2). It
-//     locks the request rows and skips any that are already terminal, so no
-//     request is applied twice (K5). Each request gets its own outcome.
+//     BatchMax requests per Postgres transaction (K6). That transaction locks
+//     the request rows and skips any that are already terminal, so no
+//     request is applied twice (K5). Before it applies any, it records the
+//     lease token of each of their keys in key_fences and is refused if a
+//     newer token is already there, so a holder that lost its lease cannot
+//     commit (K2). Each request gets its own outcome.
 //   - A request with several keys is applied by a drain that holds all of
 //     them, in a batch with the others of those keys (Groups, below). Every
 //     key lives in its own hash slot, so this works on Redis Cluster.
@@ -90,8 +91,8 @@
 // A drain holds a group of keys: the one its task named, and the keys of the
 // requests it meets there (a cart's other options, its user). Each step it
 // reads the head of every held key's mailbox (one pipelined round trip),
-// merges them by seq and, in one transaction fenced on every held key,
-// applies in acceptance order every request that it can:
+// merges them by seq and, in one transaction fenced on the keys of what it
+// applies, applies in acceptance order every request that it can:
 //
 //   - a request is applied when the group holds all of its keys, each key's
 //     window reaches it, and no earlier request sharing a key with it was
@@ -128,10 +129,13 @@
 // would wait with it. When the keys still lacking for the first request a
 // group gathers do not fit beside those it holds, the group hands on the
 // keys that request does not name (roomFor), so the request's keys always
-// fit, however small BatchMax is. Everything a group holds is
-// fenced in its transaction (one statement for all keys), so a group that
-// lost any lease cannot commit (K2); a lost lease ends the drain, and its
-// keys are handed on (K5 as before: leases lapse, the reconciler re-drives).
+// fit, however small BatchMax is. Every key of the requests a transaction
+// applies is fenced in it (one statement for all of them), so a group that
+// lost the lease of any of them cannot commit (K2); the keys it holds for
+// requests it does not apply yet are not written, so the transaction does
+// not check them (a long-tail option held beside hot ones is not rewritten
+// at every step). A lost lease ends the drain, and its keys are handed on
+// (K5 as before: leases lapse, the reconciler re-drives).
 //
 // # Forgetting
 //
