@@ -29,10 +29,9 @@ import (
 // client's, accepted in turn) and one key all share. When the shared key
 // sorts after the others, each request's drain is the one of its own key,
 // which gathers the shared one (doc.go, "Groups"): waiting plain, the
-// shared key goes from drain to drain through Redis, a few requests each
-// time; waiting quietly, the groups holding it are given from drain to
-// drain in the process and grow as they go (waiting.go, QUIET_WAITING).
-// When it sorts first, its
+// shared key goes from drain to drain, a few requests each time; waiting
+// quietly, the drain that holds it takes the waiting drains over and
+// applies in batches (waiting.go, QUIET_WAITING). When it sorts first, its
 // drain gathers the others and applies in batches. The shared-last case
 // runs both ways.
 func BenchmarkBatchApply(b *testing.B) {
@@ -94,7 +93,7 @@ func BenchmarkBatchApply(b *testing.B) {
 								b.Errorf("drain %s: %v", k, err)
 								return
 							}
-							// A drain that gave its group to another (keyed/waiting.go)
+							// A drain whose group another took over (keyed/waiting.go)
 							// returns while that one applies its requests; a worker's
 							// slot would run another task, this one looks again soon.
 							time.Sleep(time.Millisecond)

@@ -37,7 +37,8 @@
 // long polls answer without Postgres (api/notify.go and await in
 // api/requests.go, ANNOUNCED_VIEWS), and quiet waiting (waiting.go,
 // QUIET_WAITING: a drain that waits for keys looks again with Redis alone,
-// a yield wakes it, and a drain that would yield to another drain of its
+// a yield wakes it, a drain that wants a key it waits with takes its
+// whole group over, and a drain that would yield to another drain of its
 // worker gives it its whole group instead). None of them is needed for K1–K6: make test runs
 // the protocol's tests again with every one of them off
 // (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups
@@ -113,8 +114,10 @@
 //     is smallest of all always has a holder that waits for nobody who
 //     waits for it: someone always goes on, and the group that holds a
 //     request's smallest key ends up with all of its keys. (Waiting
-//     quietly, a drain that would yield to a drain of its worker gives it
-//     its whole group instead: waiting.go.)
+//     quietly, a drain that wants a key held by a drain of its worker that
+//     waits parked takes that drain's whole group over instead, when it
+//     has room for it, and one that would yield to a drain of its worker
+//     gives it its whole group: waiting.go.)
 //   - a key whose mailbox is found empty leaves the group, atomically with
 //     finding it so; at DrainSlice, on shutdown or on an error every key is
 //     handed on, each with a drain task if its mailbox has entries.

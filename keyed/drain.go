@@ -63,13 +63,15 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		}
 		// Everything left waits for keys that other drains hold and will
 		// give up (doc.go, "Groups"): look again shortly, or once a drain
-		// yields one to this group or gives it its own (waiting.go).
+		// yields one to this group; or end, the group empty, once a drain
+		// took it over (waiting.go).
 		wait = min(max(2*wait, time.Millisecond), 20*time.Millisecond)
 		select {
 		case <-time.After(wait):
 		case <-w.park(g):
 		case <-ctx.Done():
 		}
+		w.resume()
 	}
 }
 

@@ -250,12 +250,13 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		}
 		wanted = lacking
 	}
+	wanted, took := g.gather(ctx, wanted)
 	got, failed, err := g.acquire(ctx, wanted)
 	if err != nil {
 		return false, err
 	}
 	yielded, err := g.yield(ctx, p.blocked, failed)
-	return progress || yielded || got > 0, err
+	return progress || took || yielded || got > 0, err
 }
 
 // roomFor checks that the keys still lacking for the first blocked request

@@ -12,7 +12,7 @@ import (
 
 // Quiet waiting, a throughput mechanism outside the protocol (doc.go). A
 // drain whose requests wait for keys other drains hold (doc.go, "Groups")
-// looks again every few milliseconds, parked in between. Three things make
+// looks again every few milliseconds, parked in between. Four things make
 // those looks cheap and the wait short:
 //
 //   - a look that sees what the last idle step saw (the same keys held, the
@@ -35,57 +35,83 @@ import (
 //     a key released with its mailbox empty, wakes nobody. Waking the drains
 //     of other workers too, through Redis pub/sub, was tried and not kept
 //     (docs/benchmarks.md, "A shared key that sorts after");
+//   - a drain that wants a key which a parked drain of the same engine holds
+//     takes that drain's whole group over (gather, wakers.take) before it
+//     tries the keys it still lacks, and the drain taken over ends (unless it
+//     drains another queue, the merged group would leave no room for a
+//     request's keys, or the two list a key both). Where many requests share a
+//     key that sorts after keys of their own (a cart of a long-tail option and
+//     a hot one), each is gathered by the drain of its own key, which waits
+//     for the shared one: the shared key's holder now takes those drains over
+//     and applies their requests in one batch, where it used to yield the key
+//     to each in turn;
 //   - a drain that would yield keys for a request whose smallest key a drain
 //     of the same engine holds gives that drain its whole group instead
-//     (giveAway), and ends; the other merges it at the start of its next
-//     step (receive). Requests that share a key sorting after keys of their
-//     own (a cart of a long-tail option and a hot one) are each gathered by
-//     the drain of their own key, which waits for the shared one: its holder
-//     used to yield it to each in turn, one transaction a hand. Where they
-//     share several hot keys (carts of one or two of five hot options), the
-//     drains of one worker that hold hot keys each meet requests whose
-//     smallest key another holds: they yielded keys to each other at every
-//     step, and a rush ran at 60% of the rate without the tail. Given away,
-//     their groups become one.
+//     (giveAway), parked or not, and ends; the other merges it at the start
+//     of its next step (receive). Where many requests share several hot keys
+//     and each also names a key of its own that sorts before them (carts of
+//     one or two of five hot options, each with one of 200 long-tail ones),
+//     the drains of one worker that hold hot keys each meet requests whose
+//     smallest key another holds, and none of them parks: they yielded keys
+//     to each other at every step, and a rush ran at 60% of the rate without
+//     the tail. Given away, their groups become one.
 //
-// Why giving away keeps the protocol's guarantees. The leases move between
-// two groups in the process, never released: no other drain can take a key
-// meanwhile, and the tokens, hence the fences, are the ones they were (K2).
-// They wait in the receiver's inbox until its next step merges them, before
-// it peeks (which extends them); only the receiver's own drain touches its
-// group, so one group only ever uses a lease. A drain closes its inbox,
-// under its lock, as its group empties or it hands its keys on (leave),
-// taking in what came before: a gift after that is refused and stays with
-// its giver, which yields as before, so nothing is left in an inbox nobody
-// reads. A giver closes its own inbox first and gives only with it empty,
-// so of two drains that give to each other at once at most one gives. A
-// gift makes one group of two and ends the giver, so gifts cannot go round
-// in a circle. Every key stays held throughout, so doc.go's argument that
-// someone always goes on holds of the merged group as of the two: it holds
-// every smallest key either held. The receiver holds the smallest key the
-// giver yielded for, as the registry last saw it; if it let that key go
-// since, the request is gathered by whoever holds it, as after a yield. A
-// gift that would leave no room for a request's keys (roomFor), by the keys
-// the receiver is registered under, is not made.
+// Why taking over keeps the protocol's guarantees. The leases move between
+// the two groups in the process, under the wakers' and the waiter's locks,
+// never released: no other drain can take a key meanwhile, and the tokens,
+// hence the fences, are the ones they were (K2). A parked drain does not
+// touch its group until it resumes, so one group only ever uses a lease.
+// Only a drain that is stepping takes, and only from a parked one, which
+// ends: a take makes one group of two and never splits one, so takes
+// cannot go round in a circle, and each ends a drain. Every key stays held
+// throughout, so doc.go's argument that someone always goes on holds of
+// the merged group as of the two: it holds every smallest key either held,
+// and yields for none of those requests. It takes only what leaves room
+// for the keys of any one request (roomFor), and in the same step still
+// tries and yields for what it could not take (held by a drain of another
+// worker, or by one looking again).
 //
-// Measured (2026-11-28). A cart rush whose every cart also holds one of 200
-// long-tail options (scripts/ab.sh, load -cart-tail 200, 40,000 carts, two
-// pairs): 1,659 and 1,529 carts a second against 1,341 and 1,240 before
-// (c1ee839, which took parked drains over instead), at 0.90 and 0.97 ms
-// of CPU a journey against 1.16 and 1.23; keys yielded with requests left,
-// 778 against 16,921. Taking parked drains over, kept beside the gifts, no
-// longer paid: BenchmarkBatchApply's case keys=24+shared-last/drains=8
-// (three runs of each, alternating) 933 / 809 / 927 requests a second with
-// it, 875 / 900 / 928 without; TestMultiKeyAcceptanceOrder, from the last
-// 202 to the last outcome, 0.32 / 1.80 / 0.32 / 0.36 s against 0.42 / 0.34
-// / 0.47 / 0.37; the cart rush above, 1,445 / 1,620 against 1,636 / 1,246.
-// It was removed. docs/benchmarks.md has these and the earlier steps.
+// Giving away keeps them the same way. The leases wait in the receiver's
+// inbox, never released, until its next step merges them, before it peeks
+// (which extends them). A drain closes its inbox, under its lock, as its
+// group empties or it hands its keys on (leave), taking in what came
+// before: a gift after that is refused and stays with its giver, which
+// yields as before; nothing is left in an inbox nobody reads. A giver
+// closes its own inbox first and gives only with it empty, so of two drains
+// that give to each other at once at most one gives. A giver ends, so
+// gifts cannot go round in a circle either. The receiver holds the smallest
+// key the giver yielded for, as the registry last saw it; if it let that
+// key go since, the request is gathered by whoever holds it, as after a
+// yield. A take moves the inbox of the drain it takes over with its group.
 //
-// Options.PlainWaiting (QUIET_WAITING=false) turns all three off: every
+// Measured (2026-11-27, BenchmarkBatchApply's case keys=24+shared-last/
+// drains=8, 400 requests, three runs of each, alternating): taking over,
+// 1,444 / 1,323 / 1,460 requests a second at 100–133 a transaction; the
+// first two alone, 395 / 342 / 318 at 2.6; plain, 126–159 at 2.6–2.9. The
+// shared key sorting first ran 924–1,544 in the same runs. In e2e
+// (TestMultiKeyAcceptanceOrder, two workers), from the last 202 to the last
+// outcome: 1.6–2.6 s, against 4.0–4.8 s without taking over and 8.7–10.5 s
+// plain. A cart rush whose every cart also holds one of 200 long-tail
+// options (scripts/ab.sh, load -cart-tail 200, 40,000 carts, two pairs):
+// 1,149 and 1,579 carts a second against 150 and 154 before, at 1.4 and
+// 1.0 ms of CPU a journey against 10.5 and 10.2. docs/benchmarks.md has
+// these and the earlier measurements of the first two.
+//
+// Giving away, measured (2026-11-28, the same cart rush, two pairs against
+// c1ee839, which took over but did not give): 1,659 and 1,529 carts a
+// second against 1,341 and 1,240, at 0.90 and 0.97 ms of CPU a journey
+// against 1.16 and 1.23; keys yielded with requests left, 778 against
+// 16,921. Taking over, measured again beside it: no difference in the
+// benchmark and the e2e test above, nor in the 40,000-cart rush, but in
+// make bench's short tailed cart rush (3,000 carts) the p99 from accept to
+// outcome was 651, 748 and 760 ms with it and 775 to 1,821 ms without (a
+// shared key then goes from drain to drain one gift a step), so it stays.
+//
+// Options.PlainWaiting (QUIET_WAITING=false) turns all four off: every
 // look is a whole step, on its timer alone, and keys move between drains
 // through Redis only. None is needed for K1–K6: the looks go on either way,
-// so a wake that is lost, a gift refused or a yield by a drain of another
-// worker costs only the wait.
+// so a wake that is lost, a drain not taken over, a gift refused or a yield
+// by a drain of another worker costs only the wait.
 
 // quiet is the last step of a group that applied nothing: what it saw and
 // what it planned. A nil *quiet is waiting plain.
@@ -137,6 +163,25 @@ func signature(keys []string, merged []entry) string {
 	return b.String()
 }
 
+// gather takes over the groups of the drains of this engine that are
+// parked holding keys g wants (wakers.take), and returns the keys it still
+// wants: the next step applies what those drains waited for with g's own.
+// A drain that is stopping takes nothing: it is about to hand its keys on.
+func (g *group) gather(ctx context.Context, wanted map[string]string) (left map[string]string, took bool) {
+	if g.quiet == nil || ctx.Err() != nil || g.e.stopping.Load() {
+		return wanted, false
+	}
+	for k := range wanted {
+		took = g.e.wakers.take(k, g) || took
+	}
+	if !took {
+		return wanted, false
+	}
+	left = maps.Clone(wanted)
+	maps.DeleteFunc(left, func(k, _ string) bool { _, held := g.held[k]; return held })
+	return left, true
+}
+
 // wakers are the drains of an engine, by the keys they held at the end of
 // their last step. It is bounded by live work: a drain is in it only while
 // it runs, under at most maxGroupKeys keys.
@@ -155,6 +200,50 @@ func (ws *wakers) wake(key string) {
 	}
 }
 
+// take moves into the whole group of the drain of this engine that is
+// parked holding key, if it drains the same queue and into has room for it
+// and then still for the keys of any one request (so roomFor does not hand
+// them on again), and wakes that drain, which then ends: its group is
+// empty. It reports whether it took anything.
+func (ws *wakers) take(key string, into *group) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w := ws.by[key]
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.parked || w.g.queue != into.queue || len(into.held)+len(w.g.held)+len(w.inbox) > into.e.maxGroupKeys()-requests.MaxKeys ||
+		sharesKey(w.g, into) {
+		return false
+	}
+	for _, l := range w.g.held {
+		into.add(l)
+	}
+	for _, l := range w.inbox {
+		into.add(l)
+	}
+	clear(w.g.held)
+	w.inbox, w.closed = nil, true
+	w.unregister()
+	w.wake()
+	return true
+}
+
+// sharesKey reports whether two groups list a key both: one of them lost
+// its lease and has not found out yet (a step outlasted the lease, and
+// another drain took the key). Merged, the lapsed token could replace the
+// live one; each finds out at its next peek instead.
+func sharesKey(a, b *group) bool {
+	for k := range a.held {
+		if _, ok := b.held[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // waiter is one drain's registration with its engine's wakers.
 type waiter struct {
 	ws    *wakers // nil when waiting plain
@@ -163,6 +252,10 @@ type waiter struct {
 	keys  []string
 
 	mu sync.Mutex
+	// parked is set while the drain waits between two looks, and g is its
+	// group: while parked the drain does not touch g, so take may empty it.
+	parked bool
+	g      *group
 	// inbox holds the leases of groups given to this drain (giveAway) that
 	// it has not merged yet; once closed it takes no more.
 	inbox  []Lease
@@ -196,15 +289,27 @@ func (w *waiter) track(g *group) {
 	w.keys = keys
 }
 
-// park registers the drain under the keys g holds now (track) and
-// returns the channel a wake arrives on (nil, which never delivers, when
-// waiting plain).
+// park registers the drain under the keys g holds now (track), marks it
+// parked, and returns the channel a wake arrives on (nil, which never
+// delivers, when waiting plain). The drain calls resume once it stops
+// waiting, before it touches g again.
 func (w *waiter) park(g *group) <-chan struct{} {
 	if w.ws == nil {
 		return nil
 	}
 	w.track(g)
+	w.mu.Lock()
+	w.parked, w.g = true, g
+	w.mu.Unlock()
 	return w.ch
+}
+
+// resume ends a wait: from now on no other drain takes the group, which
+// is empty if one did.
+func (w *waiter) resume() {
+	w.mu.Lock()
+	w.parked = false
+	w.mu.Unlock()
 }
 
 func (w *waiter) wake() {

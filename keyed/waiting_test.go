@@ -187,41 +187,137 @@ func parkOn(e *Engine, w *waiter, keys ...string) <-chan struct{} {
 	return w.park(g)
 }
 
+// take moves the whole group of a parked drain, and wakes it; it leaves
+// alone a drain that is looking again (resumed), one of another queue, one
+// that lists a key the taker holds, and one whose keys would not fit
+// beside the taker's; a drain that is stopping takes nothing.
+func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
+	e := &Engine{opt: Options{BatchMax: 8}} // a group holds at most 80 keys
+	into := &group{e: e, queue: "q", held: map[string]Lease{"s": {Key: "s", Token: 7}}}
+
+	parked := e.newWaiter("q")
+	woken := parkOn(e, parked, "a", "b")
+	require.True(t, e.wakers.take("b", into))
+	require.Equal(t, []string{"a", "b", "s"}, into.keys())
+	require.Equal(t, Lease{Key: "a", Token: 1}, into.held["a"], "the lease moves, token and all")
+	require.Empty(t, parked.g.held, "the drain taken over holds nothing, so it ends")
+	require.Len(t, woken, 1, "and is woken to end at once")
+	require.Empty(t, e.wakers.by, "nor can it be taken or woken again")
+	require.False(t, e.wakers.take("a", into))
+
+	looking := e.newWaiter("q")
+	parkOn(e, looking, "c")
+	looking.resume()
+	require.False(t, e.wakers.take("c", into), "a drain that looks again keeps its group")
+	require.Len(t, looking.g.held, 1)
+	parkOn(e, looking, "c")
+	require.True(t, e.wakers.take("c", into), "parked again, it is taken")
+
+	other := e.newWaiter("q")
+	other.park(&group{e: e, queue: "other", held: map[string]Lease{"d": {Key: "d"}}})
+	require.False(t, e.wakers.take("d", into), "a drain of another queue")
+	other.done()
+
+	stale := e.newWaiter("q")
+	parkOn(e, stale, "e", "s") // its lease of s lapsed; into holds s now
+	require.False(t, e.wakers.take("e", into), "a group that lists a key the taker holds")
+	stale.done()
+
+	stopping := e.newWaiter("q")
+	parkOn(e, stopping, "f")
+	into.quiet = &quiet{}
+	e.stopping.Store(true)
+	left, took := into.gather(context.Background(), map[string]string{"f": ""})
+	require.False(t, took, "a drain that is stopping takes nothing")
+	require.Contains(t, left, "f")
+	e.stopping.Store(false)
+	_, took = into.gather(context.Background(), map[string]string{"f": ""})
+	require.True(t, took)
+
+	big := e.newWaiter("q")
+	var keys []string
+	for i := range e.maxGroupKeys() - requests.MaxKeys - len(into.held) + 1 {
+		keys = append(keys, fmt.Sprintf("k%03d", i))
+	}
+	parkOn(e, big, keys...)
+	require.False(t, e.wakers.take("k000", into), "a group that leaves no room for a request's keys")
+	delete(big.g.held, "k000")
+	require.True(t, e.wakers.take("k001", into), "one that does")
+	require.Empty(t, e.wakers.by)
+}
+
 // Requests that share a key sorting after keys of their own (a cart of a
 // long-tail option and a hot one) are each gathered by the drain of their
 // own key, which waits for the shared one. Waiting quietly, the drain that
-// holds the shared key gives it, its whole group, to the drain of the first
-// of them, which applies its request and gives it on: the key goes from
-// drain to drain in the process, never released, with no promise and no
-// drain task in Redis. The control, waiting plain, yields it through Redis.
-func TestTheSharedKeyGoesFromDrainToDrainInProcess(t *testing.T) {
+// holds the shared key takes over the groups of those that wait parked in
+// its engine and applies all their requests in one transaction. The
+// control, waiting plain, yields the shared key to the first of them, and
+// the requests go one hand at a time.
+func TestAHolderGathersTheDrainsThatWaitForItsKey(t *testing.T) {
 	bothWaitings(t, func(t *testing.T, r *fenceRig, e *Engine, plain bool) {
 		ctx := context.Background()
 		ids := []uuid.UUID{r.acceptOn(t, "a", "s"), r.acceptOn(t, "b", "s"), r.acceptOn(t, "c", "s")}
 		var waiting []*group
 		for _, k := range []string{"a", "b", "c"} {
 			g := heldGroup(t, e, k)
-			g.w.park(g) // as its drain does once it found s held
+			e.newWaiter("q").park(g) // as its drain does once it found s held
 			waiting = append(waiting, g)
 		}
 		holder := heldGroup(t, e, "s")
-		s := holder.held["s"]
 
-		_, err := holder.step(ctx)
+		progress, err := holder.step(ctx)
 		require.NoError(t, err)
-		require.Empty(t, holder.held, "s goes to the drain of a")
 		if plain {
-			require.Zero(t, r.rdb.Exists(ctx, leaseKey("s")).Val(), "yielded through Redis")
+			require.True(t, progress)
+			require.Empty(t, holder.held, "s is yielded to the drain of a")
+			for _, id := range ids {
+				require.True(t, r.open(t, id), "nothing is applied in that step")
+			}
 			return
 		}
-		for i, g := range waiting {
-			require.NoError(t, g.receive(ctx, false))
-			require.Equal(t, s, g.held["s"], "the lease moves, token and all")
-			_, err := g.step(ctx)
-			require.NoError(t, err)
-			require.False(t, r.open(t, ids[i]))
+		require.True(t, progress)
+		require.Equal(t, []string{"a", "b", "c", "s"}, holder.keys())
+		for _, g := range waiting {
+			require.Empty(t, g.held)
+		}
+		_, err = holder.step(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, r.transactions(t, ids...), "all three in one transaction")
+		for _, id := range ids {
+			require.False(t, r.open(t, id))
 		}
 	})
+}
+
+// A drain that looks again is not parked: a drain that wants its key does
+// not take its group while the look runs, whatever the look then does with
+// it (the look is held in a round trip to force the interleaving). Parked
+// again, it is taken over, ends, and the taker applies its request. Run
+// with -race, the tries to take race the drain's looks.
+func TestADrainIsTakenOverOnlyWhileParked(t *testing.T) {
+	r := newFenceRig(t)
+	ctx := context.Background()
+	looks := &pipelines{held: make(chan struct{}), open: make(chan struct{})}
+	e := r.watchedEngine(t, r.pool, looks)
+	id := r.acceptOn(t, "a", "s")
+	holder := heldGroup(t, e, "s")
+	done := make(chan error, 1)
+	go func() { done <- e.Drain(ctx, "a", "q") }()
+
+	require.Eventually(t, func() bool { return registered(e, "a") }, 30*time.Second, time.Millisecond,
+		"the drain waits for s, holding a")
+	looks.shut.Store(true)
+	<-looks.held // the drain looks again, and a round trip of the look is held
+	require.False(t, e.wakers.take("a", holder), "a drain that looks again keeps its group")
+	looks.shut.Store(false)
+	close(looks.open)
+
+	require.Eventually(t, func() bool { return e.wakers.take("a", holder) }, 30*time.Second, 100*time.Microsecond)
+	require.NoError(t, <-done)
+	_, err := holder.step(ctx)
+	require.NoError(t, err)
+	require.False(t, r.open(t, id))
+	require.Empty(t, e.wakers.by)
 }
 
 // Two drains of one engine that each hold the smallest key of a request
