@@ -129,6 +129,9 @@ func (f *fencedError) Unwrap() error { return ErrFenced }
 // attempt is one apply transaction: lock the open requests among ids, check
 // the fences of the picked ones' keys, apply them and record their outcomes.
 // With failWith set, the picked requests are recorded as failed instead.
+// Every transaction takes its request rows first, in seq order, and its
+// fence rows after, in key order: one that waits for a request row holds
+// no fence row, so two cannot wait for each other.
 func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, pick pickFunc, limit int, failWith error) (result, error) {
 	var res result
 	tx, err := e.pool.Begin(ctx)
