@@ -38,8 +38,11 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 	for {
 		// A drain ends, taking no more groups given to it (waiting.go),
 		// once its group is empty and none came.
-		if err := g.receive(ctx, len(g.held) == 0); err != nil || len(g.held) == 0 {
-			return err
+		if err := g.receive(ctx, len(g.held) == 0); err != nil {
+			return errors.Join(err, g.leave(ctx, time.Second))
+		}
+		if len(g.held) == 0 {
+			return nil
 		}
 		if e.stopping.Load() || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return g.leave(ctx, 0)
