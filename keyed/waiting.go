@@ -426,27 +426,26 @@ func (g *group) receive(ctx context.Context, closing bool) error {
 	ls := w.inbox
 	w.inbox, w.closed = nil, w.closed || closing
 	w.mu.Unlock()
-	if len(g.held)+len(ls) > g.e.maxGroupKeys() {
-		var keys []string
-		for _, l := range ls {
-			if _, ok := g.held[l.Key]; !ok {
-				g.held[l.Key] = l
-				keys = append(keys, l.Key)
-			}
-		}
-		return g.giveUp(ctx, keys, nil, "h", 0)
-	}
+	var gifted []string
 	for _, l := range ls {
-		g.add(l)
+		if g.add(l) {
+			gifted = append(gifted, l.Key)
+		}
 	}
-	return nil
+	if len(g.held) <= g.e.maxGroupKeys() {
+		return nil
+	}
+	return g.giveUp(ctx, gifted, nil, "h", 0)
 }
 
-// add adds a lease given to g. Of two leases of one key the higher token is
-// the live one, if either is: a holder stalled past its lease, and the
-// other took the key; the next peek finds out if it was lost too.
-func (g *group) add(l Lease) {
-	if cur, ok := g.held[l.Key]; !ok || cur.Token < l.Token {
-		g.held[l.Key] = l
+// add adds a lease given to g, and reports whether g holds it now. Of two
+// leases of one key the higher token is the live one, if either is: a
+// holder stalled past its lease, and the other took the key; the next peek
+// finds out if it was lost too.
+func (g *group) add(l Lease) bool {
+	if cur, ok := g.held[l.Key]; ok && cur.Token >= l.Token {
+		return false
 	}
+	g.held[l.Key] = l
+	return true
 }
