@@ -38,13 +38,13 @@ import (
 //   - a drain that wants a key which a parked drain of the same engine holds
 //     takes that drain's whole group over (gather, wakers.take) before it
 //     tries the keys it still lacks, and the drain taken over ends (unless it
-//     drains another queue, the merged group would leave no room for a
-//     request's keys, or the two list a key both). Where many requests share a
-//     key that sorts after keys of their own (a cart of a long-tail option and
-//     a hot one), each is gathered by the drain of its own key, which waits
-//     for the shared one: the shared key's holder now takes those drains over
-//     and applies their requests in one batch, where it used to yield the key
-//     to each in turn;
+//     drains another queue, or the merged group would leave no room for a
+//     request's keys; of two leases of one key the higher token stays, add).
+//     Where many requests share a key that sorts after keys of their own (a
+//     cart of a long-tail option and a hot one), each is gathered by the
+//     drain of its own key, which waits for the shared one: the shared key's
+//     holder now takes those drains over and applies their requests in one
+//     batch, where it used to yield the key to each in turn;
 //   - a drain that would yield keys for a request whose smallest key a drain
 //     of the same engine holds gives that drain its whole group instead
 //     (giveAway), parked or not, and ends; the other merges it at the start
@@ -61,6 +61,10 @@ import (
 // never released: no other drain can take a key meanwhile, and the tokens,
 // hence the fences, are the ones they were (K2). A parked drain does not
 // touch its group until it resumes, so one group only ever uses a lease.
+// Two groups list one key only when one of them lost that lease unawares
+// (a step outlasted it, and another drain took the key): the merged group
+// keeps the higher token, the later acquire, and its next peek tells
+// whether that one is live.
 // Only a drain that is stepping takes, and only from a parked one, which
 // ends: a take makes one group of two and never splits one, so takes
 // cannot go round in a circle, and each ends a drain. Every key stays held
@@ -204,7 +208,8 @@ func (ws *wakers) wake(key string) {
 // parked holding key, if it drains the same queue and into has room for it
 // and then still for the keys of any one request (so roomFor does not hand
 // them on again), and wakes that drain, which then ends: its group is
-// empty. It reports whether it took anything.
+// empty. Its leases join into's through add. It reports whether it took
+// anything.
 func (ws *wakers) take(key string, into *group) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -214,8 +219,7 @@ func (ws *wakers) take(key string, into *group) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.parked || w.g.queue != into.queue || len(into.held)+len(w.g.held)+len(w.inbox) > into.e.maxGroupKeys()-requests.MaxKeys ||
-		sharesKey(w.g, into) {
+	if !w.parked || w.g.queue != into.queue || len(into.held)+len(w.g.held)+len(w.inbox) > into.e.maxGroupKeys()-requests.MaxKeys {
 		return false
 	}
 	for _, l := range w.g.held {
@@ -229,19 +233,6 @@ func (ws *wakers) take(key string, into *group) bool {
 	w.unregister()
 	w.wake()
 	return true
-}
-
-// sharesKey reports whether two groups list a key both: one of them lost
-// its lease and has not found out yet (a step outlasted the lease, and
-// another drain took the key). Merged, the lapsed token could replace the
-// live one; each finds out at its next peek instead.
-func sharesKey(a, b *group) bool {
-	for k := range a.held {
-		if _, ok := b.held[k]; ok {
-			return true
-		}
-	}
-	return false
 }
 
 // waiter is one drain's registration with its engine's wakers.
@@ -438,7 +429,7 @@ func (g *group) receive(ctx context.Context, closing bool) error {
 	return g.giveUp(ctx, gifted, nil, "h", 0)
 }
 
-// add adds a lease given to g, and reports whether g holds it now. Of two
+// add adds a lease given to g or taken by it, and reports whether g holds it now. Of two
 // leases of one key the higher token is the live one, if either is: a
 // holder stalled past its lease, and the other took the key; the next peek
 // finds out if it was lost too.

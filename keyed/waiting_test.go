@@ -188,9 +188,9 @@ func parkOn(e *Engine, w *waiter, keys ...string) <-chan struct{} {
 }
 
 // take moves the whole group of a parked drain, and wakes it; it leaves
-// alone a drain that is looking again (resumed), one of another queue, one
-// that lists a key the taker holds, and one whose keys would not fit
-// beside the taker's; a drain that is stopping takes nothing.
+// alone a drain that is looking again (resumed), one of another queue, and
+// one whose keys would not fit beside the taker's; a drain that is stopping
+// takes nothing. Of two leases of one key the taker keeps the higher token.
 func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 	e := &Engine{opt: Options{BatchMax: 8}} // a group holds at most 80 keys
 	into := &group{e: e, queue: "q", held: map[string]Lease{"s": {Key: "s", Token: 7}}}
@@ -220,8 +220,9 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 
 	stale := e.newWaiter("q")
 	parkOn(e, stale, "e", "s") // its lease of s lapsed; into holds s now
-	require.False(t, e.wakers.take("e", into), "a group that lists a key the taker holds")
-	stale.done()
+	require.True(t, e.wakers.take("e", into), "a group that lists a key the taker holds")
+	require.Equal(t, Lease{Key: "s", Token: 7}, into.held["s"], "the live lease stays")
+	delete(into.held, "e")
 
 	stopping := e.newWaiter("q")
 	parkOn(e, stopping, "f")
@@ -463,4 +464,29 @@ func TestGiftsRacingTheEndLoseNoLease(t *testing.T) {
 		}
 	}
 	require.Equal(t, 50, n, "every lease is in the group or refused")
+}
+
+// A gift that would take a group past maxGroupKeys (the receiver grew
+// after the giver read its registration) is handed on at once: its leases
+// are released, not kept above the bound nor left leased to nobody.
+func TestAGiftOverTheBoundIsHandedOn(t *testing.T) {
+	r := newFenceRig(t)
+	e := r.engineTTL(t, "w", 1, holdingTTL) // a group holds at most 66 keys
+	e.opt.PlainWaiting = false
+	ctx := context.Background()
+	var own, gift []string
+	for i := range e.maxGroupKeys() - 2 {
+		own = append(own, fmt.Sprintf("own%03d", i))
+	}
+	for i := range 5 {
+		gift = append(gift, fmt.Sprintf("gift%d", i))
+	}
+	g, giver := heldGroup(t, e, own...), heldGroup(t, e, gift...)
+	require.True(t, g.w.give(giver.leases()))
+
+	require.NoError(t, g.receive(ctx, false))
+	require.Equal(t, own, g.keys(), "the group keeps its own keys and no more")
+	for _, k := range gift {
+		require.Zero(t, r.rdb.Exists(ctx, leaseKey(k)).Val(), "%s is released", k)
+	}
 }
