@@ -32,6 +32,10 @@ type group struct {
 	// drain's registration with its engine (waiting.go).
 	quiet *quiet
 	w     *waiter
+	// dropped are leases of keys the group got twice, from a gift or a
+	// take, that it let go of for the other one (add); the next receive
+	// releases them.
+	dropped []Lease
 }
 
 // maxGroupKeys bounds the keys one drain holds: enough for a full batch of
@@ -470,6 +474,14 @@ func (g *group) giveUp(ctx context.Context, keys []string, keptFor map[string]st
 	for i, k := range keys {
 		ls[i] = g.held[k]
 		delete(g.held, k)
+	}
+	return g.release(ctx, ls, keptFor, prefix, delay)
+}
+
+// release releases ls, which g no longer holds, as giveUp describes.
+func (g *group) release(ctx context.Context, ls []Lease, keptFor map[string]string, prefix string, delay time.Duration) error {
+	if len(ls) == 0 {
+		return nil
 	}
 	ctx = context.WithoutCancel(ctx)
 	cmds, err := evalAll(ctx, g.e.rdb, releaseScript, len(ls), func(i int) ([]string, []any) {

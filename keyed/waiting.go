@@ -2,6 +2,7 @@ package keyed
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -63,8 +64,9 @@ import (
 // touch its group until it resumes, so one group only ever uses a lease.
 // Two groups list one key only when one of them lost that lease unawares
 // (a step outlasted it, and another drain took the key): the merged group
-// keeps the higher token, the later acquire, and its next peek tells
-// whether that one is live.
+// keeps the higher token, the later acquire, releases the other in Redis
+// (a no-op unless that one is the live lease), and its next peek tells
+// whether the one it kept is live.
 // Only a drain that is stepping takes, and only from a parked one, which
 // ends: a take makes one group of two and never splits one, so takes
 // cannot go round in a circle, and each ends a drain. Every key stays held
@@ -407,7 +409,7 @@ func (w *waiter) open() {
 
 // receive merges the leases given to g's drain into g (add); closing, it
 // takes no more after them. A gift that would take the group past
-// maxGroupKeys is handed on instead.
+// maxGroupKeys is handed on instead. It releases the leases add dropped.
 func (g *group) receive(ctx context.Context, closing bool) error {
 	w := g.w
 	if w == nil {
@@ -423,19 +425,31 @@ func (g *group) receive(ctx context.Context, closing bool) error {
 			gifted = append(gifted, l.Key)
 		}
 	}
+	err := g.release(ctx, g.dropped, nil, "h", 0)
+	g.dropped = nil
 	if len(g.held) <= g.e.maxGroupKeys() {
-		return nil
+		return err
 	}
-	return g.giveUp(ctx, gifted, nil, "h", 0)
+	return errors.Join(err, g.giveUp(ctx, gifted, nil, "h", 0))
 }
 
-// add adds a lease given to g or taken by it, and reports whether g holds it now. Of two
-// leases of one key the higher token is the live one, if either is: a
-// holder stalled past its lease, and the other took the key; the next peek
-// finds out if it was lost too.
+// add adds a lease given to g or taken by it, and reports whether g holds
+// it now. Of two leases of one key the higher token is the live one, if
+// either is: a holder stalled past its lease, and the other took the key;
+// the next peek finds out if it was lost too. The other goes to dropped,
+// for receive to release: if a Redis that lost its fences handed out the
+// lower token last (doc.go, "Forgetting"), that one is live, and released
+// it goes to a new drain instead of lapsing unused.
 func (g *group) add(l Lease) bool {
-	if cur, ok := g.held[l.Key]; ok && cur.Token >= l.Token {
+	cur, ok := g.held[l.Key]
+	switch {
+	case ok && cur.Token == l.Token:
 		return false
+	case ok && cur.Token > l.Token:
+		g.dropped = append(g.dropped, l)
+		return false
+	case ok:
+		g.dropped = append(g.dropped, cur)
 	}
 	g.held[l.Key] = l
 	return true

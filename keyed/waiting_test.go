@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -488,5 +489,40 @@ func TestAGiftOverTheBoundIsHandedOn(t *testing.T) {
 	require.Equal(t, own, g.keys(), "the group keeps its own keys and no more")
 	for _, k := range gift {
 		require.Zero(t, r.rdb.Exists(ctx, leaseKey(k)).Val(), "%s is released", k)
+	}
+}
+
+// A take or a gift that brings a group a second lease of a key it holds
+// keeps the higher token and releases the other in Redis: a no-op when
+// that one lapsed, as it normally has, and the live lease going to a new
+// drain when a Redis that lost its fences handed out the lower token last.
+// Dropped without a release (the control, checked by hand), that live
+// lease would stay leased to nobody until it lapsed.
+func TestTwoLeasesOfAKeyLeaveNoneUnused(t *testing.T) {
+	for _, liveIsLower := range []bool{false, true} {
+		t.Run(fmt.Sprintf("liveIsLower=%t", liveIsLower), func(t *testing.T) {
+			r := newFenceRig(t)
+			e := r.engineTTL(t, "w", 8, holdingTTL)
+			e.opt.PlainWaiting = false
+			ctx := context.Background()
+			live := holding(t, e, "s")
+			into, parked := heldGroup(t, e, "x"), Lease{Key: "s", Token: live.Token - 1}
+			into.held["s"] = live
+			if liveIsLower {
+				into.held["s"], parked = Lease{Key: "s", Token: live.Token + 1}, live
+			}
+			e.newWaiter("q").park(&group{e: e, queue: "q", held: map[string]Lease{"s": parked}})
+
+			require.True(t, e.wakers.take("s", into))
+			require.NoError(t, into.receive(ctx, false))
+			held, err := r.rdb.Get(ctx, leaseKey("s")).Result()
+			if !liveIsLower {
+				require.NoError(t, err)
+				require.Equal(t, strconv.FormatInt(live.Token, 10), held, "the live lease stays in use")
+				return
+			}
+			require.ErrorIs(t, err, redis.Nil, "the live lease is released, not left to lapse")
+			require.Equal(t, live.Token+1, into.held["s"].Token, "the next peek finds the kept one lost")
+		})
 	}
 }
