@@ -163,9 +163,7 @@ func TestWakersWakeTheDrainThatWaitsHoldingTheKey(t *testing.T) {
 // drain of its process that waits holding p; a hand-off that keeps the key
 // for no one wakes nobody.
 func TestAYieldWakesTheDrainItKeepsTheKeyFor(t *testing.T) {
-	r := newFenceRig(t)
-	e := r.engineTTL(t, "w", 8, holdingTTL)
-	e.opt.PlainWaiting = false
+	_, e := quietEngine(t, 8)
 	ctx := context.Background()
 	waits := e.newWaiter("q")
 	woken := parkOn(e, waits, "p")
@@ -355,6 +353,15 @@ func TestDrainsOfOneEngineMergeInsteadOfTradingKeys(t *testing.T) {
 	})
 }
 
+// quietEngine is an engine of a rig of its own that waits quietly, whatever
+// HOLDFAST_TEST_SPEEDUPS says: the tests of quiet waiting itself.
+func quietEngine(t *testing.T, batchMax int) (*fenceRig, *Engine) {
+	r := newFenceRig(t)
+	e := r.engineTTL(t, "w", batchMax, holdingTTL)
+	e.opt.PlainWaiting = false
+	return r, e
+}
+
 // bothWaitings runs f on a rig of its own with an engine waiting quietly,
 // then with one waiting plain, the control.
 func bothWaitings(t *testing.T, f func(t *testing.T, r *fenceRig, e *Engine, plain bool)) {
@@ -385,9 +392,7 @@ func (r *fenceRig) transactions(t *testing.T, ids ...uuid.UUID) int {
 func TestAGroupIsGivenOnlyToADrainThatGoesOn(t *testing.T) {
 	for _, closing := range []bool{true, false} {
 		t.Run(fmt.Sprintf("closing=%t", closing), func(t *testing.T) {
-			r := newFenceRig(t)
-			e := r.engineTTL(t, "w", 8, holdingTTL)
-			e.opt.PlainWaiting = false
+			r, e := quietEngine(t, 8)
 			ctx := context.Background()
 			r.acceptOn(t, "a", "b")
 			ending, giver := heldGroup(t, e, "a"), heldGroup(t, e, "b")
@@ -471,9 +476,7 @@ func TestGiftsRacingTheEndLoseNoLease(t *testing.T) {
 // after the giver read its registration) is handed on at once: its leases
 // are released, not kept above the bound nor left leased to nobody.
 func TestAGiftOverTheBoundIsHandedOn(t *testing.T) {
-	r := newFenceRig(t)
-	e := r.engineTTL(t, "w", 1, holdingTTL) // a group holds at most 66 keys
-	e.opt.PlainWaiting = false
+	r, e := quietEngine(t, 1) // a group holds at most 66 keys
 	ctx := context.Background()
 	var own, gift []string
 	for i := range e.maxGroupKeys() - 2 {
@@ -501,9 +504,7 @@ func TestAGiftOverTheBoundIsHandedOn(t *testing.T) {
 func TestTwoLeasesOfAKeyLeaveNoneUnused(t *testing.T) {
 	for _, liveIsLower := range []bool{false, true} {
 		t.Run(fmt.Sprintf("liveIsLower=%t", liveIsLower), func(t *testing.T) {
-			r := newFenceRig(t)
-			e := r.engineTTL(t, "w", 8, holdingTTL)
-			e.opt.PlainWaiting = false
+			r, e := quietEngine(t, 8)
 			ctx := context.Background()
 			live := holding(t, e, "s")
 			into, parked := heldGroup(t, e, "x"), Lease{Key: "s", Token: live.Token - 1}
