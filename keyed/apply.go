@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -150,15 +151,18 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 		return res, nil
 	}
 	picked := make([]uuid.UUID, len(batch))
-	var keys []string // the batch's: K2 and K3 are per key
+	through := map[string]int64{} // each key of the batch, to its last request's seq: K2 and K3 are per key
 	for i, r := range batch {
 		picked[i] = r.ID
-		keys = append(keys, r.Keys...)
+		for _, k := range r.Keys {
+			through[k] = r.Seq // the batch is in seq order
+		}
 	}
+	keys := slices.Collect(maps.Keys(through))
 	if err := fence(ctx, tx, leasesOf(leases, keys), e.opt.ForgetAfter); err != nil {
 		return res, err
 	}
-	waiting, err := requests.UndispatchedBefore(ctx, tx, keys, batch[len(batch)-1].Seq, picked)
+	waiting, err := requests.UndispatchedBefore(ctx, tx, through, picked)
 	if err != nil {
 		return res, err
 	}

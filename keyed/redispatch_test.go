@@ -183,28 +183,68 @@ func TestKeepAliveExtendsEveryLeaseOfAGroup(t *testing.T) {
 // again, until x came free.
 func TestUndispatchedRequestHoldsUpOnlyRequestsOnItsKeys(t *testing.T) {
 	t.Parallel()
-	r := newFenceRig(t)
-	ctx := context.Background()
-	e := r.engineTTL(t, "w", 8, holdingTTL)
-	_, held, err := r.engineTTL(t, "o", 8, holdingTTL).TryAcquire(ctx, "x")
-	require.NoError(t, err)
-	require.True(t, held)
-	_, _, err = r.newIntake(failingDispatch{e}).Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"a", "x"}})
-	require.NoError(t, err)
+	r, e := undispatchedRig(t, 8, "x")
+	r.acceptUndispatched(t, e, "a", "x")
 	later := r.acceptOn(t, "c")
 	r.acceptOn(t, "a", "c")
 
-	dctx, cancel := context.WithCancel(ctx)
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		_ = e.Drain(dctx, "a", "q") // hands its keys on once cancelled: U and M still wait for x
-	}()
-	require.Eventually(t, func() bool { return len(r.applied(t)) > 0 }, 20*time.Second, 10*time.Millisecond,
-		"R is applied while U waits")
-	cancel()
-	<-drained
+	// The drain hands its keys on once cancelled: U and M still wait for x.
+	drainWhile(t, e, "a", func() bool { return len(r.applied(t)) == 0 }, "R is applied while U waits")
 	got := r.applied(t)
 	require.Len(t, got, 1)
 	require.Equal(t, later, got[0].ID)
+}
+
+// undispatchedRig is a rig with an engine of batchMax and key held by a
+// drain of another worker.
+func undispatchedRig(t *testing.T, batchMax int, key string) (*fenceRig, *Engine) {
+	r := newFenceRig(t)
+	_, held, err := r.engineTTL(t, "o", batchMax, holdingTTL).TryAcquire(context.Background(), key)
+	require.NoError(t, err)
+	require.True(t, held)
+	return r, r.engineTTL(t, "w", batchMax, holdingTTL)
+}
+
+// acceptUndispatched accepts a request on keys whose dispatch fails.
+func (r *fenceRig) acceptUndispatched(t *testing.T, e *Engine, keys ...string) {
+	_, _, err := r.newIntake(failingDispatch{e}).Accept(context.Background(),
+		requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: keys})
+	require.NoError(t, err)
+}
+
+// drainWhile drains key in the background while waiting holds, failing
+// after 10 s, then stops the drain and waits until it handed its keys on.
+func drainWhile(t *testing.T, e *Engine, key string, waiting func() bool, msg string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		_ = e.Drain(ctx, key, "q")
+	}()
+	require.Eventually(t, func() bool { return !waiting() }, 10*time.Second, 10*time.Millisecond, msg)
+	cancel()
+	<-drained
+}
+
+// K3 is per key within a batch too: a batch may hold requests of a key
+// behind an undispatched request of another key, so long as on each key
+// it applies only requests before it. Here U, on k, failed its dispatch
+// and, back in its mailbox, lies beyond k's window (BatchMax 2: A and C,
+// which waits for z, held elsewhere). A on k and m, and R on m alone, both
+// go before U on every key they name. Checked against the batch's highest
+// seq over all its keys (R's), the batch was refused as overtaking U at
+// every step, and A and R waited as long as z was held.
+func TestABatchOvertakesAnUndispatchedRequestOnNoKeyOfIt(t *testing.T) {
+	t.Parallel()
+	r, e := undispatchedRig(t, 2, "z")
+	first := r.acceptOn(t, "k", "m")
+	r.acceptOn(t, "k", "z")
+	r.acceptUndispatched(t, e, "k")
+	later := r.acceptOn(t, "m")
+
+	// The drain hands its keys on once cancelled: C and U still wait for z.
+	drainWhile(t, e, "k", func() bool { return len(r.applied(t)) < 2 }, "A and R are applied while C waits for z")
+	got := r.applied(t)
+	require.Len(t, got, 2)
+	require.Equal(t, []uuid.UUID{first, later}, []uuid.UUID{got[0].ID, got[1].ID})
 }

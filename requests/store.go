@@ -189,13 +189,19 @@ func (s *Store) Undispatched(ctx context.Context, keys []string, afterSeq int64,
 		ORDER BY seq LIMIT $2`, afterSeq, limit, keys)
 }
 
-// UndispatchedBefore reports whether an open request on any of keys with seq
-// below seq, other than the batch's own, is marked undispatched: applying
-// past it would break acceptance order.
-func UndispatchedBefore(ctx context.Context, tx pgx.Tx, keys []string, seq int64, batch []uuid.UUID) (bool, error) {
+// UndispatchedBefore reports whether an open request other than the
+// batch's own is marked undispatched on a key of through with a seq below
+// that key's mark: applying the batch would overtake it on that key (K3 is
+// per key; one on another key of the batch, or later, is not overtaken).
+func UndispatchedBefore(ctx context.Context, tx pgx.Tx, through map[string]int64, batch []uuid.UUID) (bool, error) {
+	keys, seqs := make([]string, 0, len(through)), make([]int64, 0, len(through))
+	for k, seq := range through {
+		keys, seqs = append(keys, k), append(seqs, seq)
+	}
 	var found bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests WHERE undispatched AND seq < $2
-		AND status IN ('queued', 'processing') AND keys && $1 AND id <> ALL($3))`, keys, seq, batch).Scan(&found)
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests r JOIN unnest($1::text[], $2::bigint[]) AS b(key, seq)
+		ON b.key = ANY (r.keys) AND r.seq < b.seq
+		WHERE r.undispatched AND r.status IN ('queued', 'processing') AND r.id <> ALL($3))`, keys, seqs, batch).Scan(&found)
 	return found, storage.Translate("requests: undispatched before", err)
 }
 
