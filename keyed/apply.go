@@ -28,8 +28,9 @@ type result struct {
 type pickFunc func(open []*requests.Request, limit int) []*requests.Request
 
 // applyRetrying runs apply transactions until one commits.
-//   - A fenced lease whose Redis entry is still ours (Redis lost its token
-//     counter) is re-issued, once per key.
+//   - A fenced lease whose Redis entry is still ours (Redis lost the key's
+//     fence, or its clock is behind: doc.go, "Forgetting") is re-issued,
+//     once per key.
 //   - A transient failure (connection, serialization, deadlock, Redis) is
 //     retried with backoff, then returned: the key is handed on and the task
 //     retried later, and the request is never marked failed for it.

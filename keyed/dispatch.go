@@ -96,8 +96,8 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Po
 // held as the request entered its mailboxes (a group gathers a request's
 // other keys, or makes way for the drain that does: group.go), or the
 // drain that the tasks of the requests ahead of it start, when it waits
-// behind more than after others. The key's holder
-// applies such a request in order whatever its task does, and the
+// behind more than DeferAfter others. The key's holder applies such a
+// request in order whatever its task does, and the
 // reconciler, not the task, recovers a key whose holder died; the task is
 // there so Asynqmon shows the request (K1). Deferring it (deferred.go:
 // folded with others into one task, or scheduled well past the expected

@@ -20,6 +20,10 @@
 //     and FenceCheck for appliers' own scripts.
 //  4. drain.go: Drain and drainHeld, the loop a holder runs until its
 //     mailboxes are empty or its slice is up; finish, lostLease, keepAlive.
+//     Its calls into quiet waiting (the group's w and quiet: receive,
+//     track, park, resume, and gather and giveAway in group.go) do nothing
+//     when waiting plain: skip them on a first reading; waiting.go, after
+//     the protocol, explains them.
 //  5. group.go: one step of that loop over every key the drain holds (peek,
 //     merge, pick what may go in acceptance order, apply), how keys held
 //     elsewhere are waited for without deadlock, and how keys are given
@@ -29,6 +33,20 @@
 //  7. reconcile.go and forget.go: recovery from lost Redis state and dead
 //     holders, and how fencing state is let go.
 //
+// The words for a drain letting a key go, as the code uses them:
+//
+//   - release: its lease is deleted in Redis (releaseScript, checking the
+//     token), atomically with finding the mailbox empty (releaseEmpty), or
+//     whatever the mailbox holds (giveUp, release);
+//   - hand on: release with a drain task for the entries left (leave at a
+//     slice's end, on shutdown or an error; roomFor);
+//   - yield: release keeping the key for promiseTTL for the holder of a
+//     blocked request's smallest key, the claim it must show to take it
+//     (the key's "for" entry: a promise), with a drain task a second later
+//     (yield);
+//   - give away and take (quiet waiting only): the leases move to another
+//     drain of the same worker without a release (waiting.go).
+//
 // Throughput mechanisms outside the protocol, each with a switch
 // (docs/configuration.md) and its measured gain beside its code: deferred.go
 // (deferred tasks folded, AGGREGATE_DEFERRED_TASKS), the intake's group
@@ -37,9 +55,10 @@
 // long polls answer without Postgres (api/notify.go and await in
 // api/requests.go, ANNOUNCED_VIEWS), and quiet waiting (waiting.go,
 // QUIET_WAITING: a drain that waits for keys looks again with Redis alone,
-// a yield wakes it, a drain that wants a key it waits with takes its
-// whole group over, and a drain that would yield to another drain of its
-// worker gives it its whole group instead). None of them is needed for K1–K6: make test runs
+// a yield wakes it, a drain that wants a key a parked drain of its worker
+// holds takes that drain's whole group over, and a drain that would yield
+// to another drain of its worker gives it its whole group instead). None
+// of them is needed for K1–K6: make test runs
 // the protocol's tests again with every one of them off
 // (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups
 // (group.go) are part of the protocol: they are how a request with several

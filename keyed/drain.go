@@ -11,7 +11,9 @@ import (
 
 // Drain takes key's lease and applies its mailbox. If another drain holds
 // the lease, that holder will apply everything in the mailbox (it releases
-// only atomically with finding it empty), so Drain returns at once.
+// only atomically with finding it empty), so Drain returns at once; so it
+// does when the key is kept for the holder of another key (a yield's
+// promise): the yield enqueued a drain task of its own to follow.
 func (e *Engine) Drain(ctx context.Context, key, queue string) error {
 	l, ok, empty, err := e.acquireWork(ctx, key)
 	switch {
@@ -36,8 +38,9 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 	w := g.w
 	defer w.done()
 	for {
-		// A drain ends, taking no more groups given to it (waiting.go),
-		// once its group is empty and none came.
+		// Its group empty, the drain closes its inbox (waiting.go) and ends,
+		// unless a group was given to it before it closed: it goes on with
+		// that one, taking no more.
 		if err := g.receive(ctx, len(g.held) == 0); err != nil {
 			return errors.Join(err, g.leave(ctx, time.Second))
 		}

@@ -77,7 +77,7 @@ type Type struct {
 
 // Options tune the engine; zero values take the defaults of config.Config.
 type Options struct {
-	LeaseTTL     time.Duration // lease lifetime; a holder extends it every batch
+	LeaseTTL     time.Duration // lease lifetime; a holder extends it at every look at its mailboxes and while a transaction runs
 	BatchMax     int           // requests per apply transaction
 	DrainSlice   time.Duration // longest one task holds a key before handing it on
 	RedriveAfter time.Duration // how long a request may stay open before the reconciler looks at it

@@ -146,8 +146,8 @@ type plan struct {
 	// key), or "" when the group wants the smallest key itself.
 	wanted map[string]string
 	// first is the first blocked request this group gathers (it holds
-	// the request's smallest key), and lacking the keys of it the group
-	// does not hold (roomFor).
+	// the request's smallest key), and lacking are that request's keys the
+	// group does not hold (roomFor).
 	first   *requests.Request
 	lacking []string
 }

@@ -128,6 +128,6 @@ func (e *Engine) reissue(ctx context.Context, l Lease) (Lease, error) {
 	if tok == 0 {
 		return l, ErrLeaseLost
 	}
-	e.log.Warn("lease token re-issued above the fence; Redis lost its counter", "key", l.Key, "token", tok)
+	e.log.Warn("lease token re-issued above the fence; Redis lost the key's fence or its clock is behind", "key", l.Key, "token", tok)
 	return Lease{Key: l.Key, Token: tok}, nil
 }
