@@ -76,7 +76,8 @@ func (r *fenceRig) engineOn(t *testing.T, name string, batch int, ttl time.Durat
 // engineWith is an engine of opt on the given clients, deferring tasks and
 // enqueueing as the rig's engines do, with the recording applier.
 func (r *fenceRig) engineWith(t *testing.T, opt Options, pool *pgxpool.Pool, rdb redis.UniversalClient) *Engine {
-	opt.ScheduleDeferred, opt.EnqueueEach, opt.PlainWaiting = r.scheduleDeferred, testenv.SpeedupsOff(), testenv.SpeedupsOff()
+	off := testenv.SpeedupsOff()
+	opt.ScheduleDeferred, opt.EnqueueEach, opt.PlainWaiting, opt.PeekAcquired = r.scheduleDeferred, off, off, off
 	e := New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()), opt)
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(

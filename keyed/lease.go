@@ -63,6 +63,10 @@ func acquired(c *redis.Cmd) (tok int64, keptFor string, err error) {
 		return v, "", nil
 	case string:
 		return 0, v, nil
+	case []any:
+		if tok, ok := v[0].(int64); ok {
+			return tok, "", nil
+		}
 	}
 	return 0, "", fmt.Errorf("unexpected reply %T", v)
 }
