@@ -46,7 +46,7 @@ func (g *group) applyRetrying(ctx context.Context, ids []uuid.UUID, pick pickFun
 	reissued := map[string]bool{}
 	transientTries, aloneFailures := 0, 0
 	for {
-		stop := e.keepAlive(ctx, leases)
+		stop := e.keepAlive(ctx, func() []Lease { return append(slices.Clip(leases), g.w.gifts()...) })
 		res, err := e.attempt(ctx, leases, ids, pick, g.limit, nil)
 		stop()
 		var fenced *fencedError

@@ -156,8 +156,9 @@ func (e *Engine) lostLease(ctx context.Context, l Lease, queue string) error {
 // keepAlive extends the leases while an apply transaction runs, all of a
 // group's in one round trip, so a slow batch does not lose its keys
 // midway. A holder that stalls (or whose process freezes) stops extending
-// and is fenced out once a successor commits.
-func (e *Engine) keepAlive(ctx context.Context, leases []Lease) (stop func()) {
+// and is fenced out once a successor commits. leases is read at each
+// extension: a group's gifts (waiting.go) join it as they arrive.
+func (e *Engine) keepAlive(ctx context.Context, leases func() []Lease) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -169,8 +170,9 @@ func (e *Engine) keepAlive(ctx context.Context, leases []Lease) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				_, _ = evalAll(ctx, e.rdb, extendScript, len(leases), func(i int) ([]string, []any) {
-					return []string{leaseKey(leases[i].Key)}, []any{leases[i].Token, e.opt.LeaseTTL.Milliseconds()}
+				ls := leases()
+				_, _ = evalAll(ctx, e.rdb, extendScript, len(ls), func(i int) ([]string, []any) {
+					return []string{leaseKey(ls[i].Key)}, []any{ls[i].Token, e.opt.LeaseTTL.Milliseconds()}
 				})
 			}
 		}

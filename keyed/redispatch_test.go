@@ -165,7 +165,7 @@ func TestKeepAliveExtendsEveryLeaseOfAGroup(t *testing.T) {
 	}
 
 	kept, since := take("alive")
-	stop := e.keepAlive(ctx, kept)
+	stop := e.keepAlive(ctx, func() []Lease { return kept })
 	defer stop()
 	require.Eventually(t, func() bool { return extended(kept, since) }, 10*time.Second, 10*time.Millisecond)
 

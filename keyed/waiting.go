@@ -79,7 +79,8 @@ import (
 //
 // Giving away keeps them the same way. The leases wait in the receiver's
 // inbox, never released, until its next step merges them, before it peeks
-// (which extends them). A drain closes its inbox, under its lock, as its
+// (which extends them); a transaction of the receiver's that runs meanwhile
+// keeps them alive with its own (keepAlive). A drain closes its inbox, under its lock, as its
 // group empties or it hands its keys on (leave), taking in what came
 // before: a gift after that is refused and stays with its giver, which
 // yields as before; nothing is left in an inbox nobody reads. A giver
@@ -387,6 +388,17 @@ func (w *waiter) give(ls []Lease) bool {
 		w.wake()
 	}
 	return ok
+}
+
+// gifts are the leases in w's inbox: not merged yet, they are kept alive
+// with the group's own while its step runs (keepAlive).
+func (w *waiter) gifts() []Lease {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.inbox)
 }
 
 // shut closes w's inbox, unless something is in it: its drain gives its

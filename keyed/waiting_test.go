@@ -533,3 +533,33 @@ func TestTwoLeasesOfAKeyLeaveNoneUnused(t *testing.T) {
 		})
 	}
 }
+
+// A group given to a drain while its transaction runs waits in its inbox
+// until the next step; the transaction's keepAlive extends those leases
+// with the drain's own, so a slow transaction does not let them lapse
+// (the drain's next peek would find them lost and end it). Extending only
+// the leases the transaction started with fails this test: checked.
+func TestAGiftOutlivesASlowTransaction(t *testing.T) {
+	r := newFenceRig(t)
+	const ttl = 600 * time.Millisecond
+	stall := &pgStall{prefix: "INSERT INTO applied"} // inside the applier
+	pool, err := storage.OpenPostgres(context.Background(), r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	e := r.engineOn(t, "w", 8, ttl, pool, r.rdb)
+	e.opt.PlainWaiting = false
+	ctx := context.Background()
+	id := r.acceptOn(t, "r")
+	g, gift := heldGroup(t, e, "r"), holding(t, e, "x")
+	stall.set(func() {
+		require.True(t, g.w.give([]Lease{gift}))
+		time.Sleep(3 * ttl)
+	})
+
+	_, err = g.step(ctx)
+	require.NoError(t, err)
+	require.False(t, r.open(t, id))
+	require.NoError(t, g.receive(ctx, false))
+	require.Equal(t, gift, g.held["x"])
+	require.Equal(t, strconv.FormatInt(gift.Token, 10), r.rdb.Get(ctx, leaseKey("x")).Val(), "the gift's lease is alive")
+}
