@@ -272,7 +272,7 @@ func TestFencingControlStalledGroupCommits(t *testing.T) {
 // TryAcquire takes key's lease as a holder outside any drain, the tests'
 // stand-in for a drain holding the key; ok is false if it is held.
 func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, err error) {
-	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key), forKey(key)},
+	tok, _, _, err := acquired(acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key), forKey(key)},
 		e.opt.LeaseTTL.Milliseconds(), "", e.opt.ForgetAfter.Milliseconds()))
 	return Lease{Key: key, Token: tok}, tok > 0, err
 }
