@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -159,8 +158,7 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 			through[k] = r.Seq // the batch is in seq order
 		}
 	}
-	keys := slices.Collect(maps.Keys(through))
-	if err := fence(ctx, tx, leasesOf(leases, keys), e.opt.ForgetAfter); err != nil {
+	if err := fence(ctx, tx, leasesOf(leases, through), e.opt.ForgetAfter); err != nil {
 		return res, err
 	}
 	waiting, err := requests.UndispatchedBefore(ctx, tx, through, picked)
@@ -248,20 +246,16 @@ func missing(ids []uuid.UUID, open []*requests.Request) []string {
 	return out
 }
 
-// leasesOf returns those of leases whose key is among keys: a transaction
+// leasesOf returns those of leases whose key the batch names: a transaction
 // fences the keys of what it applies (doc.go, "Groups"), not every key its
 // group holds. Measured in a cart rush whose every cart also holds one of
 // 200 long-tail options (load -cart-tail 200, 40,000 carts, 2026-11-28,
 // Postgres' own counters): 32,243 key_fences row updates against 91,238
 // when every held key was fenced; docs/benchmarks.md has the rates.
-func leasesOf(leases []Lease, keys []string) []Lease {
-	named := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		named[k] = true
-	}
+func leasesOf(leases []Lease, named map[string]int64) []Lease {
 	var out []Lease
 	for _, l := range leases {
-		if named[l.Key] {
+		if _, ok := named[l.Key]; ok {
 			out = append(out, l)
 		}
 	}
