@@ -455,10 +455,15 @@ func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]
 // keepWindow keeps the window an acquire read of key's mailbox for the
 // next peek, which then does not read it again (READ_ON_ACQUIRE, a
 // throughput mechanism outside the protocol: Options.PeekAcquired turns it
-// off). A window read at the acquire is as good as one the next peek would
-// read: only the holder removes entries, and an entry that joins after it
-// with a lower seq was posted after every entry in it was, so it is no
-// earlier than they are by K3's real-time order.
+// off). Such a window covers only the seqs it saw, as a full one does, even
+// when it took the whole mailbox: a window peeked in the step's round trip
+// covers every seq, as a request another window of that round trip shows
+// was posted, hence accepted, after every request K3 puts before it on
+// this key had been posted; one read at an earlier step's acquire was not
+// (TestAWindowReadAtTheAcquireCoversOnlyWhatItSaw). For what it saw it is
+// as good as the next peek: only the holder removes entries, and one that
+// joins later with a lower seq was posted after every entry in it was, so
+// K3's real-time order does not put it before them.
 //
 // Measured (2026-11-28, scripts/ab.sh, load -cart-tail 200, 40,000 carts,
 // one worker; in that rush a step peeked 138 keys on average and a cart's
@@ -474,6 +479,10 @@ func (g *group) keepWindow(key string, pairs []string) error {
 	w, err := readWindow(pairs, g.e.opt.BatchMax)
 	if err != nil {
 		return err
+	}
+	w.last = 0 // seqs start at 1
+	if n := len(w.seqs); n > 0 {
+		w.last = w.seqs[n-1]
 	}
 	if g.fresh == nil {
 		g.fresh = map[string]window{}

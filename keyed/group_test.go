@@ -266,3 +266,32 @@ func TestATakenKeysMailboxIsReadWithItsLease(t *testing.T) {
 		})
 	}
 }
+
+// A window an acquire read vouches only for what it saw: X, on m, is
+// accepted after the acquire and before R2, on k and m, is sent, so K3
+// puts X first on m. The next step sees R2 in k's window, peeked then, but
+// m's window is the acquire's, without X: were it to cover every seq, as a
+// window peeked in the same round trip as k's does, R2 would be applied
+// ahead of X. It waits for the step that peeks m.
+func TestAWindowReadAtTheAcquireCoversOnlyWhatItSaw(t *testing.T) {
+	r := newFenceRig(t)
+	e := r.engineTTL(t, "w", 8, holdingTTL)
+	e.opt.PeekAcquired = false
+	ctx := context.Background()
+	r1 := r.acceptOn(t, "k", "m")
+	g := heldGroup(t, e, "k")
+	_, err := g.step(ctx) // takes m for R1, reading its window
+	require.NoError(t, err)
+	require.Contains(t, g.held, "m")
+	x := r.acceptOn(t, "m")
+	r2 := r.acceptOn(t, "k", "m")
+
+	_, err = g.step(ctx)
+	require.NoError(t, err)
+	require.False(t, r.open(t, r1))
+	require.True(t, r.open(t, r2), "R2 waits for the step that sees X")
+	_, err = g.step(ctx)
+	require.NoError(t, err)
+	require.False(t, r.open(t, x))
+	require.False(t, r.open(t, r2))
+}
