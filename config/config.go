@@ -105,11 +105,6 @@ type Config struct {
 	// makes every look a whole step, every few milliseconds.
 	QuietWaiting bool `env:"QUIET_WAITING" envDefault:"true"`
 
-	// ReadOnAcquire lets a drain that takes a key for a request it gathers
-	// read the key's mailbox in the acquire's script, so its next step does
-	// not read it again (keyed's group.go, keepWindow).
-	ReadOnAcquire bool `env:"READ_ON_ACQUIRE" envDefault:"true"`
-
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 }
 

@@ -53,13 +53,11 @@
 // commit (requests/group.go, GROUP_COMMIT), batched Asynq enqueues
 // (storage/batch.go, BATCH_ENQUEUE), the announced outcomes that let
 // long polls answer without Postgres (api/notify.go and await in
-// api/requests.go, ANNOUNCED_VIEWS), the window an acquire reads so the
-// next step need not peek it (group.go's keepWindow, READ_ON_ACQUIRE), and
-// quiet waiting (waiting.go, QUIET_WAITING: a drain that waits for keys
-// looks again with Redis alone, a yield wakes it, a drain that wants a key
-// a parked drain of its worker holds takes that drain's whole group over,
-// and a drain that would yield to another drain of its worker gives it its
-// whole group instead). None
+// api/requests.go, ANNOUNCED_VIEWS), and quiet waiting (waiting.go,
+// QUIET_WAITING: a drain that waits for keys looks again with Redis alone,
+// a yield wakes it, a drain that wants a key a parked drain of its worker
+// holds takes that drain's whole group over, and a drain that would yield
+// to another drain of its worker gives it its whole group instead). None
 // of them is needed for K1–K6: make test runs
 // the protocol's tests again with every one of them off
 // (HOLDFAST_TEST_SPEEDUPS=off, internal/testenv/speedups.go). Groups

@@ -95,10 +95,6 @@ type Options struct {
 	// drains hold a whole step, on its timer alone, instead of quiet
 	// waiting (waiting.go).
 	PlainWaiting bool
-	// PeekAcquired makes a drain's next step read the mailbox of a key it
-	// took for a request it gathers, instead of the acquire reading it in
-	// the same script (READ_ON_ACQUIRE, group.go's keepWindow).
-	PeekAcquired bool
 	Worker       string // name of this process, for logs and the probe's log
 	// ForgetAfter is how long a key's fencing state outlives its last
 	// acquire (doc.go, "Forgetting"): its Redis fence key expires and Forget
@@ -129,7 +125,7 @@ func OptionsFrom(cfg config.Config, worker string) Options {
 		RedriveAfter: cfg.RedriveAfter, KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap,
 		ForgetAfter: cfg.KeyForgetAfter, Worker: worker,
 		ScheduleDeferred: !cfg.AggregateDeferred, EnqueueEach: !cfg.BatchEnqueue,
-		PlainWaiting: !cfg.QuietWaiting, PeekAcquired: !cfg.ReadOnAcquire,
+		PlainWaiting: !cfg.QuietWaiting,
 	}
 }
 

@@ -76,8 +76,7 @@ func (r *fenceRig) engineOn(t *testing.T, name string, batch int, ttl time.Durat
 // engineWith is an engine of opt on the given clients, deferring tasks and
 // enqueueing as the rig's engines do, with the recording applier.
 func (r *fenceRig) engineWith(t *testing.T, opt Options, pool *pgxpool.Pool, rdb redis.UniversalClient) *Engine {
-	off := testenv.SpeedupsOff()
-	opt.ScheduleDeferred, opt.EnqueueEach, opt.PlainWaiting, opt.PeekAcquired = r.scheduleDeferred, off, off, off
+	opt.ScheduleDeferred, opt.EnqueueEach, opt.PlainWaiting = r.scheduleDeferred, testenv.SpeedupsOff(), testenv.SpeedupsOff()
 	e := New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()), opt)
 	t.Cleanup(func() { _ = e.Close() })
 	e.Register(Type{Name: "fence.test", Queue: "q", Applier: ApplierFunc(
@@ -272,7 +271,7 @@ func TestFencingControlStalledGroupCommits(t *testing.T) {
 // TryAcquire takes key's lease as a holder outside any drain, the tests'
 // stand-in for a drain holding the key; ok is false if it is held.
 func (e *Engine) TryAcquire(ctx context.Context, key string) (l Lease, ok bool, err error) {
-	tok, _, _, err := acquired(acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key), forKey(key)},
+	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key), forKey(key)},
 		e.opt.LeaseTTL.Milliseconds(), "", e.opt.ForgetAfter.Milliseconds()))
 	return Lease{Key: key, Token: tok}, tok > 0, err
 }

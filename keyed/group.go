@@ -36,9 +36,6 @@ type group struct {
 	// take, that it let go of for the other one (add); the next receive
 	// releases them.
 	dropped []Lease
-	// fresh are the windows read as their leases were taken (tryLeases):
-	// the next peek does not read them again.
-	fresh map[string]window
 }
 
 // maxGroupKeys bounds the keys one drain holds: enough for a full batch of
@@ -81,24 +78,15 @@ func (w window) covers(seq int64) bool { return seq <= w.last }
 // round trip. A lease found lost is reported in lost.
 func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window, lost []string, err error) {
 	n := g.e.opt.BatchMax
-	wins = make(map[string]window, len(keys))
-	var read []string
-	for _, k := range keys {
-		if w, ok := g.fresh[k]; ok {
-			wins[k] = w
-		} else {
-			read = append(read, k)
-		}
-	}
-	clear(g.fresh)
-	cmds, err := evalAll(ctx, g.e.rdb, peekScript, len(read), func(i int) ([]string, []any) {
-		k := read[i]
+	cmds, err := evalAll(ctx, g.e.rdb, peekScript, len(keys), func(i int) ([]string, []any) {
+		k := keys[i]
 		return []string{leaseKey(k), mboxKey(k)}, []any{g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n}
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("keyed: peek: %w", err)
 	}
-	for i, k := range read {
+	wins = make(map[string]window, len(keys))
+	for i, k := range keys {
 		pairs, err := cmds[i].StringSlice()
 		if errors.Is(err, redis.Nil) {
 			lost = append(lost, k)
@@ -107,29 +95,21 @@ func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window
 		if err != nil {
 			return nil, nil, fmt.Errorf("keyed: peek %s: %w", k, err)
 		}
-		if wins[k], err = readWindow(pairs, n); err != nil {
-			return nil, nil, fmt.Errorf("keyed: peek %s: %w", k, err)
+		w := window{last: 1<<63 - 1}
+		for j := 0; j+1 < len(pairs); j += 2 {
+			// Scores are seqs, well within a float64's exact integers.
+			seq, err := strconv.ParseFloat(pairs[j+1], 64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("keyed: peek %s: score %q: %w", k, pairs[j+1], err)
+			}
+			w.ids, w.seqs = append(w.ids, pairs[j]), append(w.seqs, int64(seq))
 		}
+		if len(w.ids) == n {
+			w.last = w.seqs[n-1]
+		}
+		wins[k] = w
 	}
 	return wins, lost, nil
-}
-
-// readWindow reads a mailbox's head of at most n entries, each id followed
-// by its seq.
-func readWindow(pairs []string, n int) (window, error) {
-	w := window{last: 1<<63 - 1}
-	for j := 0; j+1 < len(pairs); j += 2 {
-		// Scores are seqs, well within a float64's exact integers.
-		seq, err := strconv.ParseFloat(pairs[j+1], 64)
-		if err != nil {
-			return w, fmt.Errorf("score %q: %w", pairs[j+1], err)
-		}
-		w.ids, w.seqs = append(w.ids, pairs[j]), append(w.seqs, int64(seq))
-	}
-	if len(w.ids) == n {
-		w.last = w.seqs[n-1]
-	}
-	return w, nil
 }
 
 // entry is one request in the merged mailboxes of a group.
@@ -425,70 +405,24 @@ func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]
 	e := g.e
 	cmds, err := evalAll(ctx, e.rdb, acquireScript, len(keys), func(i int) ([]string, []any) {
 		k := keys[i]
-		ks, args := []string{leaseKey(k), fenceKey(k), forKey(k)}, []any{e.opt.LeaseTTL.Milliseconds(), wanted[k], e.opt.ForgetAfter.Milliseconds()}
-		if !e.opt.PeekAcquired { // read the window too (keepWindow)
-			ks, args = append(ks, mboxKey(k)), append(args, e.opt.BatchMax)
-		}
-		return ks, args
+		return []string{leaseKey(k), fenceKey(k), forKey(k)}, []any{e.opt.LeaseTTL.Milliseconds(), wanted[k], e.opt.ForgetAfter.Milliseconds()}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("keyed: acquire: %w", err)
 	}
 	keptFor = map[string]string{}
 	for i, k := range keys {
-		tok, kept, pairs, err := acquired(cmds[i])
+		tok, kept, err := acquired(cmds[i])
 		if err != nil {
 			return nil, fmt.Errorf("keyed: acquire %s: %w", k, err)
 		}
 		if tok > 0 {
 			g.held[k] = Lease{Key: k, Token: tok}
-			if err := g.keepWindow(k, pairs); err != nil {
-				return nil, fmt.Errorf("keyed: acquire %s: %w", k, err)
-			}
 		} else {
 			keptFor[k] = kept
 		}
 	}
 	return keptFor, nil
-}
-
-// keepWindow keeps the window an acquire read of key's mailbox for the
-// next peek, which then does not read it again (READ_ON_ACQUIRE, a
-// throughput mechanism outside the protocol: Options.PeekAcquired turns it
-// off). Such a window covers only the seqs it saw, as a full one does, even
-// when it took the whole mailbox: a window peeked in the step's round trip
-// covers every seq, as a request another window of that round trip shows
-// was posted, hence accepted, after every request K3 puts before it on
-// this key had been posted; one read at an earlier step's acquire was not
-// (TestAWindowReadAtTheAcquireCoversOnlyWhatItSaw). For what it saw it is
-// as good as the next peek: only the holder removes entries, and one that
-// joins later with a lower seq was posted after every entry in it was, so
-// K3's real-time order does not put it before them.
-//
-// Measured (2026-11-28, scripts/ab.sh, load -cart-tail 200, 40,000 carts,
-// one worker; in that rush a step peeked 138 keys on average and a cart's
-// own keys, its user's and its long-tail option's, were each peeked about
-// twice, first right after their acquire): 971, 1,026, 1,084 and 1,002
-// carts a second against 940, 873, 1,041 and 929 without it (two pairs
-// against the commit before it, two with the switch), Redis' CPU per
-// journey 0.233–0.262 ms against 0.247–0.280.
-func (g *group) keepWindow(key string, pairs []string) error {
-	if pairs == nil { // the acquire read none: the switch is off
-		return nil
-	}
-	w, err := readWindow(pairs, g.e.opt.BatchMax)
-	if err != nil {
-		return err
-	}
-	w.last = 0 // seqs start at 1
-	if n := len(w.seqs); n > 0 {
-		w.last = w.seqs[n-1]
-	}
-	if g.fresh == nil {
-		g.fresh = map[string]window{}
-	}
-	g.fresh[key] = w
-	return nil
 }
 
 // yield gives up the keys of each blocked request whose smallest key another

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
@@ -216,82 +214,4 @@ func TestAFullGroupMakesRoomForTheRequestItGathers(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, r0, got[0].ID)
 	require.True(t, r.open(t, r1), "the later one waits for a005")
-}
-
-// peeked is a go-redis hook that records the keys whose mailboxes a
-// client's pipelines peek (peekScript), by their lease key.
-type peeked struct {
-	mu   sync.Mutex
-	keys map[string]bool
-}
-
-func (h *peeked) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *peeked) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *peeked) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.mu.Lock()
-		for _, c := range cmds {
-			if a := c.Args(); len(a) > 3 && a[0] == "evalsha" && a[1] == peekScript.Hash() {
-				h.keys[fmt.Sprint(a[3])] = true
-			}
-		}
-		h.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-// A drain that takes a key for a request it gathers reads the key's
-// mailbox in the acquire's script (READ_ON_ACQUIRE): its next step applies
-// the request without peeking that key. The control, PeekAcquired, peeks
-// it first.
-func TestATakenKeysMailboxIsReadWithItsLease(t *testing.T) {
-	for _, peekAcquired := range []bool{false, true} {
-		t.Run(fmt.Sprintf("PeekAcquired=%t", peekAcquired), func(t *testing.T) {
-			r := newFenceRig(t)
-			h := &peeked{keys: map[string]bool{}}
-			e := r.hookedEngine(t, r.pool, h)
-			e.opt.PeekAcquired = peekAcquired
-			ctx := context.Background()
-			id := r.acceptOn(t, "k", "m")
-			g := heldGroup(t, e, "k")
-
-			_, err := g.step(ctx) // takes m for the request
-			require.NoError(t, err)
-			require.Contains(t, g.held, "m")
-			_, err = g.step(ctx)
-			require.NoError(t, err)
-			require.False(t, r.open(t, id), "applied at the next step")
-			require.Equal(t, peekAcquired, h.keys[leaseKey("m")], "m's mailbox peeked")
-			require.True(t, h.keys[leaseKey("k")])
-		})
-	}
-}
-
-// A window an acquire read vouches only for what it saw: X, on m, is
-// accepted after the acquire and before R2, on k and m, is sent, so K3
-// puts X first on m. The next step sees R2 in k's window, peeked then, but
-// m's window is the acquire's, without X: were it to cover every seq, as a
-// window peeked in the same round trip as k's does, R2 would be applied
-// ahead of X. It waits for the step that peeks m.
-func TestAWindowReadAtTheAcquireCoversOnlyWhatItSaw(t *testing.T) {
-	r := newFenceRig(t)
-	e := r.engineTTL(t, "w", 8, holdingTTL)
-	e.opt.PeekAcquired = false
-	ctx := context.Background()
-	r1 := r.acceptOn(t, "k", "m")
-	g := heldGroup(t, e, "k")
-	_, err := g.step(ctx) // takes m for R1, reading its window
-	require.NoError(t, err)
-	require.Contains(t, g.held, "m")
-	x := r.acceptOn(t, "m")
-	r2 := r.acceptOn(t, "k", "m")
-
-	_, err = g.step(ctx)
-	require.NoError(t, err)
-	require.False(t, r.open(t, r1))
-	require.True(t, r.open(t, r2), "R2 waits for the step that sees X")
-	_, err = g.step(ctx)
-	require.NoError(t, err)
-	require.False(t, r.open(t, x))
-	require.False(t, r.open(t, r2))
 }

@@ -42,7 +42,7 @@ const (
 // so costs one round trip instead of a lease's acquire, peek and release; a
 // key with work left and no holder is taken and drained.
 func (e *Engine) acquireWork(ctx context.Context, key string) (l Lease, ok, empty bool, err error) {
-	tok, _, _, err := acquired(acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key), forKey(key), mboxKey(key)},
+	tok, _, err := acquired(acquireScript.Run(ctx, e.rdb, []string{leaseKey(key), fenceKey(key), forKey(key), mboxKey(key)},
 		e.opt.LeaseTTL.Milliseconds(), "", e.opt.ForgetAfter.Milliseconds()))
 	if err != nil {
 		return l, false, false, fmt.Errorf("keyed: acquire %s: %w", key, err)
@@ -51,29 +51,20 @@ func (e *Engine) acquireWork(ctx context.Context, key string) (l Lease, ok, empt
 }
 
 // acquired reads an acquireScript reply: the token (0 when refused, -1 for
-// an empty mailbox), for a lease kept for the holder of another key that
-// key, and the window the acquire read, when it was asked for one (nil
-// otherwise; empty, not nil, for an empty mailbox).
-func acquired(c *redis.Cmd) (tok int64, keptFor string, window []string, err error) {
+// an empty mailbox) and, for a lease kept for the holder of another key,
+// that key.
+func acquired(c *redis.Cmd) (tok int64, keptFor string, err error) {
 	v, err := c.Result()
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", err
 	}
 	switch v := v.(type) {
 	case int64:
-		return v, "", nil, nil
+		return v, "", nil
 	case string:
-		return 0, v, nil, nil
-	case []any:
-		if len(v) == 2 {
-			tok, ok := v[0].(int64)
-			window, err := redis.NewCmdResult(v[1], nil).StringSlice()
-			if ok && err == nil {
-				return tok, "", window, nil
-			}
-		}
+		return 0, v, nil
 	}
-	return 0, "", nil, fmt.Errorf("unexpected reply %v", v)
+	return 0, "", fmt.Errorf("unexpected reply %T", v)
 }
 
 // floorSQL is the lowest token Postgres accepts, by its own clock: one

@@ -57,14 +57,11 @@ func forKey(k string) string   { return "hf:{" + k + "}:for" }
 // of another key (releaseScript) goes, while that promise lasts, only to a
 // caller that claims to hold that key. KEYS: lease, fence, for, and
 // optionally the key's mailbox. ARGV: ttl ms, claim (a key the caller
-// holds; "" for none), how long the fence outlives the acquire (ms), and
-// optionally a window's size n. Returns the new token, 0 if the lease is
-// held, the key it is kept for if that is not the claim (a caller holding
-// that key asks again claiming it), or -1 if a mailbox was given without n
-// and is empty: there is nothing to drain (entries leave only once
-// applied), so no lease is taken. Given n, it returns the token with the
-// mailbox's first n entries, each id followed by its seq, as peekScript
-// does.
+// holds; "" for none), how long the fence outlives the acquire (ms).
+// Returns the new token, 0 if the lease is held, the key it is kept for if
+// that is not the claim (a caller holding that key asks again claiming
+// it), or -1 if a mailbox was given and is empty: there is nothing to drain
+// (entries leave only once applied), so no lease is taken.
 //
 // A token is Redis' clock in microseconds, or one above the key's last
 // token if that is higher (doc.go, "Forgetting"), so it grows per key
@@ -74,13 +71,12 @@ var acquireScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local promised = redis.call('GET', KEYS[3])
 if promised and promised ~= ARGV[2] then return promised end
-if KEYS[4] and not ARGV[4] and redis.call('ZCARD', KEYS[4]) == 0 then return -1 end
+if KEYS[4] and redis.call('ZCARD', KEYS[4]) == 0 then return -1 end
 local t = redis.call('TIME')
 local tok = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), tonumber(redis.call('GET', KEYS[2]) or '0') + 1)
 redis.call('SET', KEYS[2], string.format('%d', tok), 'PX', ARGV[3])
 redis.call('SET', KEYS[1], string.format('%d', tok), 'PX', ARGV[1])
 if promised then redis.call('DEL', KEYS[3]) end
-if ARGV[4] then return {tok, redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')} end
 return tok`)
 
 // peekScript extends a held lease and reads the head of the mailbox, each

@@ -47,19 +47,13 @@ func (h *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // watchedEngine is an engine of the rig, waiting quietly, whose Redis
 // client sends its pipelines through looks, and its Postgres through pool.
 func (r *fenceRig) watchedEngine(t *testing.T, pool *pgxpool.Pool, looks *pipelines) *Engine {
-	e := r.hookedEngine(t, pool, looks)
-	e.opt.PlainWaiting = false
-	return e
-}
-
-// hookedEngine is an engine of the rig whose Redis client sends its
-// commands through hook, and its Postgres through pool.
-func (r *fenceRig) hookedEngine(t *testing.T, pool *pgxpool.Pool, hook redis.Hook) *Engine {
 	rdb, err := storage.OpenRedis(context.Background(), config.Redis{URL: r.redisURL})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rdb.Close() })
-	rdb.AddHook(hook)
-	return r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 8, DrainSlice: time.Minute, Worker: "w"}, pool, rdb)
+	rdb.AddHook(looks)
+	e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 8, DrainSlice: time.Minute, Worker: "w"}, pool, rdb)
+	e.opt.PlainWaiting = false
+	return e
 }
 
 // registered reports whether a drain of e waits registered under key.

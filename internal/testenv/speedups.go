@@ -20,5 +20,4 @@ var speedupsOff = map[string]string{
 	"ANNOUNCED_VIEWS":          "false", // api/notify.go, api await
 	"CART_GROUP_READ":          "false", // storage.GroupRead in the shop
 	"QUIET_WAITING":            "false", // keyed/waiting.go
-	"READ_ON_ACQUIRE":          "false", // keyed/group.go, keepWindow
 }
