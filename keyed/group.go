@@ -300,10 +300,7 @@ func (g *group) releaseEmpty(ctx context.Context, wins map[string]window) (relea
 	if len(empty) == 0 {
 		return false, nil
 	}
-	cmds, err := evalAll(ctx, g.e.rdb, releaseScript, len(empty), func(i int) ([]string, []any) {
-		k := empty[i].Key
-		return []string{leaseKey(k), mboxKey(k), forKey(k)}, []any{empty[i].Token, "ifempty", "", 0}
-	})
+	cmds, err := g.e.releaseAll(ctx, empty, "ifempty", nil)
 	var lost []string
 	for i, l := range empty {
 		st, cerr := cmds[i].Int()
@@ -431,11 +428,13 @@ func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]
 // request's smallest key never yields for it, so someone always goes on.
 func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed map[string]bool) (bool, error) {
 	give := map[string]string{} // key → the smallest key of the request it is kept for
+	var holders []string           // those smallest keys, in blocked's order
 	for _, r := range blocked {
 		smallest := r.Keys[0] // keys are sorted at intake
 		if _, mine := g.held[smallest]; mine || !failed[smallest] {
 			continue
 		}
+		holders = append(holders, smallest)
 		for _, k := range r.Keys {
 			if _, ok := g.held[k]; ok {
 				if _, given := give[k]; !given {
@@ -447,7 +446,7 @@ func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed m
 	if len(give) == 0 {
 		return false, nil
 	}
-	if g.giveAway(blocked, failed) {
+	if g.giveAway(holders) {
 		return true, nil
 	}
 	return true, g.giveUp(ctx, slices.Sorted(maps.Keys(give)), give, "y", yieldDelay)
@@ -484,10 +483,7 @@ func (g *group) release(ctx context.Context, ls []Lease, keptFor map[string]stri
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx)
-	cmds, err := evalAll(ctx, g.e.rdb, releaseScript, len(ls), func(i int) ([]string, []any) {
-		k := ls[i].Key
-		return []string{leaseKey(k), mboxKey(k), forKey(k)}, []any{ls[i].Token, "force", keptFor[k], promiseTTL.Milliseconds()}
-	})
+	cmds, err := g.e.releaseAll(ctx, ls, "force", keptFor)
 	if err != nil {
 		return fmt.Errorf("keyed: release: %w", err)
 	}
@@ -512,6 +508,16 @@ func (g *group) release(ctx context.Context, ls []Lease, keptFor map[string]stri
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// releaseAll runs releaseScript for each of ls in one round trip, in mode
+// ("ifempty" or "force"), keeping each key for keptFor[key] for promiseTTL
+// when that is set.
+func (e *Engine) releaseAll(ctx context.Context, ls []Lease, mode string, keptFor map[string]string) ([]*redis.Cmd, error) {
+	return evalAll(ctx, e.rdb, releaseScript, len(ls), func(i int) ([]string, []any) {
+		k := ls[i].Key
+		return []string{leaseKey(k), mboxKey(k), forKey(k)}, []any{ls[i].Token, mode, keptFor[k], promiseTTL.Milliseconds()}
+	})
 }
 
 // lostKeys is a step that found some of the group's leases gone.

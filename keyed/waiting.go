@@ -333,18 +333,17 @@ func (w *waiter) unregister() {
 	w.keys = nil
 }
 
-// giveAway moves g's whole group to the drain of this engine that holds the
-// smallest key of one of blocked, for which g would yield its keys (failed
-// names the keys g could not get): that drain merges it at its next step,
-// and g ends. It refuses a drain of another queue, and one whose group
-// would leave no room for a request's keys, going by the keys it is
-// registered under.
-func (g *group) giveAway(blocked []*requests.Request, failed map[string]bool) bool {
+// giveAway moves g's whole group to the drain of this engine that holds
+// one of holders, the smallest keys of the requests for which g would yield
+// its keys: that drain merges it at its next step, and g ends. It refuses a
+// drain of another queue, and one whose group would leave no room for a
+// request's keys, going by the keys it is registered under.
+func (g *group) giveAway(holders []string) bool {
 	w := g.w
 	if w == nil || w.ws == nil || g.e.stopping.Load() {
 		return false
 	}
-	to := w.ws.holderFor(w, blocked, failed, g.e.maxGroupKeys()-requests.MaxKeys-len(g.held))
+	to := w.ws.holderFor(w, holders, g.e.maxGroupKeys()-requests.MaxKeys-len(g.held))
 	if to == nil || !w.shut() {
 		return false
 	}
@@ -356,17 +355,13 @@ func (g *group) giveAway(blocked []*requests.Request, failed map[string]bool) bo
 	return true
 }
 
-// holderFor finds the drain other than w that g, w's drain, may give its
-// group to for one of blocked (giveAway).
-func (ws *wakers) holderFor(w *waiter, blocked []*requests.Request, failed map[string]bool, room int) *waiter {
+// holderFor finds the first drain other than w that holds one of keys,
+// drains w's queue, and is registered under at most room keys.
+func (ws *wakers) holderFor(w *waiter, keys []string, room int) *waiter {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for _, r := range blocked {
-		smallest := r.Keys[0]
-		if !failed[smallest] {
-			continue
-		}
-		if to := ws.by[smallest]; to != nil && to != w && to.queue == w.queue && len(to.keys) <= room {
+	for _, k := range keys {
+		if to := ws.by[k]; to != nil && to != w && to.queue == w.queue && len(to.keys) <= room {
 			return to
 		}
 	}

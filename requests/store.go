@@ -23,6 +23,12 @@ var ErrIdempotencyKeyReused = domain.NewProblem(domain.CodeIdempotencyKeyReused,
 	"this Idempotency-Key was already used with a different request body")
 
 // Store is the Postgres table of requests.
+//
+// An open request (not terminal yet) is written two ways, which a
+// constraint keeps equal (migrations/00007): statements that scan for open
+// requests say completed_at IS NULL, the predicate of the index they read;
+// those that find requests by id say status IN ('queued', 'processing'),
+// so that the planner does not read that index for them.
 type Store struct {
 	pool *pgxpool.Pool
 }
