@@ -22,6 +22,10 @@
 #
 #   AB_LOAD_B="-idempotency-keys" scripts/ab.sh HEAD HEAD
 #
+# AB_LOAD_FROM=A (or B) runs that side's load tool for both sides: a
+# change to the load tool between the revisions then does not count as a
+# change of holdfast's speed.
+#
 # Reports land in bin/ab/<time>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +59,11 @@ build() { # label rev
   local side_load="AB_LOAD_$1"
   echo "$1 = $2 ($(git rev-parse --short "${2/#./HEAD}")$([ "$2" = . ] && echo ', working tree'))${!side_env:+ with ${!side_env}}${!side_load:+, load tool ${!side_load}}" >> "$out/revisions.txt"
 }
+case "${AB_LOAD_FROM:-}" in
+  "") ;;
+  A | B) echo "both sides run the load tool of $AB_LOAD_FROM" >> "$out/revisions.txt" ;;
+  *) echo "AB_LOAD_FROM is A or B, not $AB_LOAD_FROM" >&2; exit 2 ;;
+esac
 step "building A ($1) and B ($2)"
 build A "$1"
 build B "$2"
@@ -77,7 +86,7 @@ run() { # label pair
   settle
   local side_load="AB_LOAD_$1"
   # shellcheck disable=SC2086
-  "$bin/load" ${!side_load:-} -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" \
+  "$out/${AB_LOAD_FROM:-$1}/load" ${!side_load:-} -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" \
     -users "$users" -seats "$seats" -concurrency "$conc" "$scenario" > "$out/$1-$2.txt" 2> /dev/null || true
   stop "$worker_pid"; stop "$api_pid"
 }
