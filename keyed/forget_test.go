@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/storage"
 )
 
 // forgetAfter is the ForgetAfter of the engines below: a key's fencing
@@ -68,6 +71,54 @@ func TestForgottenFencesStillRefuseAStalledHolder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// K2 after forgetting, for a holder frozen inside its apply transaction
+// rather than before it: its fence statement runs ForgetAfter after the
+// transaction began. The floor it checks its token against is taken when
+// the statement runs (clock_timestamp); taken when the transaction began
+// (now(), which stays the transaction's start), it was ForgetAfter too low,
+// the frozen holder's token passed once its successor's row was forgotten,
+// and it committed after that successor (checked: the test fails so).
+func TestAHolderFrozenInItsTransactionStaysRefusedOnceTheFenceIsForgotten(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	r1 := r.accept(t)
+	r.accept(t)
+	stall := &pgStall{prefix: "begin"} // the apply transaction's first statement
+	pool, err := storage.OpenPostgres(ctx, r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	a := r.engineOn(t, "stalled", 2, holdingTTL, pool, r.rdb)
+	b := r.engineTTL(t, "successor", 1, holdingTTL)
+	a.opt.ForgetAfter, b.opt.ForgetAfter = forgetAfter, forgetAfter
+
+	paused, resume := make(chan struct{}), make(chan struct{})
+	stall.set(func() { close(paused); <-resume })
+	done := make(chan error, 1)
+	go func() { done <- a.Drain(ctx, "k", "q") }()
+	<-paused
+	// A frozen process extends nothing: its lease lapses (deleted here, as
+	// its keepAlive, which runs in the test's process, would extend it).
+	require.NoError(t, r.rdb.Del(ctx, leaseKey("k")).Err())
+	l, ok, err := b.TryAcquire(ctx, "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	g := b.newGroup("q", l)
+	g.limit = 1
+	_, err = g.step(ctx) // applies r1 alone
+	require.NoError(t, err)
+	require.Equal(t, r1, r.applied(t)[0].ID)
+	require.NoError(t, r.rdb.Del(ctx, leaseKey("k")).Err(), "the successor lets the key go")
+	forgetFence(t, r, b, "k")
+
+	close(resume)
+	require.NoError(t, <-done)
+	require.Equal(t, 1.0, testutil.ToFloat64(a.m.LeaseLost.WithLabelValues("q")), "the frozen holder learns it lost the key")
+	got := r.applied(t)
+	require.Len(t, got, 1, "the frozen holder committed nothing")
+	require.Equal(t, "successor", got[0].Worker)
 }
 
 // The control: checked only against the row, as the fence was before

@@ -69,9 +69,11 @@ func acquired(c *redis.Cmd) (tok int64, keptFor string, err error) {
 
 // floorSQL is the lowest token Postgres accepts, by its own clock: one
 // handed out less than ForgetAfter ($n, in microseconds) ago (doc.go,
-// "Forgetting").
+// "Forgetting"). The clock is read when the statement runs
+// (clock_timestamp), not when its transaction began (now()): an apply
+// transaction may wait, or its process freeze, between the two.
 func floorSQL(n int) string {
-	return fmt.Sprintf("(extract(epoch FROM now()) * 1000000)::bigint - $%d", n)
+	return fmt.Sprintf("(extract(epoch FROM clock_timestamp()) * 1000000)::bigint - $%d", n)
 }
 
 // fence records each lease's token in key_fences inside tx, in one
