@@ -428,7 +428,7 @@ func (g *group) tryLeases(ctx context.Context, keys []string, wanted map[string]
 // request's smallest key never yields for it, so someone always goes on.
 func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed map[string]bool) (bool, error) {
 	give := map[string]string{} // key → the smallest key of the request it is kept for
-	var holders []string           // those smallest keys, in blocked's order
+	var holders []string        // those smallest keys, in blocked's order
 	for _, r := range blocked {
 		smallest := r.Keys[0] // keys are sorted at intake
 		if _, mine := g.held[smallest]; mine || !failed[smallest] {

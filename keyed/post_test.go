@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
@@ -226,4 +227,33 @@ func TestTaskOfAHeldKeyLeavesItsRequestToTheHolder(t *testing.T) {
 	require.Equal(t, l.Token, g.held["k"].Token, "the holder keeps the key")
 	require.Equal(t, strconv.FormatInt(l.Token, 10), r.rdb.Get(ctx, leaseKey("k")).Val(), "the lease is still the holder's")
 	require.Equal(t, int64(1), r.rdb.ZCard(ctx, mboxKey("k")).Val(), "the request is left to the holder")
+}
+
+// K1 when the caller's time runs out while its write is made durable: the
+// group commit stores and posts the request on contexts of its own, and the
+// 202 goes out, so its task is enqueued too. Enqueued on the caller's
+// expired context, it failed at once and the request was marked
+// undispatched, with no task until the reconciler came (checked: the test
+// fails so).
+func TestAWriteWhoseCallerTimedOutWhileStoredGetsItsTask(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	bg := context.Background()
+	in := r.newIntake(r.engine(t, "intake", 1))
+	tx, err := r.pool.Begin(bg) // Postgres is slow: the INSERT waits for this lock
+	require.NoError(t, err)
+	_, err = tx.Exec(bg, `LOCK TABLE requests IN SHARE MODE`)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	go func() { <-ctx.Done(); _ = tx.Rollback(bg) }() // until the caller's time is up
+
+	req, created, err := in.Accept(ctx, requests.Submission{Type: "fence.test", Queue: "q", UserID: "u", Keys: []string{"k"}})
+	require.NoError(t, err, "stored within the group commit's own bound: accepted")
+	require.True(t, created)
+	_, err = asynq.NewInspectorFromRedisClient(r.rdb).GetTaskInfo("q", req.ID.String())
+	require.NoError(t, err, "K1: an accepted request is a task in Asynq until it is applied")
+	var undispatched bool
+	require.NoError(t, r.pool.QueryRow(bg, `SELECT undispatched FROM requests WHERE id = $1`, req.ID).Scan(&undispatched))
+	require.False(t, undispatched)
 }

@@ -151,7 +151,11 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 		return nil, false, p.err
 	}
 	if !p.r.Status.Terminal() {
-		in.dispatch(ctx, p.r, p.posted, p.posting)
+		// Stored, r is answered 202 whatever the caller's time left: its
+		// dispatch gets a bound of its own, as its INSERT and post had.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.group.timeout)
+		defer cancel()
+		in.dispatch(dctx, p.r, p.posted, p.posting)
 	}
 	return p.r, p.created, nil
 }
@@ -180,7 +184,9 @@ func (in *Intake) dispatch(ctx context.Context, r *Request, posted bool, posting
 			in.log.WarnContext(ctx, "dispatch failed; the reconciler will re-drive it",
 				"requestId", r.ID, "traceId", r.TraceID, "err", err)
 			// Keep later requests on its keys from overtaking it (K3).
-			if merr := in.store.MarkUndispatched(context.WithoutCancel(ctx), r.ID); merr != nil {
+			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.group.timeout)
+			defer cancel()
+			if merr := in.store.MarkUndispatched(mctx, r.ID); merr != nil {
 				in.log.ErrorContext(ctx, "could not mark request undispatched", "requestId", r.ID, "err", merr)
 			}
 			return
