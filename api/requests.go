@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -274,15 +275,25 @@ func parseWait(v string, maxWait time.Duration) (time.Duration, error) {
 }
 
 // fingerprint is what the client sent: method, path and the body in a
-// canonical form (decoded and re-encoded, so key order and spacing do not
-// matter).
+// canonical form (canonicalBody).
 func fingerprint(c *fiber.Ctx) []byte {
-	body := c.Body()
+	return append([]byte(c.Method()+" "+c.Path()+"\n"), canonicalBody(c.Body())...)
+}
+
+// canonicalBody is a JSON body decoded and re-encoded, so that key order
+// and spacing do not matter, its numbers keeping their digits
+// (json.Number: as float64, two integers above 2^53 that differ would read
+// as one). A body that is not one JSON value stays as it is.
+func canonicalBody(body []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
 	var v any
-	if len(bytes.TrimSpace(body)) > 0 && json.Unmarshal(body, &v) == nil {
-		if canon, err := json.Marshal(v); err == nil {
-			body = canon
-		}
+	if dec.Decode(&v) != nil || dec.Decode(new(any)) != io.EOF {
+		return body
 	}
-	return append([]byte(c.Method()+" "+c.Path()+"\n"), body...)
+	canon, err := json.Marshal(v)
+	if err != nil {
+		return body
+	}
+	return canon
 }
