@@ -144,7 +144,8 @@ func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
 // have committed although its answer was lost (a connection dropped during
 // the commit): whatever is stored under the batch's fresh ids is accepted,
 // so no caller is told to retry a write that will be applied anyway. Only
-// the rest get the error.
+// the rest get the error. A statement whose connection dropped is ended
+// before that read (insertMany): it could otherwise still commit.
 func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.Duration) {
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -269,7 +270,12 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID
 			routes[i], idems[i], hashes[i] = &p.sub.Route, &p.sub.IdempotencyKey, bodyHash(p.sub)
 		}
 	}
-	seqs, err := seqsByID(s.pool.Query(ctx, `
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, storage.Translate("requests: insert batch", err)
+	}
+	defer conn.Release()
+	seqs, err := seqsByID(conn.Query(ctx, `
 		INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at, idem_route, idem_key, body_hash)
 		SELECT u.id, u.type, u.queue, u.user_id, ARRAY(SELECT jsonb_array_elements_text(u.keys)), u.payload, u.trace_id, u.at,
 			u.route, u.idem, u.hash
@@ -279,5 +285,25 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID
 		ORDER BY u.ord
 		ON CONFLICT (user_id, idem_route, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 		RETURNING id, seq`, ids, types, queues, users, keys, payloads, traces, at, routes, idems, hashes))
+	if pg := conn.Conn().PgConn(); err != nil && pg.IsClosed() {
+		s.endBackend(ctx, pg.PID())
+	}
 	return seqs, storage.Translate("requests: insert batch", err)
+}
+
+// endWait bounds how long endBackend waits for a backend to exit.
+const endWait = time.Second
+
+// endBackend ends the backend pid, whose connection was dropped in the
+// middle of its INSERT (the statement outlived its bound, or the network
+// failed): Postgres goes on with a statement until it hears of that, and
+// would store writes that storeBatch, reading back what is stored, is
+// about to answer as failed (their clients retry them, and they would be
+// applied twice). pg_terminate_backend waits for the backend to exit, up
+// to endWait; a pid that has exited already is no error. Postgres 14 or
+// later, and a role that may end its own sessions, which every role may.
+func (s *Store) endBackend(ctx context.Context, pid uint32) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endWait)
+	defer cancel()
+	_, _ = s.pool.Exec(ctx, `SELECT pg_terminate_backend($1, $2)`, int64(pid), endWait.Milliseconds())
 }

@@ -3,15 +3,21 @@ package requests
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/storage"
 )
 
 func pendingBatch(t *testing.T, n int, payload string) []*pending {
@@ -284,4 +290,111 @@ func TestBatchThatLosesADeadlockIsStoredAgain(t *testing.T) {
 	}
 	require.NoError(t, batch[2].err)
 	require.True(t, batch[2].created, "the write without a key is stored")
+}
+
+// An INSERT that outlives its bound is answered as failed only once it
+// cannot commit any more. Its connection is dropped at the bound, but its
+// backend goes on until Postgres hears of it (pgx sends a cancel request on
+// a connection of its own, which here a proxy holds up): it was waiting for
+// another API's uncommitted row of the same Idempotency-Key, and once that
+// rolled back it stored the write its caller had been told failed, to be
+// applied by the reconciler, and stored again if the client retried
+// (checked: the test fails so). storeBatch ends that backend before it
+// reads back what was stored.
+func TestAnInsertAnsweredAsFailedIsNotStoredAfterwards(t *testing.T) {
+	t.Parallel()
+	url, pool := testenv.Postgres(t)
+	ctx := context.Background()
+	proxy := newHeldProxy(t, pool.Config().ConnConfig)
+	through, err := storage.OpenPostgres(ctx, url, 3, func(c *pgxpool.Config) {
+		c.ConnConfig.Host, c.ConnConfig.Port = proxy.host, proxy.port
+	})
+	require.NoError(t, err)
+	t.Cleanup(through.Close)
+	var conns []*pgxpool.Conn // opened now: only connections opened later are held up
+	for range 3 {
+		c, err := through.Acquire(ctx)
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+
+	p := pendingBatch(t, 1, `{}`)[0]
+	p.sub.Route, p.sub.IdempotencyKey = "POST /t", "K"
+	other, err := pool.Begin(ctx) // another API's write of the same key, not committed yet
+	require.NoError(t, err)
+	_, err = other.Exec(ctx, `INSERT INTO requests (id, type, queue, user_id, keys, payload, idem_route, idem_key, body_hash, accepted_at)
+		VALUES (gen_random_uuid(), 't', 'q', 'u', '{k}', '{}', 'POST /t', 'K', '\x00', now())`)
+	require.NoError(t, err)
+
+	proxy.hold()
+	NewStore(through).storeBatch(ctx, []*pending{p}, 300*time.Millisecond)
+	require.ErrorIs(t, p.err, context.DeadlineExceeded, "the INSERT waited past its bound")
+	require.NoError(t, other.Rollback(ctx)) // the key is free: a live INSERT would now store p
+	require.Eventually(t, func() bool {
+		var running int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE state = 'active' AND query LIKE '%INSERT INTO requests%' AND pid <> pg_backend_pid()`).Scan(&running))
+		return running == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	proxy.open()
+	var stored int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM requests WHERE id = $1`, p.id).Scan(&stored))
+	require.Zero(t, stored, "a write answered as failed is not stored")
+}
+
+// heldProxy forwards TCP connections to a Postgres server; while held, the
+// connections it accepts wait before they are forwarded.
+type heldProxy struct {
+	host string
+	port uint16
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func newHeldProxy(t *testing.T, to *pgx.ConnConfig) *heldProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	addr := ln.Addr().(*net.TCPAddr)
+	p := &heldProxy{host: addr.IP.String(), port: uint16(addr.Port)}
+	target := net.JoinHostPort(to.Host, strconv.Itoa(int(to.Port)))
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			gate := p.gate
+			p.mu.Unlock()
+			go func() {
+				defer c.Close()
+				if gate != nil {
+					<-gate
+				}
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+				_, _ = io.Copy(c, s)
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *heldProxy) hold() { p.mu.Lock(); p.gate = make(chan struct{}); p.mu.Unlock() }
+
+func (p *heldProxy) open() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
 }
