@@ -152,6 +152,10 @@ type Engine struct {
 	stopping atomic.Bool
 	wakers   wakers
 
+	// incarnation is the key a peek reads Redis' incarnation from (renew),
+	// none on Redis Cluster, where a script reads only its own key's slot.
+	incarnation []string
+
 	// backlog is what this API's posts saw of each key's mailbox, for
 	// Admit. A sample counts for a second, and the map forgets it after one
 	// to two seconds, or sooner once backlogKeys keys were posted to since:
@@ -172,18 +176,23 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, l
 	if opt.EnqueueEach {
 		enqueue = rdb
 	}
+	var incarnation []string
+	if _, cluster := rdb.(*redis.ClusterClient); !cluster {
+		incarnation = []string{incarnationKey}
+	}
 	return &Engine{
-		pool:    pool,
-		rdb:     rdb,
-		client:  asynq.NewClientFromRedisClient(enqueue),
-		insp:    insp,
-		store:   requests.NewStore(pool),
-		log:     log,
-		m:       m,
-		opt:     opt,
-		types:   make(map[string]Type),
-		qsizes:  make(map[string]queueSample),
-		backlog: recent.New[string, backlogSample](time.Second, backlogKeys),
+		incarnation: incarnation,
+		pool:        pool,
+		rdb:         rdb,
+		client:      asynq.NewClientFromRedisClient(enqueue),
+		insp:        insp,
+		store:       requests.NewStore(pool),
+		log:         log,
+		m:           m,
+		opt:         opt,
+		types:       make(map[string]Type),
+		qsizes:      make(map[string]queueSample),
+		backlog:     recent.New[string, backlogSample](time.Second, backlogKeys),
 	}
 }
 

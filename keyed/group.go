@@ -75,32 +75,41 @@ type window struct {
 func (w window) covers(seq int64) bool { return seq <= w.last }
 
 // peek extends every held lease and reads the head of each mailbox, in one
-// round trip. A lease found lost is reported in lost.
-func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window, lost []string, err error) {
+// round trip. A lease found lost is reported in lost. renewed is false when
+// the windows may lack requests Redis lost (renew, in reconcile.go): Redis
+// has no incarnation, or the peeks saw two.
+func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window, lost []string, renewed bool, err error) {
 	n := g.e.opt.BatchMax
 	cmds, err := evalAll(ctx, g.e.rdb, peekScript, len(keys), func(i int) ([]string, []any) {
 		k := keys[i]
-		return []string{leaseKey(k), mboxKey(k)}, []any{g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n}
+		return append([]string{leaseKey(k), mboxKey(k)}, g.e.incarnation...), []any{g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n}
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("keyed: peek: %w", err)
+		return nil, nil, false, fmt.Errorf("keyed: peek: %w", err)
 	}
 	wins = make(map[string]window, len(keys))
+	var inc string
+	renewed = true
 	for i, k := range keys {
 		pairs, err := cmds[i].StringSlice()
 		if errors.Is(err, redis.Nil) {
 			lost = append(lost, k)
 			continue
 		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("keyed: peek %s: %w", k, err)
+		if err != nil || len(pairs) == 0 {
+			return nil, nil, false, fmt.Errorf("keyed: peek %s: %w", k, cmp.Or(err, errors.New("empty reply")))
 		}
+		if inc == "" {
+			inc = pairs[0]
+		}
+		renewed = renewed && pairs[0] != "" && pairs[0] == inc
+		pairs = pairs[1:]
 		w := window{last: 1<<63 - 1}
 		for j := 0; j+1 < len(pairs); j += 2 {
 			// Scores are seqs, well within a float64's exact integers.
 			seq, err := strconv.ParseFloat(pairs[j+1], 64)
 			if err != nil {
-				return nil, nil, fmt.Errorf("keyed: peek %s: score %q: %w", k, pairs[j+1], err)
+				return nil, nil, false, fmt.Errorf("keyed: peek %s: score %q: %w", k, pairs[j+1], err)
 			}
 			w.ids, w.seqs = append(w.ids, pairs[j]), append(w.seqs, int64(seq))
 		}
@@ -109,7 +118,20 @@ func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window
 		}
 		wins[k] = w
 	}
-	return wins, lost, nil
+	return wins, lost, renewed, nil
+}
+
+// look peeks, and when Redis has no incarnation, or the peeks saw two, it
+// renews Redis' incarnation (renew) and peeks again; renewed is false if it
+// changed once more.
+func (g *group) look(ctx context.Context, keys []string) (wins map[string]window, lost []string, renewed bool, err error) {
+	wins, lost, renewed, err = g.peek(ctx, keys)
+	if err == nil && !renewed {
+		if err = g.e.renew(ctx); err == nil {
+			wins, lost, renewed, err = g.peek(ctx, keys)
+		}
+	}
+	return wins, lost, renewed, err
 }
 
 // entry is one request in the merged mailboxes of a group.
@@ -208,12 +230,15 @@ func (g *group) picker(wins map[string]window, p *plan) pickFunc {
 // everything left waits for keys other drains hold.
 func (g *group) step(ctx context.Context) (progress bool, err error) {
 	keys := g.keys()
-	wins, lost, err := g.peek(ctx, keys)
+	wins, lost, renewed, err := g.look(ctx, keys)
 	if err != nil {
 		return false, err
 	}
 	if len(lost) > 0 {
 		return false, &lostKeys{keys: lost}
+	}
+	if !renewed {
+		return false, nil // it changed again: look again
 	}
 	released, err := g.releaseEmpty(ctx, wins)
 	if err != nil {

@@ -240,6 +240,7 @@ func TestAWriteWhoseCallerTimedOutWhileStoredGetsItsTask(t *testing.T) {
 	r := newFenceRig(t)
 	bg := context.Background()
 	in := r.newIntake(r.engine(t, "intake", 1))
+	in.CommitEach = false       // the group commit's bound, not the caller's, is the INSERT's
 	tx, err := r.pool.Begin(bg) // Postgres is slow: the INSERT waits for this lock
 	require.NoError(t, err)
 	_, err = tx.Exec(bg, `LOCK TABLE requests IN SHARE MODE`)

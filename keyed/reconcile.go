@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/storage"
 )
 
 // reconcilePage is how many keys one round trip of a reconcile pass checks;
@@ -106,6 +108,47 @@ func (e *Engine) restore(ctx context.Context, k requests.OpenKey) error {
 			e.log.Warn("restored requests Redis had lost", "key", k.Key, "count", lost)
 		}
 		after = open[len(open)-1].Seq
+	}
+	return nil
+}
+
+// incarnationKey names the state Redis has held since it last lost it: a
+// random id, gone with the rest of that state (a FLUSHALL, a restart or a
+// failover without persistence).
+const incarnationKey = "hf:incarnation"
+
+// renew starts an incarnation of Redis' state, at the first start or
+// after one was lost. After a loss the mailboxes may lack entries of open
+// requests, and a request accepted since would go first on its key, ahead
+// of one whose 202 was answered before it was sent (K3). So every open
+// request is first marked undispatched, as one whose dispatch failed at
+// intake: no batch on its keys is applied past it until it is back in its
+// mailbox (Redispatch, called at once by a batch that would overtake it,
+// and by each reconcile pass). Only then is the incarnation set. A step
+// applies nothing unless each of its peeks read one and the same
+// incarnation (group.peek): windows read in a lost state, before the marks
+// were made, are never applied. Postgres remembers that Redis had an
+// incarnation (redis_incarnation): without it, this is a first start, and
+// nothing is marked. Drains that renew at once mark the same requests, and
+// the first incarnation set stays. On Redis Cluster the peeks cannot read
+// the incarnation (it lives in another slot than their keys), and order
+// across a loss of a node's state is not kept.
+func (e *Engine) renew(ctx context.Context) error {
+	id := uuid.NewString()
+	var had bool
+	if err := e.pool.QueryRow(ctx, `WITH was AS (SELECT 1 FROM redis_incarnation), now AS (
+			INSERT INTO redis_incarnation (id) VALUES ($1) ON CONFLICT (one) DO UPDATE SET id = EXCLUDED.id)
+		SELECT EXISTS (SELECT 1 FROM was)`, id).Scan(&had); err != nil {
+		return storage.Translate("keyed: renew", err)
+	}
+	if had {
+		if err := e.store.MarkOpenUndispatched(ctx); err != nil {
+			return err
+		}
+		e.log.Warn("Redis lost its state: every open request is marked undispatched until it is back in its mailboxes")
+	}
+	if err := e.rdb.SetNX(ctx, incarnationKey, id, 0).Err(); err != nil {
+		return fmt.Errorf("keyed: renew: %w", err)
 	}
 	return nil
 }

@@ -248,3 +248,47 @@ func TestABatchOvertakesAnUndispatchedRequestOnNoKeyOfIt(t *testing.T) {
 	require.Len(t, got, 2)
 	require.Equal(t, []uuid.UUID{first, later}, []uuid.UUID{got[0].ID, got[1].ID})
 }
+
+// K3 across a loss of Redis' state: first's 202 reached its client, then
+// Redis lost everything (FLUSHALL, a restart without persistence), then
+// second was sent on the same key and is alone in the new mailbox. Its
+// drain finds Redis without an incarnation and marks every open request
+// undispatched before it applies anything (renew), so first is put back
+// and applied ahead of second. The control is a Redis that lost the
+// mailboxes but kept its incarnation, the check not firing: second goes
+// first, and the reconciler puts first back only after it.
+func TestALaterRequestDoesNotOvertakeOneRedisLost(t *testing.T) {
+	t.Parallel()
+	for _, keptIncarnation := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keptIncarnation=%t", keptIncarnation), func(t *testing.T) {
+			t.Parallel()
+			r := newFenceRig(t)
+			ctx := context.Background()
+			e := r.engineTTL(t, "w", 8, holdingTTL)
+			e.opt.RedriveAfter = -time.Second // the reconciler restores every open request
+			require.NoError(t, e.renew(ctx))
+			inc := r.rdb.Get(ctx, incarnationKey).Val()
+			require.NotEmpty(t, inc)
+
+			first := r.accept(t)
+			require.NoError(t, r.rdb.FlushDB(ctx).Err())
+			if keptIncarnation {
+				require.NoError(t, r.rdb.Set(ctx, incarnationKey, inc, 0).Err())
+			}
+			second := r.accept(t)
+			require.NoError(t, e.Drain(ctx, "k", "q")) // second's task
+			require.NoError(t, e.Reconcile(ctx))
+			require.NoError(t, e.Drain(ctx, "k", "q")) // the reconciler's drain, if anything is left
+
+			got := r.applied(t)
+			require.Len(t, got, 2)
+			order := []uuid.UUID{got[0].ID, got[1].ID}
+			if keptIncarnation {
+				require.Equal(t, []uuid.UUID{second, first}, order, "the control: second overtakes first")
+				return
+			}
+			require.Equal(t, []uuid.UUID{first, second}, order, "K3: first's 202 came before second was sent")
+			require.NotEqual(t, inc, r.rdb.Get(ctx, incarnationKey).Val(), "a new incarnation")
+		})
+	}
+}

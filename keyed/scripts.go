@@ -37,6 +37,7 @@ func FencedErr(err error) error {
 //	hf:{key}:lease  string      fencing token of the holder, with TTL
 //	hf:{key}:fence  string      last token handed out, kept ForgetAfter past the last acquire
 //	hf:{key}:for    string      the key whose holder a yielded lease is kept for, briefly
+//	hf:incarnation  string      the id of Redis' state since it was last lost (reconcile.go, renew)
 func mboxKey(k string) string { return "hf:{" + k + "}:mbox" }
 
 // LeaseKey is the Redis key holding key's lease token. Appliers that change
@@ -80,12 +81,19 @@ if promised then redis.call('DEL', KEYS[3]) end
 return tok`)
 
 // peekScript extends a held lease and reads the head of the mailbox, each
-// id followed by its seq. KEYS: lease, mbox. ARGV: token, ttl ms, n.
-// Returns nil if the lease is not held with token any more.
+// id followed by its seq, after the incarnation of Redis' state it read
+// them in (” when there is none; '-' when no incarnation key was given).
+// KEYS: lease, mbox, and the incarnation key but on Redis Cluster. ARGV:
+// token, ttl ms, n. Returns nil if the lease is not held with token any
+// more.
 var peekScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')`)
+local r = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
+local inc = '-'
+if KEYS[3] then inc = redis.call('GET', KEYS[3]) or '' end
+table.insert(r, 1, inc)
+return r`)
 
 // releaseScript gives a lease up, and yields it when a key to keep it for
 // is given: for a while only a caller claiming that key may take it

@@ -184,6 +184,14 @@ func (s *Store) MarkUndispatched(ctx context.Context, id uuid.UUID) error {
 	return storage.Translate("requests: mark undispatched", err)
 }
 
+// MarkOpenUndispatched marks every open request undispatched: Redis lost
+// its state, and they may be missing from their mailboxes (keyed's renew).
+func (s *Store) MarkOpenUndispatched(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `UPDATE requests SET undispatched = true
+		WHERE completed_at IS NULL AND NOT undispatched`)
+	return storage.Translate("requests: mark open undispatched", err)
+}
+
 // Undispatched lists open requests whose dispatch failed, on any of keys (all
 // keys when nil), in seq order after afterSeq. They keep their mark until they
 // reach a terminal state (Complete clears it), so that a drain which read its
