@@ -99,11 +99,12 @@ func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window
 		if err != nil || len(pairs) == 0 {
 			return nil, nil, false, fmt.Errorf("keyed: peek %s: %w", k, cmp.Or(err, errors.New("empty reply")))
 		}
+		last := pairs[len(pairs)-1]
 		if inc == "" {
-			inc = pairs[0]
+			inc = last
 		}
-		renewed = renewed && pairs[0] != "" && pairs[0] == inc
-		pairs = pairs[1:]
+		renewed = renewed && last != "" && last == inc
+		pairs = pairs[:len(pairs)-1]
 		w := window{last: 1<<63 - 1}
 		for j := 0; j+1 < len(pairs); j += 2 {
 			// Scores are seqs, well within a float64's exact integers.

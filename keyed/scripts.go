@@ -81,18 +81,18 @@ if promised then redis.call('DEL', KEYS[3]) end
 return tok`)
 
 // peekScript extends a held lease and reads the head of the mailbox, each
-// id followed by its seq, after the incarnation of Redis' state it read
-// them in (” when there is none; '-' when no incarnation key was given).
-// KEYS: lease, mbox, and the incarnation key but on Redis Cluster. ARGV:
-// token, ttl ms, n. Returns nil if the lease is not held with token any
-// more.
+// id followed by its seq, and then the incarnation of Redis' state it read
+// them in (empty when there is none, a dash when no incarnation key was
+// given). KEYS: lease, mbox, and the incarnation key but on Redis Cluster.
+// ARGV: token, ttl ms, n. Returns nil if the lease is not held with token
+// any more.
 var peekScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local r = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
 local inc = '-'
 if KEYS[3] then inc = redis.call('GET', KEYS[3]) or '' end
-table.insert(r, 1, inc)
+r[#r + 1] = inc
 return r`)
 
 // releaseScript gives a lease up, and yields it when a key to keep it for
