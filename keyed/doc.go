@@ -104,9 +104,10 @@
 //     enqueues a drain (the holder died). Lease TTL + reconcile interval bound
 //     K5. A request whose dispatch failed at intake is marked undispatched, and
 //     no batch on its keys is applied past it until it is back in order (K3).
-//     So is every open request once Redis lost its state: a peek reads the
-//     incarnation of Redis' state with each window, and a drain that finds
-//     none marks them before anything is applied (renew, in reconcile.go).
+//     So is every open request once Redis lost its state: a step reads the
+//     incarnation of Redis' state right before and after its peeks, and a
+//     drain that finds none marks them before anything is applied (renew,
+//     in reconcile.go).
 //
 // # Groups
 //

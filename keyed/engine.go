@@ -152,9 +152,10 @@ type Engine struct {
 	stopping atomic.Bool
 	wakers   wakers
 
-	// incarnation is the key a peek reads Redis' incarnation from (renew),
-	// none on Redis Cluster, where a script reads only its own key's slot.
-	incarnation []string
+	// incarnation is the key a step reads Redis' incarnation from, before
+	// and after its peeks (renew): "" on Redis Cluster, where the peeks of
+	// other nodes do not run between the two reads.
+	incarnation string
 
 	// backlog is what this API's posts saw of each key's mailbox, for
 	// Admit. A sample counts for a second, and the map forgets it after one
@@ -176,9 +177,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, l
 	if opt.EnqueueEach {
 		enqueue = rdb
 	}
-	var incarnation []string
-	if _, cluster := rdb.(*redis.ClusterClient); !cluster {
-		incarnation = []string{incarnationKey}
+	incarnation := incarnationKey
+	if _, cluster := rdb.(*redis.ClusterClient); cluster {
+		incarnation = ""
 	}
 	return &Engine{
 		incarnation: incarnation,

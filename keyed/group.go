@@ -77,34 +77,27 @@ func (w window) covers(seq int64) bool { return seq <= w.last }
 // peek extends every held lease and reads the head of each mailbox, in one
 // round trip. A lease found lost is reported in lost. renewed is false when
 // the windows may lack requests Redis lost (renew, in reconcile.go): Redis
-// has no incarnation, or the peeks saw two.
+// had no incarnation, or another one, right before or right after them.
 func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window, lost []string, renewed bool, err error) {
 	n := g.e.opt.BatchMax
-	cmds, err := evalAll(ctx, g.e.rdb, peekScript, len(keys), func(i int) ([]string, []any) {
+	cmds, inc, err := evalBetween(ctx, g.e.rdb, peekScript, len(keys), func(i int) ([]string, []any) {
 		k := keys[i]
-		return append([]string{leaseKey(k), mboxKey(k)}, g.e.incarnation...), []any{g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n}
-	})
+		return []string{leaseKey(k), mboxKey(k)}, []any{g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n}
+	}, g.e.incarnation)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("keyed: peek: %w", err)
 	}
+	renewed = g.e.incarnation == "" || inc[0] != "" && inc[0] == inc[1]
 	wins = make(map[string]window, len(keys))
-	var inc string
-	renewed = true
 	for i, k := range keys {
 		pairs, err := cmds[i].StringSlice()
 		if errors.Is(err, redis.Nil) {
 			lost = append(lost, k)
 			continue
 		}
-		if err != nil || len(pairs) == 0 {
-			return nil, nil, false, fmt.Errorf("keyed: peek %s: %w", k, cmp.Or(err, errors.New("empty reply")))
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("keyed: peek %s: %w", k, err)
 		}
-		last := pairs[len(pairs)-1]
-		if inc == "" {
-			inc = last
-		}
-		renewed = renewed && last != "" && last == inc
-		pairs = pairs[:len(pairs)-1]
 		w := window{last: 1<<63 - 1}
 		for j := 0; j+1 < len(pairs); j += 2 {
 			// Scores are seqs, well within a float64's exact integers.

@@ -125,14 +125,14 @@ const incarnationKey = "hf:incarnation"
 // intake: no batch on its keys is applied past it until it is back in its
 // mailbox (Redispatch, called at once by a batch that would overtake it,
 // and by each reconcile pass). Only then is the incarnation set. A step
-// applies nothing unless each of its peeks read one and the same
-// incarnation (group.peek): windows read in a lost state, before the marks
-// were made, are never applied. Postgres remembers that Redis had an
-// incarnation (redis_incarnation): without it, this is a first start, and
-// nothing is marked. Drains that renew at once mark the same requests, and
-// the first incarnation set stays. On Redis Cluster the peeks cannot read
-// the incarnation (it lives in another slot than their keys), and order
-// across a loss of a node's state is not kept.
+// applies nothing unless it read one and the same incarnation right before
+// and right after its peeks, in their round trip (group.peek): windows
+// read in a lost state, before the marks were made, are never applied.
+// Postgres remembers that Redis had an incarnation (redis_incarnation):
+// without it, this is a first start, and nothing is marked. Drains that
+// renew at once mark the same requests, and the first incarnation set
+// stays. On Redis Cluster the peeks of other nodes do not run between the
+// two reads, and order across a loss of a node's state is not kept.
 func (e *Engine) renew(ctx context.Context) error {
 	id := uuid.NewString()
 	var had bool

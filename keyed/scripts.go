@@ -81,19 +81,12 @@ if promised then redis.call('DEL', KEYS[3]) end
 return tok`)
 
 // peekScript extends a held lease and reads the head of the mailbox, each
-// id followed by its seq, and then the incarnation of Redis' state it read
-// them in (empty when there is none, a dash when no incarnation key was
-// given). KEYS: lease, mbox, and the incarnation key but on Redis Cluster.
-// ARGV: token, ttl ms, n. Returns nil if the lease is not held with token
-// any more.
+// id followed by its seq. KEYS: lease, mbox. ARGV: token, ttl ms, n.
+// Returns nil if the lease is not held with token any more.
 var peekScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local r = redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
-local inc = '-'
-if KEYS[3] then inc = redis.call('GET', KEYS[3]) or '' end
-r[#r + 1] = inc
-return r`)
+return redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')`)
 
 // releaseScript gives a lease up, and yields it when a key to keep it for
 // is given: for a while only a caller claiming that key may take it
@@ -133,23 +126,44 @@ return 0`)
 // Redis does not know one (a new server, SCRIPT FLUSH, a failover to a node
 // that never ran it) it loads script and runs the pipeline again, once.
 func evalAll(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, n int, call func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, n)
+	cmds, _, err := evalBetween(ctx, rdb, script, n, call, "")
+	return cmds, err
+}
+
+// evalBetween is evalAll that also reads key, unless it is "", right
+// before and right after the scripts, in the same round trip: on one Redis
+// server, the scripts ran between the two reads. reads are the two values
+// ("" for a key that is not there).
+func evalBetween(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, n int, call func(i int) ([]string, []any), key string) (cmds []*redis.Cmd, reads [2]string, err error) {
+	cmds = make([]*redis.Cmd, n)
 	for try := 0; ; try++ {
 		pipe := rdb.Pipeline()
+		var around [2]*redis.StringCmd
+		if key != "" {
+			around[0] = pipe.Get(ctx, key)
+		}
 		for i := range cmds {
 			keys, args := call(i)
 			cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
 		}
+		if key != "" {
+			around[1] = pipe.Get(ctx, key)
+		}
 		_, err := pipe.Exec(ctx)
 		switch {
 		case try == 0 && slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }):
-		case err == nil || errors.Is(err, redis.Nil): // a script's nil reply is an answer
-			return cmds, nil
+		case err == nil || errors.Is(err, redis.Nil): // a nil reply is an answer
+			for j, c := range around {
+				if c != nil {
+					reads[j] = c.Val()
+				}
+			}
+			return cmds, reads, nil
 		default:
-			return cmds, err
+			return cmds, reads, err
 		}
 		if err := script.Load(ctx, rdb).Err(); err != nil {
-			return cmds, err
+			return cmds, reads, err
 		}
 	}
 }
