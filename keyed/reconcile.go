@@ -134,6 +134,13 @@ const incarnationKey = "hf:incarnation"
 // stays. On Redis Cluster the peeks of other nodes do not run between the
 // two reads, and order across a loss of a node's state is not kept.
 func (e *Engine) renew(ctx context.Context) error {
+	// A drain whose peeks saw the incarnation change may find it set again
+	// by another: the marks are made, and need not be made twice.
+	if n, err := e.rdb.Exists(ctx, incarnationKey).Result(); err != nil {
+		return fmt.Errorf("keyed: renew: %w", err)
+	} else if n == 1 {
+		return nil
+	}
 	id := uuid.NewString()
 	var had bool
 	if err := e.pool.QueryRow(ctx, `WITH was AS (SELECT 1 FROM redis_incarnation), now AS (
