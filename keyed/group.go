@@ -328,6 +328,7 @@ func (g *group) releaseEmpty(ctx context.Context, wins map[string]window) (relea
 			g.held[l.Key] = l // unknown: still ours as far as we know; the next peek tells
 			err = cmp.Or(err, cerr)
 		case st == relLost:
+			g.held[l.Key] = l // for lostGroup, which handles it as lost
 			lost = append(lost, l.Key)
 		case st == relKept:
 			g.held[l.Key] = l

@@ -5,16 +5,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/recent"
+	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 )
@@ -214,4 +220,42 @@ func TestAFullGroupMakesRoomForTheRequestItGathers(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, r0, got[0].ID)
 	require.True(t, r.open(t, r1), "the later one waits for a005")
+}
+
+// A lease that lapsed while its holder was away (a pause past LeaseTTL) is
+// found lost when the holder releases its key, emptied. It is handled as
+// any lost lease is (lostGroup): LeaseLost counts it, and a drain task
+// follows at once for the requests that found the key held meanwhile and
+// were left to this holder. The hook lets the lease lapse right before
+// the release.
+func TestALeaseThatLapsedBeforeItsEmptyKeyIsReleasedIsHandledAsLost(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	r.accept(t)
+	opt, err := redis.ParseURL(r.redisURL)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	var lapsed atomic.Bool
+	rdb.AddHook(testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		if slices.Contains(cmds[0].Args(), any("ifempty")) && !lapsed.Swap(true) {
+			require.NoError(t, r.rdb.Del(ctx, leaseKey("k")).Err())
+		}
+		return next(ctx, cmds)
+	}))
+	e := r.engineOn(t, "w", 8, holdingTTL, r.pool, rdb)
+	_ = e.Drain(ctx, "k", "q")
+	require.True(t, lapsed.Load(), "the lease lapsed as the emptied key was released")
+	require.Len(t, r.applied(t), 1)
+	require.Equal(t, 1.0, testutil.ToFloat64(e.m.LeaseLost.WithLabelValues("q")), "the holder learns it lost the key")
+	pending, err := asynq.NewInspectorFromRedisClient(r.rdb).ListPendingTasks("q")
+	require.NoError(t, err)
+	var drains int
+	for _, ti := range pending {
+		if strings.HasPrefix(ti.ID, "drain:k:l") {
+			drains++
+		}
+	}
+	require.Equal(t, 1, drains, "a drain task follows the lost lease")
 }
