@@ -102,8 +102,9 @@ type Options struct {
 	ForgetAfter time.Duration
 }
 
-// defaults are config.Config's (OptionsFrom passes its values), for engines
-// built with fewer options, as tests build them.
+// defaults are config.Config's (OptionsFrom passes its values) and
+// DeferAfter's, which has no setting, for engines built with fewer options,
+// as tests build them.
 func (o *Options) defaults() {
 	orDefault(&o.LeaseTTL, 5*time.Second)
 	orDefault(&o.BatchMax, 256)
@@ -152,9 +153,9 @@ type Engine struct {
 	stopping atomic.Bool
 	wakers   wakers
 
-	// incarnation is the key a step reads Redis' incarnation from, before
-	// and after its peeks (renew): "" on Redis Cluster, where the peeks of
-	// other nodes do not run between the two reads.
+	// incarnation is the key a step reads Redis' incarnation from, after
+	// its peeks (renew): "" on Redis Cluster, where it tells nothing of the
+	// state of the other nodes.
 	incarnation string
 
 	// backlog is what this API's posts saw of each key's mailbox, for

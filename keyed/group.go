@@ -29,7 +29,8 @@ type group struct {
 	// fails, doubled back after each successful batch.
 	limit int
 	// quiet is what the last step saw when it applied nothing, and w the
-	// drain's registration with its engine (waiting.go).
+	// drain's registration with its engine (waiting.go). Waiting plain,
+	// quiet is nil and w.ws too, and their methods do nothing.
 	quiet *quiet
 	w     *waiter
 	// dropped are leases of keys the group got twice, from a gift or a
@@ -76,18 +77,18 @@ func (w window) covers(seq int64) bool { return seq <= w.last }
 
 // peek extends every held lease and reads the head of each mailbox, in one
 // round trip. A lease found lost is reported in lost. renewed is false when
-// the windows may lack requests Redis lost (renew, in reconcile.go): Redis
-// had no incarnation, or another one, right before or right after them.
+// the windows may lack requests Redis lost that are not yet marked (renew,
+// in reconcile.go): Redis had no incarnation right after them.
 func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window, lost []string, renewed bool, err error) {
 	n := g.e.opt.BatchMax
-	cmds, inc, err := evalBetween(ctx, g.e.rdb, peekScript, len(keys), func(i int) ([]string, []any) {
+	cmds, inc, err := evalThenGet(ctx, g.e.rdb, peekScript, len(keys), func(i int) ([]string, []any) {
 		k := keys[i]
 		return []string{leaseKey(k), mboxKey(k)}, []any{g.held[k].Token, g.e.opt.LeaseTTL.Milliseconds(), n}
 	}, g.e.incarnation)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("keyed: peek: %w", err)
 	}
-	renewed = g.e.incarnation == "" || inc[0] != "" && inc[0] == inc[1]
+	renewed = g.e.incarnation == "" || inc != ""
 	wins = make(map[string]window, len(keys))
 	for i, k := range keys {
 		pairs, err := cmds[i].StringSlice()
@@ -115,9 +116,8 @@ func (g *group) peek(ctx context.Context, keys []string) (wins map[string]window
 	return wins, lost, renewed, nil
 }
 
-// look peeks, and when Redis has no incarnation, or the peeks saw two, it
-// renews Redis' incarnation (renew) and peeks again; renewed is false if it
-// changed once more.
+// look peeks, and when Redis has no incarnation it renews it (renew) and
+// peeks again; renewed is false if it was lost once more.
 func (g *group) look(ctx context.Context, keys []string) (wins map[string]window, lost []string, renewed bool, err error) {
 	wins, lost, renewed, err = g.peek(ctx, keys)
 	if err == nil && !renewed {
@@ -135,7 +135,7 @@ type entry struct {
 	keys []string // the held keys whose mailbox holds it
 }
 
-// merge lists the requests of the windows once each, in acceptance order.
+// merge lists the requests of the windows once each, in seq order.
 func merge(wins map[string]window) []entry {
 	at := map[string]int{}
 	var out []entry
@@ -168,7 +168,7 @@ type plan struct {
 	lacking []string
 }
 
-// picker returns the pick of an apply transaction: in acceptance order, the
+// picker returns the pick of an apply transaction: in seq order, the
 // requests whose every key the group holds and whose place each of those
 // keys' windows covers, skipping any request that shares a key with an
 // earlier one it could not apply (that one goes first on that key, K3).
@@ -232,7 +232,7 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		return false, &lostKeys{keys: lost}
 	}
 	if !renewed {
-		return false, nil // it changed again: look again
+		return false, nil // lost again: look again
 	}
 	released, err := g.releaseEmpty(ctx, wins)
 	if err != nil {
@@ -253,6 +253,7 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		if err := g.e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
 			return false, err
 		}
+		// Each attempt's pick fills p anew: the last one's plan stands.
 		res, err := g.applyRetrying(ctx, ids, g.picker(wins, &p))
 		if err != nil {
 			return false, err

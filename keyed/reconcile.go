@@ -125,17 +125,19 @@ const incarnationKey = "hf:incarnation"
 // intake: no batch on its keys is applied past it until it is back in its
 // mailbox (Redispatch, called at once by a batch that would overtake it,
 // and by each reconcile pass). Only then is the incarnation set. A step
-// applies nothing unless it read one and the same incarnation right before
-// and right after its peeks, in their round trip (group.peek): windows
-// read in a lost state, before the marks were made, are never applied.
-// Postgres remembers that Redis had an incarnation (redis_incarnation):
-// without it, this is a first start, and nothing is marked. Drains that
-// renew at once mark the same requests, and the first incarnation set
-// stays. On Redis Cluster the peeks of other nodes do not run between the
-// two reads, and order across a loss of a node's state is not kept.
+// applies nothing unless Redis had an incarnation right after its peeks,
+// read in their round trip (group.peek). Whatever state the peeks saw, a
+// loss before that read was followed by the marks, made before the
+// incarnation was set again, and the batch's transaction, begun after the
+// read, sees them (requests.UndispatchedBefore). Postgres remembers that
+// Redis had an incarnation (redis_incarnation): without it, this is a
+// first start, and nothing is marked. Drains that renew at once mark the
+// same requests, and the first incarnation set stays. On Redis Cluster the
+// incarnation's node tells nothing of the others, and order across a loss
+// of a node's state is not kept.
 func (e *Engine) renew(ctx context.Context) error {
-	// A drain whose peeks saw the incarnation change may find it set again
-	// by another: the marks are made, and need not be made twice.
+	// Another drain may have renewed since the peeks: the marks are made,
+	// and need not be made twice.
 	if n, err := e.rdb.Exists(ctx, incarnationKey).Result(); err != nil {
 		return fmt.Errorf("keyed: renew: %w", err)
 	} else if n == 1 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/requests"
 )
 
@@ -289,6 +291,65 @@ func TestALaterRequestDoesNotOvertakeOneRedisLost(t *testing.T) {
 			}
 			require.Equal(t, []uuid.UUID{first, second}, order, "K3: first's 202 came before second was sent")
 			require.NotEqual(t, inc, r.rdb.Get(ctx, incarnationKey).Val(), "a new incarnation")
+		})
+	}
+}
+
+// A step reads Redis' incarnation only after its peeks, so its peeks may
+// have run in a lost state, before any drain marked the open requests,
+// while the read finds the incarnation another drain set in the meantime.
+// That drain made its marks before it set the incarnation, so they hold
+// second back all the same. The hook sends the drain's peeks, lets the
+// other drain renew, then sends the read. The control is an incarnation set
+// again without marks, as a renewal that set it first would leave: second
+// goes first.
+func TestPeeksInALostStateAreHeldBackByTheMarksOfARenewalBeforeTheirRead(t *testing.T) {
+	t.Parallel()
+	for _, marked := range []bool{true, false} {
+		t.Run(fmt.Sprintf("marked=%t", marked), func(t *testing.T) {
+			t.Parallel()
+			r := newFenceRig(t)
+			ctx := context.Background()
+			other := r.engineTTL(t, "other", 8, holdingTTL)
+			other.opt.RedriveAfter = -time.Second // the reconciler restores every open request
+			require.NoError(t, other.renew(ctx))
+
+			first := r.accept(t)
+			require.NoError(t, r.rdb.FlushDB(ctx).Err())
+			second := r.accept(t)
+
+			opt, err := redis.ParseURL(r.redisURL)
+			require.NoError(t, err)
+			rdb := redis.NewClient(opt)
+			t.Cleanup(func() { _ = rdb.Close() })
+			var renewed atomic.Bool
+			rdb.AddHook(testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+				last := len(cmds) - 1
+				if last < 1 || cmds[last].Name() != "get" || renewed.Swap(true) {
+					return next(ctx, cmds)
+				}
+				peeks := next(ctx, cmds[:last])
+				if marked {
+					require.NoError(t, other.renew(ctx))
+				} else {
+					require.NoError(t, r.rdb.SetNX(ctx, incarnationKey, "set without marks", 0).Err())
+				}
+				return errors.Join(peeks, next(ctx, cmds[last:]))
+			}))
+			d := r.engineOn(t, "d", 8, holdingTTL, r.pool, rdb)
+			require.NoError(t, d.Drain(ctx, "k", "q")) // second's task
+			require.True(t, renewed.Load(), "the drain's peeks were split from their read")
+			require.NoError(t, other.Reconcile(ctx))
+			require.NoError(t, other.Drain(ctx, "k", "q")) // the reconciler's drain, if anything is left
+
+			got := r.applied(t)
+			require.Len(t, got, 2)
+			order := []uuid.UUID{got[0].ID, got[1].ID}
+			if !marked {
+				require.Equal(t, []uuid.UUID{second, first}, order, "the control: second overtakes first")
+				return
+			}
+			require.Equal(t, []uuid.UUID{first, second}, order, "K3: first's 202 came before second was sent")
 		})
 	}
 }

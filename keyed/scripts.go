@@ -126,44 +126,38 @@ return 0`)
 // Redis does not know one (a new server, SCRIPT FLUSH, a failover to a node
 // that never ran it) it loads script and runs the pipeline again, once.
 func evalAll(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, n int, call func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
-	cmds, _, err := evalBetween(ctx, rdb, script, n, call, "")
+	cmds, _, err := evalThenGet(ctx, rdb, script, n, call, "")
 	return cmds, err
 }
 
-// evalBetween is evalAll that also reads key, unless it is "", right
-// before and right after the scripts, in the same round trip: on one Redis
-// server, the scripts ran between the two reads. reads are the two values
-// ("" for a key that is not there).
-func evalBetween(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, n int, call func(i int) ([]string, []any), key string) (cmds []*redis.Cmd, reads [2]string, err error) {
+// evalThenGet is evalAll that also reads key, unless it is "", right after
+// the scripts, in the same round trip; read is "" for a key that is not
+// there.
+func evalThenGet(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, n int, call func(i int) ([]string, []any), key string) (cmds []*redis.Cmd, read string, err error) {
 	cmds = make([]*redis.Cmd, n)
 	for try := 0; ; try++ {
 		pipe := rdb.Pipeline()
-		var around [2]*redis.StringCmd
-		if key != "" {
-			around[0] = pipe.Get(ctx, key)
-		}
 		for i := range cmds {
 			keys, args := call(i)
 			cmds[i] = script.EvalSha(ctx, pipe, keys, args...)
 		}
+		var get *redis.StringCmd
 		if key != "" {
-			around[1] = pipe.Get(ctx, key)
+			get = pipe.Get(ctx, key)
 		}
 		_, err := pipe.Exec(ctx)
 		switch {
 		case try == 0 && slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }):
 		case err == nil || errors.Is(err, redis.Nil): // a nil reply is an answer
-			for j, c := range around {
-				if c != nil {
-					reads[j] = c.Val()
-				}
+			if get != nil {
+				read = get.Val()
 			}
-			return cmds, reads, nil
+			return cmds, read, nil
 		default:
-			return cmds, reads, err
+			return cmds, read, err
 		}
 		if err := script.Load(ctx, rdb).Err(); err != nil {
-			return cmds, reads, err
+			return cmds, read, err
 		}
 	}
 }
