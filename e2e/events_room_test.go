@@ -22,7 +22,7 @@ import (
 )
 
 // queueUsers puts n users in an event's waiting room and returns their
-// clients in acceptance order.
+// clients in seq order.
 func queueUsers(t *testing.T, s *systest.System, event int64, n int) []*systest.Client {
 	return queueUsersNamed(t, s, event, "guest", n)
 }
@@ -48,7 +48,7 @@ func queueUsersNamed(t *testing.T, s *systest.System, event int64, prefix string
 	}
 	wg.Wait()
 	s.WaitAllTerminal(60 * time.Second)
-	// Acceptance order is the requests' seq.
+	// Their places are their requests' seq.
 	seq := map[string]int64{}
 	rows, err := s.Pool.Query(context.Background(), `SELECT id::text, seq FROM requests WHERE type = $1`, events.TypeQueueEnter)
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func validTokens(s *systest.System, ev int64) (int64, error) {
 	return s.Redis.ZCount(ctx, fmt.Sprintf("hf:{events:q:%d}:tokens", ev), fmt.Sprintf("(%d", now.UnixMilli()), "+inf").Result()
 }
 
-// 1,000 users, maxConcurrent 50: admission follows acceptance order, a
+// 1,000 users, maxConcurrent 50: admission follows seq order, a
 // checker sampling throughout never sees more than 50 valid tokens, and
 // expired tokens free their slots with no sweeper running.
 func TestWaitingRoomAdmitsInOrderWithinCap(t *testing.T) {

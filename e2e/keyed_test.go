@@ -69,7 +69,7 @@ func runRace(t *testing.T, unguarded bool) systest.ProbeReport {
 // Eight clients submit concurrently; whenever a request's 202 arrived before
 // another was sent, it must have been applied first, and each client's own
 // requests apply in its order.
-func TestK3AcceptanceOrder(t *testing.T) {
+func TestK3Order(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"BATCH_MAX", "16"}})
 	const clients, per = 8, 50
@@ -235,7 +235,7 @@ func TestMultiKeyCycleNeverDeadlocks(t *testing.T) {
 // K3 in groups: every request carries the shared key x and a key of its
 // client. Whenever a request's 202 arrived before another was sent, it is
 // applied first on x.
-func TestMultiKeyAcceptanceOrder(t *testing.T) {
+func TestMultiKeyOrder(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"BATCH_MAX", "16"}})
 	const clients, per = 8, 40

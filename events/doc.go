@@ -5,7 +5,7 @@
 //
 // FCFS requests on an event share its serialization key ("events:ev:{id}"),
 // so a batch of them is one transaction that hands out the next free seats
-// in seat-id order, in acceptance order (SPEC §6: the seed's UPDATE … ORDER
+// in seat-id order, in seq order (SPEC §6: the seed's UPDATE … ORDER
 // BY id LIMIT 1 is not valid Postgres and, without SKIP LOCKED, reports
 // false sold-outs).
 //

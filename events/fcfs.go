@@ -79,7 +79,7 @@ func (f *FCFS) Type() keyed.Type {
 }
 
 // apply hands out seats to a batch of requests on one event: the free seats
-// are read once, in seat-id order, and given in acceptance order. The work is
+// are read once, in seat-id order, and given in seq order. The work is
 // set-based, a fixed handful of statements per batch whatever its size: one
 // read of the seats, one of who already holds a seat, then one update and one
 // insert for all the grants.
@@ -160,7 +160,7 @@ type grant struct {
 	holders, phones []string
 }
 
-// assign decides, in acceptance order, the open requests among rs (those
+// assign decides, in seq order, the open requests among rs (those
 // whose outs are still empty): the free seats go one each to users holding
 // none, until none is left.
 func (f *FCFS) assign(rs []*requests.Request, payloads []FCFSPayload, outs []requests.Outcome, now time.Time, free []int64, taken map[string]int64, t tally) grant {

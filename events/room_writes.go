@@ -56,7 +56,7 @@ func (w *RoomWrites) Types() []keyed.Type {
 // event's salesStartAt joins the pre-queue: its place is 0, so the room
 // orders it by pseudonym (the shuffle), and its pseudonym is listed in
 // prequeue_entries in entry order; any other entry's place is its request's
-// seq, so the line behind the pre-queue is in acceptance order. So is an
+// seq, so the line behind the pre-queue is in seq order. So is an
 // entry accepted before the start that reaches the room only after the
 // pre-queue was sealed (seal.go): the seal cannot have happened while this
 // entry was visible and open, and placing it in the draw now would move
@@ -125,7 +125,7 @@ func queueNotOpen(e Event) *domain.Problem {
 		e.QueueOpensAt.Format(time.RFC3339)).WithMeta("queueOpensAt", e.QueueOpensAt.Format(time.RFC3339Nano))
 }
 
-// book reserves chosen seats, in acceptance order, on one event; success
+// book reserves chosen seats, in seq order, on one event; success
 // gives the caller's entry token back.
 func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch, r *requests.Request, p *BookPayload) (requests.Outcome, error) {
 	var reserved bool

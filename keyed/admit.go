@@ -57,7 +57,7 @@ func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
 
 // queueSize returns the queue's unfinished tasks, refreshed at most once a
 // second by one caller while the others use the last sample; without an
-// inspector, or on error, it reports 0 (admit).
+// inspector it reports 0, and on error the last sample (0 before the first).
 func (e *Engine) queueSize(queue string) int {
 	if e.insp == nil {
 		return 0

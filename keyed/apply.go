@@ -33,9 +33,11 @@ type pickFunc func(open []*requests.Request, limit int) []*requests.Request
 //   - A transient failure (connection, serialization, deadlock, Redis) is
 //     retried with backoff, then returned: the key is handed on and the task
 //     retried later, and the request is never marked failed for it.
-//   - Any other failure comes from an applier and some request in the batch:
-//     the batch is halved until that request is alone; a request that fails
-//     alone twice is recorded as failed, so it cannot block its key.
+//   - Any other failure (an applier's, or one of the transaction's own
+//     statements' that is not transient) is taken to come from some request
+//     in the batch: the batch is halved until that request is alone; a
+//     request that fails alone twice is recorded as failed, so it cannot
+//     block its key.
 //
 // It works on the group's state: a re-issued lease replaces the one held,
 // and g.limit, the batch size, is halved while a failing request is

@@ -17,16 +17,19 @@ import (
 // Deferred tasks. The task of a request that something else applies first
 // (see deferral) is there so that Asynqmon shows the request (K1); running
 // it is a no-op. Two ways to keep it out of the worker's way while the rush
-// lasts, chosen by Options.ScheduleDeferred:
+// lasts, chosen by Options.ScheduleDeferred (AGGREGATE_DEFERRED_TASKS).
+// Folding is where K1's "one task a write" gives way: a request's task is
+// listed under its id only until it is folded; the fold then stands for it
+// in Asynqmon, by count. Scheduling keeps each request's own task.
 //
 //   - aggregate (the default): the task waits in its queue's Asynq group
 //     DeferredGroup (Asynqmon's "Aggregating" tab) and the worker's
 //     aggregator folds up to deferredGroupMax of them into one task,
 //     tasks.TypeDeferred, that drains each distinct first key once. While
 //     any of its requests still waits in a mailbox, the fold stays in the
-//     queue, scheduled to look again every second with the count of those
-//     it still stands for: Asynqmon shows the backlog until it is applied
-//     (K1), as the requests' own tasks did.
+//     queue, scheduled to look again every second with the count of its
+//     keys' mailbox entries up to its last request: Asynqmon shows the
+//     backlog until it is applied (K1), as the requests' own tasks did.
 //   - schedule: the task is scheduled a minute or more ahead and runs by
 //     itself, a drain attempt on its first key.
 //
@@ -100,7 +103,8 @@ const deferredRecheck = time.Second
 // requests left (its holder died) is drained now. Requests that still wait
 // behind a holder keep a fold of their own in the queue, scheduled to look
 // again, so that Asynqmon shows the backlog until it is applied (K1), as
-// their own tasks would have; its payload says how many requests it holds.
+// their own tasks would have; its payload counts its keys' mailbox entries
+// up to its last request on each, others' among them.
 func (e *Engine) handleDeferred(ctx context.Context, t *asynq.Task) error {
 	var p tasks.DeferredPayload
 	if err := tasks.Decode(t, &p); err != nil {

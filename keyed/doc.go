@@ -1,7 +1,7 @@
 // Package keyed applies accepted requests with per-key serialization
 // (SPEC §3, properties K1–K6). Every write type declares its keys; this
 // package is the one place that turns those keys into mutual exclusion,
-// acceptance order, isolation, crash recovery and batching.
+// order (K3), isolation, crash recovery and batching.
 //
 // # Reading order
 //
@@ -9,29 +9,39 @@
 //
 //  1. This comment: the protocol, groups, forgetting, and the measured
 //     choices at its end.
-//  2. engine.go: what a write type gives (Type, Applier, Batch);
+//  2. requests/intake.go: Accept, the API's side: the caps (Admit),
+//     storing (the group commit of requests/group.go; read it as one
+//     INSERT), Post and Enqueue, and MarkUndispatched when they fail.
+//     requests/store.go holds the statements the protocol runs: LockOpen,
+//     Complete, UndispatchedBefore, the reconciler's.
+//  3. engine.go: what a write type gives (Type, Applier, Batch);
 //     handleRequest is the task handler, and it only calls Drain.
-//     dispatch.go: the intake side (Post, Enqueue, deferral); admit.go:
-//     the caps intake checks first. each.go: Each, the apply loop of write
-//     types that decide one request at a time.
-//  3. lease.go and scripts.go: a lease and its token (acquire, reissue),
+//     dispatch.go: Post and Enqueue, and when a task is deferred
+//     (deferral; how, in deferred.go); admit.go: the caps. each.go: Each,
+//     the apply loop of write types that decide one request at a time.
+//  4. lease.go and scripts.go: a lease and its token (acquire, reissue),
 //     the fence every apply transaction checks (fence), the Redis layout
 //     and its scripts (evalAll runs one for many keys in a round trip),
 //     and FenceCheck for appliers' own scripts.
-//  4. drain.go: Drain and drainHeld, the loop a holder runs until its
+//  5. drain.go: Drain and drainHeld, the loop a holder runs until its
 //     mailboxes are empty or its slice is up; finish, lostLease, keepAlive.
-//     Its calls into quiet waiting (the group's w and quiet: receive,
-//     track, park, resume, and gather and giveAway in group.go) do nothing
-//     when waiting plain: skip them on a first reading; waiting.go, after
-//     the protocol, explains them.
-//  5. group.go: one step of that loop over every key the drain holds (peek,
-//     merge, pick what may go in acceptance order, apply), how keys held
-//     elsewhere are waited for without deadlock, and how keys are given
-//     up (giveUp: handed on, or yielded to another drain).
-//  6. apply.go: one apply transaction (attempt) and what happens when it
-//     fails (applyRetrying: re-issue, retry, halve, record as failed).
+//     Its calls into quiet waiting (g.w and g.quiet: receive, track, park,
+//     resume, done, gifts, unchanged, stepped, gather, giveAway, and
+//     wakers.wake) do nothing when waiting plain: skip them on a first
+//     reading; waiting.go, after the protocol, explains them.
+//  6. group.go with apply.go: one step of that loop over every key the
+//     drain holds (peek, merge, apply, and then take the keys its blocked
+//     requests want), how keys held elsewhere are waited for without
+//     deadlock, and how keys are given up (giveUp: handed on, or yielded
+//     to another drain). A step's plan is filled by its pick (picker),
+//     which runs inside the apply transaction (attempt, in apply.go), on
+//     the rows it locked; applyRetrying is what happens when that fails
+//     (re-issue, retry, halve, record as failed).
 //  7. reconcile.go and forget.go: recovery from lost Redis state and dead
-//     holders, and how fencing state is let go.
+//     holders (Reconcile, Redispatch; renew keeps K3 across a loss of
+//     Redis' state), and how fencing state is let go.
+//  8. The speed-ups, each apart from the protocol: deferred.go,
+//     waiting.go, requests/group.go (below).
 //
 // The words for a drain letting a key go, as the code uses them:
 //
@@ -66,13 +76,17 @@
 //
 // # The protocol
 //
-//   - Intake stores the request in Postgres (which assigns seq, the acceptance
-//     order), then adds its id to a mailbox per key — a Redis sorted set
-//     scored by seq — and enqueues one Asynq task with TaskID = requestId (K1).
+//   - Intake stores the request in Postgres, which gives it seq: a request
+//     sent after another's 202 reached its client gets a higher seq (K3's
+//     order); requests in flight together may commit out of seq order and
+//     have no order between them. Then it adds the id to a mailbox per key —
+//     a Redis sorted set scored by seq — and enqueues one Asynq task with
+//     TaskID = requestId (K1).
 //   - A task tries to take the lease of its request's first key: a Redis string
 //     holding a fencing token (Forgetting, below) with a TTL. If the
-//     lease is held, the holder will apply the request (it only gives the
-//     lease up atomically with finding the mailbox empty), so the task is done:
+//     lease is held, the holder will apply the request (it gives the lease
+//     up only atomically with finding the mailbox empty, or with a drain
+//     task for what is left in it), so the task is done:
 //     a hot key never ties up more than one worker slot (K4).
 //   - The holder applies its mailbox in seq order (K3), in batches of up to
 //     BatchMax requests per Postgres transaction (K6). That transaction locks
@@ -87,8 +101,8 @@
 //   - A holder drains for at most DrainSlice, then releases the lease and hands
 //     the key to a new drain task, so shutdown and long backlogs hand work back.
 //   - A request far behind a long backlog on its key, or one that found its
-//     key held as it entered the mailbox, gets its task scheduled rather than
-//     pending: the holder applies it in order anyway, one hot key's tasks then
+//     key held as it entered the mailbox, gets its task deferred rather than
+//     pending (folded or scheduled: deferred.go): the holder applies it in order anyway, one hot key's tasks then
 //     never fill the pending list ahead of other keys (K4), and during a rush
 //     the worker's slots and Redis go to the drain, not to tasks with nothing
 //     to do. A request none of whose keys is held has its task due at
@@ -105,9 +119,9 @@
 //     K5. A request whose dispatch failed at intake is marked undispatched, and
 //     no batch on its keys is applied past it until it is back in order (K3).
 //     So is every open request once Redis lost its state: a step reads the
-//     incarnation of Redis' state right before and after its peeks, and a
-//     drain that finds none marks them before anything is applied (renew,
-//     in reconcile.go).
+//     incarnation of Redis' state right after its peeks, and a drain that
+//     finds none marks them before anything is applied (renew, in
+//     reconcile.go).
 //
 // # Groups
 //
@@ -115,7 +129,7 @@
 // requests it meets there (a cart's other options, its user). Each step it
 // reads the head of every held key's mailbox (one pipelined round trip),
 // merges them by seq and, in one transaction fenced on the keys of what it
-// applies, applies in acceptance order every request that it can:
+// applies, applies in seq order every request that it can:
 //
 //   - a request is applied when the group holds all of its keys, each key's
 //     window reaches it, and no earlier request sharing a key with it was
@@ -141,6 +155,11 @@
 //     waits parked takes that drain's whole group over instead, when it
 //     has room for it, and one that would yield to a drain of its worker
 //     gives it its whole group: waiting.go.)
+//     This is where holdfast parts from SPEC K2's "no hold-and-wait", on
+//     purpose: the holder of the smallest key holds while it tries for
+//     the rest. It never blocks on a lease, and the keys' total order
+//     (SPEC's "sorted order") is what rules out a deadlock, the others'
+//     yielding what a blocked request needs is what lets it go on.
 //   - a key whose mailbox is found empty leaves the group, atomically with
 //     finding it so; at DrainSlice, on shutdown or on an error every key is
 //     handed on, each with a drain task if its mailbox has entries.

@@ -11,7 +11,8 @@ import (
 
 // Drain takes key's lease and applies its mailbox. If another drain holds
 // the lease, that holder will apply everything in the mailbox (it releases
-// only atomically with finding it empty), so Drain returns at once; so it
+// only atomically with finding it empty, or with a drain task for what is
+// left), so Drain returns at once; so it
 // does when the key is kept for the holder of another key (a yield's
 // promise): the yield enqueued a drain task of its own to follow.
 func (e *Engine) Drain(ctx context.Context, key, queue string) error {

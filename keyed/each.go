@@ -11,7 +11,7 @@ import (
 )
 
 // Each is the applier of a write type whose requests are decided one at a
-// time: in acceptance order, in the batch's one transaction, each with its
+// time: in seq order, in the batch's one transaction, each with its
 // payload decoded as P. A payload that does not decode fails that request
 // alone. An error from apply is a system failure and fails the batch (see
 // Applier). begin makes what the write type keeps for the length of one

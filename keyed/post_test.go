@@ -92,7 +92,7 @@ func TestGroupCommitPostsABatchInOneRoundTrip(t *testing.T) {
 		inSeq = append(inSeq, id)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, inSeq, mbox, "the mailbox is in acceptance order")
+	require.Equal(t, inSeq, mbox, "the mailbox is in seq order")
 	pending, err := asynq.NewInspectorFromRedisClient(r.rdb).ListPendingTasks("q", asynq.PageSize(n+1))
 	require.NoError(t, err)
 	require.Len(t, pending, n, "one task per request")

@@ -96,7 +96,7 @@ import (
 // 1,444 / 1,323 / 1,460 requests a second at 100–133 a transaction; the
 // first two alone, 395 / 342 / 318 at 2.6; plain, 126–159 at 2.6–2.9. The
 // shared key sorting first ran 924–1,544 in the same runs. In e2e
-// (TestMultiKeyAcceptanceOrder, two workers), from the last 202 to the last
+// (TestMultiKeyOrder, two workers), from the last 202 to the last
 // outcome: 1.6–2.6 s, against 4.0–4.8 s without taking over and 8.7–10.5 s
 // plain. A cart rush whose every cart also holds one of 200 long-tail
 // options (scripts/ab.sh, load -cart-tail 200, 40,000 carts, two pairs):
@@ -340,7 +340,7 @@ func (w *waiter) unregister() {
 // request's keys, going by the keys it is registered under.
 func (g *group) giveAway(holders []string) bool {
 	w := g.w
-	if w == nil || w.ws == nil || g.e.stopping.Load() {
+	if w.ws == nil || g.e.stopping.Load() {
 		return false
 	}
 	to := w.ws.holderFor(w, holders, g.e.maxGroupKeys()-requests.MaxKeys-len(g.held))
@@ -388,9 +388,6 @@ func (w *waiter) give(ls []Lease) bool {
 // gifts are the leases in w's inbox: not merged yet, they are kept alive
 // with the group's own while its step runs (keepAlive).
 func (w *waiter) gifts() []Lease {
-	if w == nil {
-		return nil
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.inbox)
@@ -419,9 +416,6 @@ func (w *waiter) open() {
 // maxGroupKeys is handed on instead. It releases the leases add dropped.
 func (g *group) receive(ctx context.Context, closing bool) error {
 	w := g.w
-	if w == nil {
-		return nil
-	}
 	w.mu.Lock()
 	ls := w.inbox
 	w.inbox, w.closed = nil, w.closed || closing

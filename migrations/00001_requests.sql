@@ -1,6 +1,6 @@
 -- +goose Up
--- Every accepted write, durable before its 202 is sent (SPEC §2). seq is the
--- acceptance order that per-key mailboxes are sorted by (K3).
+-- Every accepted write, durable before its 202 is sent (SPEC §2). seq orders
+-- per-key mailboxes (K3): a write sent after another's 202 gets a higher one.
 CREATE TABLE requests (
     id           uuid PRIMARY KEY,
     seq          bigint GENERATED ALWAYS AS IDENTITY UNIQUE,

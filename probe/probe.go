@@ -3,7 +3,7 @@
 // each of its keys. Its read-modify-write deliberately loses updates unless
 // requests on a key are serialized, so the keyed engine's guarantees are
 // visible in its data: the counter equals the number of successes and every
-// success on a key got a distinct value, in acceptance order. The API and
+// success on a key got a distinct value, in seq order. The API and
 // worker enable it with HOLDFAST_PROBE=true; tests always do.
 package probe
 

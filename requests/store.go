@@ -99,8 +99,9 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
 }
 
 // MarkProcessing records that each key's drain has read its mailbox as far
-// as the seq through maps it to, and is about to apply what it read: those
-// still queued read as processing (viewColumns) until they are completed.
+// as the seq through maps it to, and is about to apply what it can of it:
+// those still queued read as processing (viewColumns) until they are
+// completed, those left waiting for keys another drain holds included.
 // One row per key, whatever the batch's size; a mark only ever moves
 // forward.
 func (s *Store) MarkProcessing(ctx context.Context, through map[string]int64) error {
@@ -119,7 +120,7 @@ func (s *Store) MarkProcessing(ctx context.Context, through map[string]int64) er
 	return storage.Translate("requests: mark processing", err)
 }
 
-// LockOpen locks, in acceptance order, those of ids that are not terminal yet
+// LockOpen locks, in seq order, those of ids that are not terminal yet
 // and returns them. Terminal ones are left out: this is what makes applying a
 // request twice impossible.
 func LockOpen(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) ([]*Request, error) {
@@ -205,7 +206,7 @@ func (s *Store) Undispatched(ctx context.Context, keys []string, afterSeq int64,
 
 // UndispatchedBefore reports whether an open request other than the
 // batch's own is marked undispatched on a key of through with a seq below
-// that key's mark: applying the batch would overtake it on that key (K3 is
+// the one through maps that key to (the batch's last request on it): applying the batch would overtake it on that key (K3 is
 // per key; one on another key of the batch, or later, is not overtaken).
 func UndispatchedBefore(ctx context.Context, tx pgx.Tx, through map[string]int64, batch []uuid.UUID) (bool, error) {
 	keys, seqs := make([]string, 0, len(through)), make([]int64, 0, len(through))
@@ -254,7 +255,7 @@ func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, offset, limit in
 }
 
 // OpenOnKey lists up to limit non-terminal requests that carry key, with
-// seq above after, in acceptance order.
+// seq above after, in seq order.
 func (s *Store) OpenOnKey(ctx context.Context, key string, after int64, limit int) ([]*Request, error) {
 	return queryRequests(ctx, s.pool, "requests: open on key", `SELECT `+columns+` FROM requests
 		WHERE completed_at IS NULL AND keys @> ARRAY[$1::text] AND seq > $2
@@ -276,9 +277,10 @@ const DeleteBatch = 1000
 
 // DeleteExpired deletes the terminal requests accepted and completed before
 // cutoff, batch at a time, walking the table in seq order from its oldest
-// row: acceptance order follows seq, so it stops at the first batch that
-// reaches a request accepted at or after cutoff. It returns how many it
-// deleted. An open request on the way is stepped over, never deleted.
+// row. accepted_at rises with seq but for the skew of the APIs' clocks and
+// the wait for an INSERT, so it stops at the first batch that reaches a
+// request accepted at or after cutoff (one behind it waits for a later
+// pass). It returns how many it deleted. An open request on the way is stepped over, never deleted.
 func (s *Store) DeleteExpired(ctx context.Context, cutoff time.Time, batch int) (int64, error) {
 	var total int64
 	after := int64(0)

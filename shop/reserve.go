@@ -13,7 +13,7 @@ import (
 )
 
 // reserveBatch reserves each request's cart, all or nothing per cart (seed
-// 002 §3), for a batch in acceptance order. The batch holds the keys of all
+// 002 §3), for a batch in seq order. The batch holds the keys of all
 // of its carts' options and users (keyed groups them), so one set of
 // reads serves every cart in it and each decision is made in memory, in
 // order, against what the carts before it took:

@@ -43,7 +43,7 @@ const PeriodicRetries = 6
 type RequestPayload struct {
 	RequestID string   `json:"requestId"`
 	Keys      []string `json:"keys"`
-	Seq       int64    `json:"seq,omitempty"` // its acceptance order (0: not given)
+	Seq       int64    `json:"seq,omitempty"` // its requests.Request.Seq (0: not given)
 }
 
 // NewRequest builds the task of one accepted request; later, when given,
