@@ -102,12 +102,13 @@
 //     the key to a new drain task, so shutdown and long backlogs hand work back.
 //   - A request far behind a long backlog on its key, or one that found its
 //     key held as it entered the mailbox, gets its task deferred rather than
-//     pending (folded or scheduled: deferred.go): the holder applies it in order anyway, one hot key's tasks then
-//     never fill the pending list ahead of other keys (K4), and during a rush
-//     the worker's slots and Redis go to the drain, not to tasks with nothing
-//     to do. A request none of whose keys is held has its task due at
-//     once; one with a key held is left to that holder, whose group
-//     gathers its other keys (or makes way for the drain that does).
+//     pending (folded or scheduled: deferred.go): the holder applies it in
+//     order anyway, one hot key's tasks then never fill the pending list
+//     ahead of other keys (K4), and during a rush the worker's slots and
+//     Redis go to the drain, not to tasks with nothing to do. A request
+//     none of whose keys is held has its task due at once; one with a key
+//     held is left to that holder, whose group gathers its other keys (or
+//     makes way for the drain that does).
 //   - A holder keeps its lease alive while a transaction runs. Transient
 //     failures (connections, deadlocks, Redis) are retried and then handed to
 //     a later task; an applier that keeps failing is narrowed down by halving

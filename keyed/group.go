@@ -388,7 +388,9 @@ func progressMarks(wins map[string]window) map[string]int64 {
 // or keeps for another. A key kept for the holder of a key the group holds
 // is the group's, whatever request it was wanted for: those are asked for
 // again at once, claiming that key. It never waits for a lease, so no drain
-// ever waits while holding one.
+// ever waits while holding one. Cut to the group's room in key order, it
+// may leave out keys the first request it gathers lacks; once the group is
+// full, roomFor makes room for those.
 func (g *group) acquire(ctx context.Context, wanted map[string]string) (got int, failed map[string]bool, err error) {
 	keys := slices.Sorted(maps.Keys(wanted))
 	if room := g.e.maxGroupKeys() - len(g.held); len(keys) > room {

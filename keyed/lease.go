@@ -80,9 +80,9 @@ func floorSQL(n int) string {
 // statement and in key order (the order every apply transaction takes these
 // rows in, so two of them never wait for each other in a cycle). A token is
 // refused if a newer one has already applied changes to its key, or it was
-// issued more than forget ago (floorSQL): fence then returns a *fencedError (ErrFenced) naming
-// that key. The row locks it takes also serialize every apply transaction
-// on the keys.
+// issued more than forget ago (floorSQL): fence then returns a
+// *fencedError (ErrFenced) naming that key. The row locks it takes also
+// serialize every apply transaction on the keys.
 func fence(ctx context.Context, tx pgx.Tx, ls []Lease, forget time.Duration) error {
 	sorted := slices.Clone(ls)
 	slices.SortFunc(sorted, func(a, b Lease) int { return strings.Compare(a.Key, b.Key) })
