@@ -108,10 +108,15 @@ func (h *leaseReadFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // leaseReadingFirstEngine is an engine whose Redis client sends Post's lease
 // reads before its mailbox adds, calling between in the gap.
 func (r *fenceRig) leaseReadingFirstEngine(t *testing.T, name string, between func()) *Engine {
+	return r.engineOn(t, name, 1, 300*time.Millisecond, r.pool, r.hookedRedis(t, &leaseReadFirst{between: between}))
+}
+
+// hookedRedis is a client of the rig's Redis of its own, with hook.
+func (r *fenceRig) hookedRedis(t *testing.T, hook redis.Hook) *redis.Client {
 	opt, err := redis.ParseURL(r.redisURL)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	rdb.AddHook(&leaseReadFirst{between: between})
-	return r.engineOn(t, name, 1, 300*time.Millisecond, r.pool, rdb)
+	rdb.AddHook(hook)
+	return rdb
 }

@@ -233,12 +233,8 @@ func TestALeaseThatLapsedBeforeItsEmptyKeyIsReleasedIsHandledAsLost(t *testing.T
 	r := newFenceRig(t)
 	ctx := context.Background()
 	r.accept(t)
-	opt, err := redis.ParseURL(r.redisURL)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
 	var lapsed atomic.Bool
-	rdb.AddHook(testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+	rdb := r.hookedRedis(t, testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 		if slices.Contains(cmds[0].Args(), any("ifempty")) && !lapsed.Swap(true) {
 			require.NoError(t, r.rdb.Del(ctx, leaseKey("k")).Err())
 		}

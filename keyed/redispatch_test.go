@@ -318,12 +318,8 @@ func TestPeeksInALostStateAreHeldBackByTheMarksOfARenewalBeforeTheirRead(t *test
 			require.NoError(t, r.rdb.FlushDB(ctx).Err())
 			second := r.accept(t)
 
-			opt, err := redis.ParseURL(r.redisURL)
-			require.NoError(t, err)
-			rdb := redis.NewClient(opt)
-			t.Cleanup(func() { _ = rdb.Close() })
 			var renewed atomic.Bool
-			rdb.AddHook(testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			rdb := r.hookedRedis(t, testenv.OnPipeline(func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 				last := len(cmds) - 1
 				if last < 1 || cmds[last].Name() != "get" || renewed.Swap(true) {
 					return next(ctx, cmds)
