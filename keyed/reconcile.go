@@ -36,8 +36,9 @@ func (e *Engine) Reconcile(ctx context.Context) error {
 	}
 	cutoff := time.Now().Add(-e.opt.RedriveAfter)
 	bucket := "r" + strconv.FormatInt(time.Now().UnixMilli()/1000, 10)
-	for offset := 0; offset < reconcileMaxKeys; offset += reconcilePage {
-		keys, err := e.store.OpenKeys(ctx, cutoff, offset, reconcilePage)
+	var after requests.OpenKey
+	for read := 0; read < reconcileMaxKeys; read += reconcilePage {
+		keys, err := e.store.OpenKeys(ctx, cutoff, after, reconcilePage)
 		if err != nil {
 			return err
 		}
@@ -71,6 +72,7 @@ func (e *Engine) Reconcile(ctx context.Context) error {
 		if len(keys) < reconcilePage {
 			break
 		}
+		after = keys[len(keys)-1]
 	}
 	return errors.Join(errs...)
 }

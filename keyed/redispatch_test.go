@@ -11,11 +11,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/requests"
+	"github.com/holdfast/holdfast/storage"
 )
 
 // failingDispatch admits through the real engine but cannot dispatch, as
@@ -348,4 +350,41 @@ func TestPeeksInALostStateAreHeldBackByTheMarksOfARenewalBeforeTheirRead(t *test
 			require.Equal(t, []uuid.UUID{first, second}, order, "K3: first's 202 came before second was sent")
 		})
 	}
+}
+
+// A reconcile pass reads the open keys a page at a time. A key whose
+// requests all complete while the pass is between two pages must not shift
+// a key it has not reached onto the page it already read: every key still
+// open has what Redis lost restored in that one pass. The stall completes
+// the first key's request right after the first page is read.
+func TestAReconcilePassMissesNoKeyWhenAnEarlierOneCompletesMidway(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	n := reconcilePage + 1
+	ids := make([]uuid.UUID, n)
+	for i := range n {
+		ids[i] = r.acceptOn(t, fmt.Sprintf("k%04d", i))
+	}
+	require.NoError(t, r.rdb.FlushDB(ctx).Err()) // every mailbox lost
+	stall := &pgStall{prefix: "SELECT k, min(queue)"}
+	pool, err := storage.OpenPostgres(ctx, r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	e := r.engineOn(t, "w", 8, holdingTTL, pool, r.rdb)
+	e.opt.RedriveAfter = -time.Second
+	stall.set(func() {
+		_, err := r.pool.Exec(ctx, `UPDATE requests SET status = 'succeeded', completed_at = now() WHERE id = $1`, ids[0])
+		require.NoError(t, err)
+	})
+	require.NoError(t, e.Reconcile(ctx))
+
+	var missed []string
+	for i := 1; i < n; i++ {
+		k := fmt.Sprintf("k%04d", i)
+		if r.rdb.ZScore(ctx, mboxKey(k), ids[i].String()).Err() != nil {
+			missed = append(missed, k)
+		}
+	}
+	require.Empty(t, missed, "every open key's mailbox restored in the pass")
 }

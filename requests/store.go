@@ -239,15 +239,19 @@ type OpenKey struct {
 	Key    string
 	Queue  string
 	Count  int64 // open requests accepted before the cutoff
-	MaxSeq int64 // the highest seq among them
+	MinSeq int64 // the lowest seq among them
+	MaxSeq int64 // the highest
 }
 
 // OpenKeys lists keys with non-terminal requests accepted before cutoff, in
-// the order of their oldest request, skipping the first offset keys.
-func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, offset, limit int) ([]OpenKey, error) {
-	rows, err := s.pool.Query(ctx, `SELECT k, min(queue), count(*), max(seq) FROM requests, unnest(keys) AS k
+// the order of their oldest request, after the key after (the last of the
+// page before; the zero OpenKey for the first). Paging by key rather than
+// by count, a key that completes between two pages moves no other key onto
+// the page already read.
+func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, after OpenKey, limit int) ([]OpenKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT k, min(queue), count(*), min(seq), max(seq) FROM requests, unnest(keys) AS k
 		WHERE completed_at IS NULL AND accepted_at < $1
-		GROUP BY k ORDER BY min(seq) OFFSET $2 LIMIT $3`, cutoff, offset, limit)
+		GROUP BY k HAVING (min(seq), k) > ($2, $3) ORDER BY min(seq), k LIMIT $4`, cutoff, after.MinSeq, after.Key, limit)
 	if err != nil {
 		return nil, storage.Translate("requests: open keys", err)
 	}
