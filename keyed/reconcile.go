@@ -119,6 +119,14 @@ func (e *Engine) restore(ctx context.Context, k requests.OpenKey) error {
 // failover without persistence).
 const incarnationKey = "hf:incarnation"
 
+// renewingKey holds the id of the renewal under way, for renewTTL at most:
+// one drain renews at a time, and a renewal that outlives it or dies is
+// taken over.
+const (
+	renewingKey = "hf:renewing"
+	renewTTL    = 30 * time.Second
+)
+
 // renew starts an incarnation of Redis' state, at the first start or
 // after one was lost. After a loss the mailboxes may lack entries of open
 // requests, and a request accepted since would go first on its key, ahead
@@ -137,15 +145,25 @@ const incarnationKey = "hf:incarnation"
 // same requests, and the first incarnation set stays. On Redis Cluster the
 // incarnation's node tells nothing of the others, and order across a loss
 // of a node's state is not kept.
+//
+// One drain renews at a time (renewingKey; the others look again). Redis
+// may lose its state again while the marks are made: a request accepted
+// after the marks began is then lost unmarked. That loss takes renewingKey
+// too, and the incarnation is not set (renewedScript): the next look
+// renews again, marking that request.
 func (e *Engine) renew(ctx context.Context) error {
-	// Another drain may have renewed since the peeks: the marks are made,
-	// and need not be made twice.
+	id := uuid.NewString()
+	// Another drain may have renewed since the peeks, or be renewing.
+	if ok, err := e.rdb.SetNX(ctx, renewingKey, id, renewTTL).Result(); err != nil {
+		return fmt.Errorf("keyed: renew: %w", err)
+	} else if !ok {
+		return nil
+	}
 	if n, err := e.rdb.Exists(ctx, incarnationKey).Result(); err != nil {
 		return fmt.Errorf("keyed: renew: %w", err)
 	} else if n == 1 {
-		return nil
+		return e.rdb.Del(ctx, renewingKey).Err()
 	}
-	id := uuid.NewString()
 	var had bool
 	if err := e.pool.QueryRow(ctx, `WITH was AS (SELECT 1 FROM redis_incarnation), now AS (
 			INSERT INTO redis_incarnation (id) VALUES ($1) ON CONFLICT (one) DO UPDATE SET id = EXCLUDED.id)
@@ -158,7 +176,7 @@ func (e *Engine) renew(ctx context.Context) error {
 		}
 		e.log.Warn("Redis lost its state: every open request is marked undispatched until it is back in its mailboxes")
 	}
-	if err := e.rdb.SetNX(ctx, incarnationKey, id, 0).Err(); err != nil {
+	if err := renewedScript.Run(ctx, e.rdb, []string{renewingKey, incarnationKey}, id).Err(); err != nil {
 		return fmt.Errorf("keyed: renew: %w", err)
 	}
 	return nil

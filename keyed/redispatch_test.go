@@ -388,3 +388,54 @@ func TestAReconcilePassMissesNoKeyWhenAnEarlierOneCompletesMidway(t *testing.T) 
 	}
 	require.Empty(t, missed, "every open key's mailbox restored in the pass")
 }
+
+// Redis may lose its state again while a renewal makes its marks: third,
+// accepted after the marks began, is lost unmarked. That loss takes the
+// renewal's own key too, so the incarnation is not set, and the next look
+// renews again, marking third before fourth, sent after third's 202, can
+// go. The stall runs right after the renewal's marks. The control is a
+// second loss that spares the renewal's key: the incarnation is set, and
+// fourth overtakes third.
+func TestALossWhileARenewalMarksIsNotMissed(t *testing.T) {
+	t.Parallel()
+	for _, keptRenewing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keptRenewing=%t", keptRenewing), func(t *testing.T) {
+			t.Parallel()
+			r := newFenceRig(t)
+			ctx := context.Background()
+			stall := &pgStall{prefix: "UPDATE requests SET undispatched = true"}
+			pool, err := storage.OpenPostgres(ctx, r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			e := r.engineOn(t, "w", 8, holdingTTL, pool, r.rdb)
+			e.opt.RedriveAfter = -time.Second // the reconciler restores every open request
+			require.NoError(t, e.renew(ctx))
+
+			first := r.accept(t)
+			require.NoError(t, r.rdb.FlushDB(ctx).Err())
+			var third uuid.UUID
+			stall.set(func() {
+				third = r.accept(t)
+				renewing := r.rdb.Get(ctx, renewingKey).Val()
+				require.NoError(t, r.rdb.FlushDB(ctx).Err())
+				if keptRenewing {
+					require.NoError(t, r.rdb.Set(ctx, renewingKey, renewing, 0).Err())
+				}
+			})
+			require.NoError(t, e.renew(ctx))
+			fourth := r.accept(t)
+			require.NoError(t, e.Drain(ctx, "k", "q"))
+			require.NoError(t, e.Reconcile(ctx))
+			require.NoError(t, e.Drain(ctx, "k", "q")) // the reconciler's drain, if anything is left
+
+			got := r.applied(t)
+			require.Len(t, got, 3)
+			order := []uuid.UUID{got[0].ID, got[1].ID, got[2].ID}
+			if keptRenewing {
+				require.Equal(t, []uuid.UUID{first, fourth, third}, order, "the control: fourth overtakes third")
+				return
+			}
+			require.Equal(t, []uuid.UUID{first, third, fourth}, order, "K3: third's 202 came before fourth was sent")
+		})
+	}
+}

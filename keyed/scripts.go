@@ -38,6 +38,7 @@ func FencedErr(err error) error {
 //	hf:{key}:fence  string      last token handed out, kept ForgetAfter past the last acquire
 //	hf:{key}:for    string      the key whose holder a yielded lease is kept for, briefly
 //	hf:incarnation  string      the id of Redis' state since it was last lost (reconcile.go, renew)
+//	hf:renewing     string      the id a drain renewing it will set, with TTL (renew)
 func mboxKey(k string) string { return "hf:{" + k + "}:mbox" }
 
 // LeaseKey is the Redis key holding key's lease token. Appliers that change
@@ -115,6 +116,15 @@ local tok = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), tonumber(ARGV[
 redis.call('SET', KEYS[2], string.format('%d', tok), 'PX', ARGV[3])
 redis.call('SET', KEYS[1], string.format('%d', tok), 'KEEPTTL')
 return tok`)
+
+// renewedScript sets the incarnation a renewal made its marks for, unless
+// Redis lost its state meanwhile, taking the renewal's own key with it.
+// KEYS: renewing, incarnation. ARGV: id. Returns 1 if set, 0 if not.
+var renewedScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[2], ARGV[1], 'NX')
+return 1`)
 
 // extendScript extends a held lease. KEYS: lease. ARGV: token, ttl ms.
 var extendScript = redis.NewScript(`
