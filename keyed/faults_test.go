@@ -66,10 +66,15 @@ const stallBeforeApply = "INSERT INTO key_progress"
 // the drain's last statement before its apply transaction.
 func (r *fenceRig) stallingEngine(t *testing.T, name string, batch int, ttl time.Duration) (*Engine, *pgStall) {
 	stall := &pgStall{prefix: stallBeforeApply}
+	return r.engineOn(t, name, batch, ttl, r.stallingPool(t, stall), r.rdb), stall
+}
+
+// stallingPool is a pool of the rig's Postgres of its own, traced by stall.
+func (r *fenceRig) stallingPool(t *testing.T, stall *pgStall) *pgxpool.Pool {
 	pool, err := storage.OpenPostgres(context.Background(), r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	return r.engineOn(t, name, batch, ttl, pool, r.rdb), stall
+	return pool
 }
 
 // leaseReadFirst is a go-redis hook that sends a pipeline's EXISTS reads

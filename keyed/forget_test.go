@@ -7,11 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
-
-	"github.com/holdfast/holdfast/storage"
 )
 
 // forgetAfter is the ForgetAfter of the engines below: a key's fencing
@@ -87,9 +84,7 @@ func TestAHolderFrozenInItsTransactionStaysRefusedOnceTheFenceIsForgotten(t *tes
 	r1 := r.accept(t)
 	r.accept(t)
 	stall := &pgStall{prefix: "begin"} // the apply transaction's first statement
-	pool, err := storage.OpenPostgres(ctx, r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := r.stallingPool(t, stall)
 	a := r.engineOn(t, "stalled", 2, holdingTTL, pool, r.rdb)
 	b := r.engineTTL(t, "successor", 1, holdingTTL)
 	a.opt.ForgetAfter, b.opt.ForgetAfter = forgetAfter, forgetAfter

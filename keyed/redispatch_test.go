@@ -11,13 +11,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/requests"
-	"github.com/holdfast/holdfast/storage"
 )
 
 // failingDispatch admits through the real engine but cannot dispatch, as
@@ -368,9 +366,7 @@ func TestAReconcilePassMissesNoKeyWhenAnEarlierOneCompletesMidway(t *testing.T) 
 	}
 	require.NoError(t, r.rdb.FlushDB(ctx).Err()) // every mailbox lost
 	stall := &pgStall{prefix: "SELECT k, min(queue)"}
-	pool, err := storage.OpenPostgres(ctx, r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := r.stallingPool(t, stall)
 	e := r.engineOn(t, "w", 8, holdingTTL, pool, r.rdb)
 	e.opt.RedriveAfter = -time.Second
 	stall.set(func() {
@@ -404,9 +400,7 @@ func TestALossWhileARenewalMarksIsNotMissed(t *testing.T) {
 			r := newFenceRig(t)
 			ctx := context.Background()
 			stall := &pgStall{prefix: "UPDATE requests SET undispatched = true"}
-			pool, err := storage.OpenPostgres(ctx, r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
+			pool := r.stallingPool(t, stall)
 			e := r.engineOn(t, "w", 8, holdingTTL, pool, r.rdb)
 			e.opt.RedriveAfter = -time.Second // the reconciler restores every open request
 			require.NoError(t, e.renew(ctx))

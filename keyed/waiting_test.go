@@ -517,9 +517,7 @@ func TestAGiftOutlivesASlowTransaction(t *testing.T) {
 	r := newFenceRig(t)
 	const ttl = 600 * time.Millisecond
 	stall := &pgStall{prefix: "INSERT INTO applied"} // inside the applier
-	pool, err := storage.OpenPostgres(context.Background(), r.pgURL, 4, func(c *pgxpool.Config) { c.ConnConfig.Tracer = stall })
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := r.stallingPool(t, stall)
 	e := r.engineOn(t, "w", 8, ttl, pool, r.rdb)
 	e.opt.PlainWaiting = false
 	ctx := context.Background()
@@ -530,7 +528,7 @@ func TestAGiftOutlivesASlowTransaction(t *testing.T) {
 		time.Sleep(3 * ttl)
 	})
 
-	_, err = g.step(ctx)
+	_, err := g.step(ctx)
 	require.NoError(t, err)
 	require.False(t, r.open(t, id))
 	require.NoError(t, g.receive(ctx, false))
