@@ -160,21 +160,29 @@ func (e *Engine) lostLease(ctx context.Context, l Lease, queue string) error {
 // and is fenced out once a successor commits. leases is read at each
 // extension: a group's gifts (waiting.go) join it as they arrive.
 func (e *Engine) keepAlive(ctx context.Context, leases func() []Lease) (stop func()) {
+	return every(ctx, e.opt.LeaseTTL/3, func(ctx context.Context) {
+		ls := leases()
+		_, _ = evalAll(ctx, e.rdb, extendScript, len(ls), func(i int) ([]string, []any) {
+			return []string{leaseKey(ls[i].Key)}, []any{ls[i].Token, e.opt.LeaseTTL.Milliseconds()}
+		})
+	})
+}
+
+// every runs fn every d in a goroutine of its own until stop, which waits
+// for it. fn's context ends with stop, not with ctx.
+func every(ctx context.Context, d time.Duration, fn func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(e.opt.LeaseTTL / 3)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				ls := leases()
-				_, _ = evalAll(ctx, e.rdb, extendScript, len(ls), func(i int) ([]string, []any) {
-					return []string{leaseKey(ls[i].Key)}, []any{ls[i].Token, e.opt.LeaseTTL.Milliseconds()}
-				})
+				fn(ctx)
 			}
 		}
 	}()

@@ -119,12 +119,12 @@ func (e *Engine) restore(ctx context.Context, k requests.OpenKey) error {
 // failover without persistence).
 const incarnationKey = "hf:incarnation"
 
-// renewingKey holds the id of the renewal under way, for renewTTL at most:
-// one drain renews at a time, and a renewal that outlives it or dies is
-// taken over.
+// renewingKey holds the id of the renewal under way, which extends it while
+// it marks: one drain renews at a time, and renewTTL after one died
+// another takes over.
 const (
 	renewingKey = "hf:renewing"
-	renewTTL    = 30 * time.Second
+	renewTTL    = 5 * time.Second
 )
 
 // renew starts an incarnation of Redis' state, at the first start or
@@ -151,7 +151,7 @@ const (
 // after the marks began is then lost unmarked. That loss takes renewingKey
 // too, and the incarnation is not set (renewedScript): the next look
 // renews again, marking that request.
-func (e *Engine) renew(ctx context.Context) error {
+func (e *Engine) renew(ctx context.Context) (err error) {
 	id := uuid.NewString()
 	// Another drain may have renewed since the peeks, or be renewing.
 	if ok, err := e.rdb.SetNX(ctx, renewingKey, id, renewTTL).Result(); err != nil {
@@ -159,6 +159,15 @@ func (e *Engine) renew(ctx context.Context) error {
 	} else if !ok {
 		return nil
 	}
+	stop := every(ctx, renewTTL/3, func(ctx context.Context) {
+		_ = extendScript.Run(ctx, e.rdb, []string{renewingKey}, id, renewTTL.Milliseconds()).Err()
+	})
+	defer func() {
+		stop()
+		if err != nil { // let the next look renew at once
+			_ = e.rdb.Del(context.WithoutCancel(ctx), renewingKey).Err()
+		}
+	}()
 	if n, err := e.rdb.Exists(ctx, incarnationKey).Result(); err != nil {
 		return fmt.Errorf("keyed: renew: %w", err)
 	} else if n == 1 {

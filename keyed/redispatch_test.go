@@ -433,3 +433,38 @@ func TestALossWhileARenewalMarksIsNotMissed(t *testing.T) {
 		})
 	}
 }
+
+// A renewal that fails (here Postgres refuses it) lets go of hf:renewing,
+// so the next look renews at once instead of after renewTTL; one that
+// succeeds lets go of it too.
+func TestAFailedRenewalLeavesNoClaimBehind(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	pool := r.stallingPool(t, &pgStall{})
+	e := r.engineOn(t, "w", 8, holdingTTL, pool, r.rdb)
+	pool.Close()
+	require.Error(t, e.renew(ctx))
+	require.Zero(t, r.rdb.Exists(ctx, renewingKey, incarnationKey).Val(), "neither a claim nor an incarnation")
+
+	require.NoError(t, r.engineTTL(t, "other", 8, holdingTTL).renew(ctx))
+	require.Zero(t, r.rdb.Exists(ctx, renewingKey).Val())
+	require.NotEmpty(t, r.rdb.Get(ctx, incarnationKey).Val())
+}
+
+// A renewal whose marks take longer than renewTTL (many open requests)
+// keeps its claim alive meanwhile, and still sets the
+// incarnation: otherwise no renewal would ever finish. The stall holds the
+// renewal right after its marks for one and a half renewTTL.
+func TestARenewalMarkingLongerThanItsClaimsTTLStillRenews(t *testing.T) {
+	t.Parallel()
+	r := newFenceRig(t)
+	ctx := context.Background()
+	stall := &pgStall{prefix: "UPDATE requests SET undispatched = true"}
+	e := r.engineOn(t, "w", 8, holdingTTL, r.stallingPool(t, stall), r.rdb)
+	require.NoError(t, e.renew(ctx))
+	require.NoError(t, r.rdb.FlushDB(ctx).Err())
+	stall.set(func() { time.Sleep(renewTTL * 3 / 2) })
+	require.NoError(t, e.renew(ctx))
+	require.NotEmpty(t, r.rdb.Get(ctx, incarnationKey).Val(), "the incarnation is set")
+}

@@ -126,7 +126,8 @@ redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1], 'NX')
 return 1`)
 
-// extendScript extends a held lease. KEYS: lease. ARGV: token, ttl ms.
+// extendScript extends a key that still holds value: a held lease (its
+// token), or the renewal under way (renew). KEYS: key. ARGV: value, ttl ms.
 var extendScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0`)
