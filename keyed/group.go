@@ -314,26 +314,25 @@ func (g *group) releaseEmpty(ctx context.Context, wins map[string]window) (relea
 	for k, w := range wins {
 		if len(w.ids) == 0 {
 			empty = append(empty, g.held[k])
-			delete(g.held, k)
 		}
 	}
 	if len(empty) == 0 {
 		return false, nil
 	}
+	// A key stays held unless released: one whose mailbox got an entry, one
+	// whose reply is unknown (the next peek tells), and one found lost,
+	// which lostGroup handles as lost.
 	cmds, err := g.e.releaseAll(ctx, empty, "ifempty", nil)
 	var lost []string
 	for i, l := range empty {
 		st, cerr := cmds[i].Int()
 		switch {
 		case cerr != nil:
-			g.held[l.Key] = l // unknown: still ours as far as we know; the next peek tells
 			err = cmp.Or(err, cerr)
 		case st == relLost:
-			g.held[l.Key] = l // for lostGroup, which handles it as lost
 			lost = append(lost, l.Key)
-		case st == relKept:
-			g.held[l.Key] = l
-		default:
+		case st != relKept:
+			delete(g.held, l.Key)
 			delete(wins, l.Key)
 			released = true
 		}
