@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -67,6 +68,30 @@ const stallBeforeApply = "INSERT INTO key_progress"
 func (r *fenceRig) stallingEngine(t *testing.T, name string, batch int, ttl time.Duration) (*Engine, *pgStall) {
 	stall := &pgStall{prefix: stallBeforeApply}
 	return r.engineOn(t, name, batch, ttl, r.stallingPool(t, stall), r.rdb), stall
+}
+
+// recoveringEngine is an engine on pool, on a Redis it renewed, whose
+// reconciler restores every open request.
+func (r *fenceRig) recoveringEngine(t *testing.T, name string, pool *pgxpool.Pool) *Engine {
+	e := r.engineOn(t, name, 8, holdingTTL, pool, r.rdb)
+	e.opt.RedriveAfter = -time.Second
+	require.NoError(t, e.renew(context.Background()))
+	return e
+}
+
+// appliedOnceRecovered drains k with d (the last request's task), then runs
+// a reconcile pass and the drain it enqueued with e, and returns the ids
+// applied, in order.
+func (r *fenceRig) appliedOnceRecovered(t *testing.T, d, e *Engine) []uuid.UUID {
+	ctx := context.Background()
+	require.NoError(t, d.Drain(ctx, "k", "q"))
+	require.NoError(t, e.Reconcile(ctx))
+	require.NoError(t, e.Drain(ctx, "k", "q")) // the reconciler's drain, if anything is left
+	var ids []uuid.UUID
+	for _, a := range r.applied(t) {
+		ids = append(ids, a.ID)
+	}
+	return ids
 }
 
 // stallingPool is a pool of the rig's Postgres of its own, traced by stall.

@@ -266,9 +266,7 @@ func TestALaterRequestDoesNotOvertakeOneRedisLost(t *testing.T) {
 			t.Parallel()
 			r := newFenceRig(t)
 			ctx := context.Background()
-			e := r.engineTTL(t, "w", 8, holdingTTL)
-			e.opt.RedriveAfter = -time.Second // the reconciler restores every open request
-			require.NoError(t, e.renew(ctx))
+			e := r.recoveringEngine(t, "w", r.pool)
 			inc := r.rdb.Get(ctx, incarnationKey).Val()
 			require.NotEmpty(t, inc)
 
@@ -278,13 +276,8 @@ func TestALaterRequestDoesNotOvertakeOneRedisLost(t *testing.T) {
 				require.NoError(t, r.rdb.Set(ctx, incarnationKey, inc, 0).Err())
 			}
 			second := r.accept(t)
-			require.NoError(t, e.Drain(ctx, "k", "q")) // second's task
-			require.NoError(t, e.Reconcile(ctx))
-			require.NoError(t, e.Drain(ctx, "k", "q")) // the reconciler's drain, if anything is left
-
-			got := r.applied(t)
-			require.Len(t, got, 2)
-			order := []uuid.UUID{got[0].ID, got[1].ID}
+			order := r.appliedOnceRecovered(t, e, e)
+			require.Len(t, order, 2)
 			if keptIncarnation {
 				require.Equal(t, []uuid.UUID{second, first}, order, "the control: second overtakes first")
 				return
@@ -310,9 +303,7 @@ func TestPeeksInALostStateAreHeldBackByTheMarksOfARenewalBeforeTheirRead(t *test
 			t.Parallel()
 			r := newFenceRig(t)
 			ctx := context.Background()
-			other := r.engineTTL(t, "other", 8, holdingTTL)
-			other.opt.RedriveAfter = -time.Second // the reconciler restores every open request
-			require.NoError(t, other.renew(ctx))
+			other := r.recoveringEngine(t, "other", r.pool)
 
 			first := r.accept(t)
 			require.NoError(t, r.rdb.FlushDB(ctx).Err())
@@ -333,14 +324,9 @@ func TestPeeksInALostStateAreHeldBackByTheMarksOfARenewalBeforeTheirRead(t *test
 				return errors.Join(peeks, next(ctx, cmds[last:]))
 			}))
 			d := r.engineOn(t, "d", 8, holdingTTL, r.pool, rdb)
-			require.NoError(t, d.Drain(ctx, "k", "q")) // second's task
+			order := r.appliedOnceRecovered(t, d, other)
 			require.True(t, renewed.Load(), "the drain's peeks were split from their read")
-			require.NoError(t, other.Reconcile(ctx))
-			require.NoError(t, other.Drain(ctx, "k", "q")) // the reconciler's drain, if anything is left
-
-			got := r.applied(t)
-			require.Len(t, got, 2)
-			order := []uuid.UUID{got[0].ID, got[1].ID}
+			require.Len(t, order, 2)
 			if !marked {
 				require.Equal(t, []uuid.UUID{second, first}, order, "the control: second overtakes first")
 				return
@@ -400,10 +386,7 @@ func TestALossWhileARenewalMarksIsNotMissed(t *testing.T) {
 			r := newFenceRig(t)
 			ctx := context.Background()
 			stall := &pgStall{prefix: "UPDATE requests SET undispatched = true"}
-			pool := r.stallingPool(t, stall)
-			e := r.engineOn(t, "w", 8, holdingTTL, pool, r.rdb)
-			e.opt.RedriveAfter = -time.Second // the reconciler restores every open request
-			require.NoError(t, e.renew(ctx))
+			e := r.recoveringEngine(t, "w", r.stallingPool(t, stall))
 
 			first := r.accept(t)
 			require.NoError(t, r.rdb.FlushDB(ctx).Err())
@@ -418,13 +401,8 @@ func TestALossWhileARenewalMarksIsNotMissed(t *testing.T) {
 			})
 			require.NoError(t, e.renew(ctx))
 			fourth := r.accept(t)
-			require.NoError(t, e.Drain(ctx, "k", "q"))
-			require.NoError(t, e.Reconcile(ctx))
-			require.NoError(t, e.Drain(ctx, "k", "q")) // the reconciler's drain, if anything is left
-
-			got := r.applied(t)
-			require.Len(t, got, 3)
-			order := []uuid.UUID{got[0].ID, got[1].ID, got[2].ID}
+			order := r.appliedOnceRecovered(t, e, e)
+			require.Len(t, order, 3)
 			if keptRenewing {
 				require.Equal(t, []uuid.UUID{first, fourth, third}, order, "the control: fourth overtakes third")
 				return
