@@ -203,7 +203,7 @@ func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*
 	var batches []*Batch
 	for i := 0; i < len(batch); {
 		j := i + 1
-		for j < len(batch) && batch[j].Type == batch[i].Type {
+		for j < len(batch) && e.family(batch[j].Type) == e.family(batch[i].Type) {
 			j++
 		}
 		t, ok := e.types[batch[i].Type]
@@ -223,6 +223,15 @@ func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*
 		i = j
 	}
 	return outs, batches, nil
+}
+
+// family is the run a request of type typ joins: its type's family, or else
+// the type itself.
+func (e *Engine) family(typ string) string {
+	if f := e.types[typ].Family; f != "" {
+		return "family " + f
+	}
+	return typ
 }
 
 func safeApply(ctx context.Context, a Applier, tx pgx.Tx, b *Batch) (outs []requests.Outcome, err error) {

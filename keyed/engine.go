@@ -73,6 +73,11 @@ type Type struct {
 	Name    string
 	Queue   string
 	Applier Applier
+	// Family, when set, names write types decided together: consecutive
+	// requests of the types of one family reach their Applier in one call
+	// (a hotel's creates, confirms and cancels of holds). Else a call gets
+	// requests of one type.
+	Family string
 }
 
 // Options tune the engine; zero values take the defaults of config.Config.

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -20,17 +17,6 @@ import (
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 )
-
-// statements counts what a pool sends Postgres: each statement is one round
-// trip (pgx sends a statement's parse, bind and execute together).
-type statements struct{ n atomic.Int64 }
-
-func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	s.n.Add(1)
-	return ctx
-}
-
-func (*statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // Round trips per reserve, counted: 200 carts of one or two of five options
 // are accepted (intake's part) and then applied by one drain (the worker's
@@ -43,13 +29,7 @@ func TestReserveRoundTrips(t *testing.T) {
 	url, plain := testenv.Postgres(t)
 	_, rdb := testenv.Redis(t)
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	pg := &statements{}
-	cfg.ConnConfig.Tracer = pg
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, pg := testenv.CountingPool(t, url)
 	sent := testenv.WatchRedis(rdb)
 
 	engine := keyed.New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()), keyed.Options{Worker: "rt"})
@@ -85,15 +65,15 @@ func TestReserveRoundTrips(t *testing.T) {
 			Keys: keysFor(u.UserID, options), Payload: body}
 	}
 
-	pg.n.Store(0)
+	pg.Reset()
 	sent.Reset()
 	for _, sub := range subs {
 		_, _, err := intake.Accept(ctx, sub)
 		require.NoError(t, err)
 	}
-	intakePG, intakeRedis := pg.n.Load(), len(sent.Pipelines())+sent.Alone()
+	intakePG, intakeRedis := pg.Count(), len(sent.Pipelines())+sent.Alone()
 
-	pg.n.Store(0)
+	pg.Reset()
 	sent.Reset()
 	for open := carts; open > 0; {
 		for _, o := range p.Options {
@@ -101,7 +81,7 @@ func TestReserveRoundTrips(t *testing.T) {
 		}
 		require.NoError(t, plain.QueryRow(ctx, `SELECT count(*) FROM requests WHERE completed_at IS NULL`).Scan(&open))
 	}
-	workerPG, workerRedis := pg.n.Load(), len(sent.Pipelines())+sent.Alone()
+	workerPG, workerRedis := pg.Count(), len(sent.Pipelines())+sent.Alone()
 	var ok int
 	require.NoError(t, plain.QueryRow(ctx, `SELECT count(*) FROM requests WHERE status = 'succeeded'`).Scan(&ok))
 	require.Equal(t, carts, ok)

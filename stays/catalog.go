@@ -99,15 +99,6 @@ func (c *Catalog) CreateRoomType(ctx context.Context, rt RoomType) (RoomType, er
 	return rt, storage.Translate("stays: create room type", err)
 }
 
-func getRoomType(ctx context.Context, q querier, id int64) (RoomType, Hotel, error) {
-	var rt RoomType
-	var h Hotel
-	err := q.QueryRow(ctx, `SELECT t.id, t.hotel_id, t.name, t.status, h.id, h.name, h.timezone, h.currency, h.status
-		FROM room_types t JOIN hotels h ON h.id = t.hotel_id WHERE t.id = $1`, id).
-		Scan(&rt.RoomTypeID, &rt.HotelID, &rt.Name, &rt.Status, &h.HotelID, &h.Name, &h.Timezone, &h.Currency, &h.Status)
-	return rt, h, storage.Translate("stays: room type", err)
-}
-
 func (c *Catalog) SetRoomTypeStatus(ctx context.Context, id int64, status string) (RoomType, error) {
 	var rt RoomType
 	err := c.pool.QueryRow(ctx, `UPDATE room_types SET status = $2 WHERE id = $1

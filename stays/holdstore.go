@@ -171,17 +171,57 @@ func nightKeys(rt int64, checkIn, checkOut string) []string {
 
 // put stores h (its expiry counts from now) and result under the request.
 func (s *HoldStore) put(ctx context.Context, token int64, h *Hold, requestID string, result []byte, ttl time.Duration, now time.Time) error {
-	b, err := json.Marshal(h)
+	args, err := putArgs(token, h, result, ttl, now)
 	if err != nil {
 		return err
 	}
-	return keyed.FencedErr(putScript.Run(ctx, s.rdb, putKeys(h, requestID), token, b, h.HoldID, h.ExpiresAt.UnixMilli(), ttl.Milliseconds(),
-		result, now.UnixMilli(), (ttl + time.Hour).Milliseconds()).Err())
+	return keyed.FencedErr(putScript.Run(ctx, s.rdb, putKeys(h, requestID), args...).Err())
+}
+
+func putArgs(token int64, h *Hold, result []byte, ttl time.Duration, now time.Time) ([]any, error) {
+	b, err := json.Marshal(h)
+	return []any{token, b, h.HoldID, h.ExpiresAt.UnixMilli(), ttl.Milliseconds(),
+		result, now.UnixMilli(), (ttl + time.Hour).Milliseconds()}, err
 }
 
 // remove deletes h and its counts.
 func (s *HoldStore) remove(ctx context.Context, token int64, h *Hold) error {
 	return keyed.FencedErr(removeScript.Run(ctx, s.rdb, removeKeys(h), token, h.HoldID).Err())
+}
+
+// holdWrite is a put of hold (the result of request) or else its removal.
+type holdWrite struct {
+	hold    *Hold
+	put     bool
+	request string
+	result  []byte
+	ttl     time.Duration // puts: the hold's lifetime, from now
+	now     time.Time
+}
+
+// run makes writes in order, in one round trip, each fenced by token: a
+// batch's holds, as put and remove would one at a time. The scripts go as
+// EVAL, so a Redis that lost its script cache (a restart) runs them all the
+// same; a fenced one is ErrLeaseLost, and stops nothing after it (the
+// lease is lost, so every later one is refused as well).
+func (s *HoldStore) run(ctx context.Context, token int64, writes []holdWrite) error {
+	if len(writes) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	for _, w := range writes {
+		if !w.put {
+			removeScript.Eval(ctx, pipe, removeKeys(w.hold), token, w.hold.HoldID)
+			continue
+		}
+		args, err := putArgs(token, w.hold, w.result, w.ttl, w.now)
+		if err != nil {
+			return err
+		}
+		putScript.Eval(ctx, pipe, putKeys(w.hold, w.request), args...)
+	}
+	_, err := pipe.Exec(ctx)
+	return keyed.FencedErr(err)
 }
 
 // putKeys are putScript's KEYS for storing h as the result of requestID; all
