@@ -437,14 +437,20 @@ func (hb *holdBatch) keepHolds(gets map[string]*redis.StringCmd) error {
 	return nil
 }
 
-// roomStaysSQL reads the room type's active rooms, clean ones first, each with
-// its confirmed or checked-in stays over [$2, $3): one probe of the
-// no-double-booking index a room.
-const roomStaysSQL = `SELECT r.id, s.room_type_id, to_char(s.check_in, 'YYYY-MM-DD'), to_char(s.check_out, 'YYYY-MM-DD')
-	FROM rooms r LEFT JOIN stay_reservations s ON s.room_id = r.id AND s.status IN ('Confirmed', 'CheckedIn')
-		AND s.stay && daterange($2::date, $3::date)
-	WHERE r.room_type_id = $1 AND r.status = 'Active'
-	ORDER BY r.housekeeping_status = 'Dirty', r.id`
+// The batch's reads of rooms and stays, one statement each: a join of the
+// two lets the planner probe the stays once a room, which cost 1.3 ms a
+// batch in the hold storm against 0.6 for both statements.
+const (
+	// activeRoomsSQL is room type $1's active rooms, clean ones first.
+	activeRoomsSQL = `SELECT id FROM rooms WHERE room_type_id = $1 AND status = 'Active'
+		ORDER BY housekeeping_status = 'Dirty', id`
+	// typeStaysSQL is the confirmed or checked-in stays of room type $1 over
+	// [$2, $3). A stay is only ever made in a room of its room type (a
+	// confirm makes it), so these are all the stays of the type's rooms.
+	typeStaysSQL = `SELECT room_id, to_char(check_in, 'YYYY-MM-DD'), to_char(check_out, 'YYYY-MM-DD')
+		FROM stay_reservations WHERE room_type_id = $1 AND status IN ('Confirmed', 'CheckedIn')
+			AND stay && daterange($2::date, $3::date)`
+)
 
 // readPostgres reads the room type, its rooms and stays over the batch's
 // nights, and the stays of the holds the confirms name (see holdBatch).
@@ -464,7 +470,15 @@ func (hb *holdBatch) readPostgres(ctx context.Context, tx pgx.Tx) error {
 			return err
 		})
 	if from != "" {
-		q.Queue(roomStaysSQL, hb.rt, from, to).Query(hb.scanRooms)
+		q.Queue(activeRoomsSQL, hb.rt).Query(func(rows pgx.Rows) error {
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			for _, id := range ids {
+				hb.rooms = append(hb.rooms, &roomState{id: id})
+			}
+			hb.total = int64(len(ids))
+			return err
+		})
+		q.Queue(typeStaysSQL, hb.rt, from, to).Query(hb.scanStays)
 	}
 	hb.stays = map[string]*stay{}
 	if len(confirmed) > 0 {
@@ -511,27 +525,26 @@ func (hb *holdBatch) window() (from, to string, confirmed []string) {
 	return from, to, confirmed
 }
 
-// scanRooms keeps the rooms and their stays, and counts each night's stays
-// of this room type.
-func (hb *holdBatch) scanRooms(rows pgx.Rows) error {
+// scanStays adds the stays to their rooms, and counts each night's stays
+// in the type's active rooms (those a stay in an inactive room leaves out).
+func (hb *holdBatch) scanStays(rows pgx.Rows) error {
+	rooms := make(map[int64]*roomState, len(hb.rooms))
+	for _, r := range hb.rooms {
+		rooms[r.id] = r
+	}
 	for rows.Next() {
 		var id int64
-		var rt *int64
-		var in, out *string
-		if err := rows.Scan(&id, &rt, &in, &out); err != nil {
+		var in, out string
+		if err := rows.Scan(&id, &in, &out); err != nil {
 			return err
 		}
-		if n := len(hb.rooms); n == 0 || hb.rooms[n-1].id != id {
-			hb.rooms = append(hb.rooms, &roomState{id: id})
-			hb.total++
-		}
-		if in == nil {
+		room := rooms[id]
+		if room == nil {
 			continue
 		}
-		room := hb.rooms[len(hb.rooms)-1]
-		room.stays = append(room.stays, [2]string{*in, *out})
+		room.stays = append(room.stays, [2]string{in, out})
 		for d, n := range hb.nights {
-			if *rt == hb.rt && *in <= d && d < *out {
+			if in <= d && d < out {
 				n.reserved++
 			}
 		}
