@@ -45,45 +45,70 @@ type Bench struct {
 	// cmd/baseline's hold mode, one transaction per request. Nil in runs
 	// before them.
 	HoldStorm, HoldBaseline *Report
+	// The drop of one product option: the cart rush with one hot option
+	// (load -hot-options 1), every cart one unit of it; cart-rush and
+	// baseline-cart. Nil in runs before them.
+	DropRush, DropBaseline *Report
+	// CommitDelayUS is the commit_delay, in µs, that every design's
+	// database had in these runs (commit_siblings 0): 0 for local commits.
+	CommitDelayUS int
+	// Delayed is the same make bench's parts measured again with every
+	// design's database at a commit delay (BENCH_COMMIT_DELAY_US), as cloud
+	// storage commits; nil when they were not.
+	Delayed *Bench
 }
 
 // Targets of the issue that make bench checks (ratios against floors from
-// the same run).
+// the same run). The hot-row rushes' ratios to their synchronous designs
+// are in hotRows.
 const (
 	targetOfAsynq      = 0.5  // fcfs-rush completed/s vs Asynq's no-op processing
-	targetOfSkipLocked = 5.0  // fcfs-rush completed/s vs the SKIP LOCKED baseline
 	targetOfLean       = 1.5  // fcfs-rush completed/s vs the lean synchronous design (issue 24)
 	targetStoresOfLean = 0.2  // holdfast's Postgres + Redis CPU per write vs the lean design's (issue 24)
 	targetOfEnqueue    = 0.5  // intake 202s/s vs the enqueue-only handler
 	targetSubmitP99Ms  = 50.0 // intake p99 submit latency
 	targetRSSMiB       = 150.0
-	targetCartOfSync   = 1.5   // cart-rush reserves/s vs the synchronous reserve (issue 19)
-	targetCartP99Ms    = 500.0 // cart-rush accept→terminal p99
+	targetCartP99Ms    = 500.0 // cart-rush (and drop) accept→terminal p99
+	// targetCommitDelayUS is the commit delay the hot-row targets "at a
+	// commit delay" are set for: 1 ms, as cloud storage commits.
+	targetCommitDelayUS = 1000
 )
 
 // WriteTable prints the run as Markdown tables with the ratios and a
-// verdict per target; ok is true when every target is met. A run of the
-// cart or hold part alone (no fcfs-rush) prints that section and its CPU.
+// verdict per target; ok is true when every target is met. A run of some
+// parts alone (no fcfs-rush) prints those sections and their CPU. With a
+// Delayed run, each section shows both commit regimes, and the hot-row
+// rushes' ratios to their synchronous designs come first, side by side.
 func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 	fmt.Fprintf(w, "make bench — %s\n\n", b.Machine)
 	ok = true
 	sections := 0
-	gap := func() {
+	section := func(write func(io.Writer) bool) {
 		if sections++; sections > 1 {
 			fmt.Fprintln(w)
 		}
+		ok = write(w) && ok
 	}
 	if b.Rush != nil {
-		gap()
-		ok = b.writeFCFS(w)
+		section(b.writeFCFS)
 	}
-	if b.CartRush != nil && b.CartBaseline != nil {
-		gap()
-		ok = b.writeCart(w) && ok
+	if d := b.Delayed; d != nil && d.Rush != nil {
+		section(func(w io.Writer) bool {
+			fmt.Fprintf(w, "First come, first served again, at %s:\n\n", d.commits())
+			return d.writeFCFS(w)
+		})
 	}
-	if b.HoldStorm != nil && b.HoldBaseline != nil {
-		gap()
-		ok = b.writeHold(w) && ok
+	if b.has(dropRuns) || b.has(cartRuns) || b.has(holdRuns) {
+		section(b.writeHotRows)
+	}
+	if b.has(dropRuns) {
+		section(func(w io.Writer) bool { return b.writeCart(w, "Drop of one product option", "drop", dropRuns) })
+	}
+	if b.has(cartRuns) {
+		section(func(w io.Writer) bool { return b.writeCart(w, "Cart rush", "cart-rush", cartRuns) })
+	}
+	if b.has(holdRuns) {
+		section(b.writeHold)
 	}
 	b.writeCPU(w)
 	return ok
@@ -156,7 +181,7 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
 	fmt.Fprintln(w, "|---|---:|---:|---|")
 	check("fcfs-rush outcomes/s ÷ Asynq floor", ratio(b.Rush.CompletedPerSec, b.AsynqFloor.ProcessedPerSec), targetOfAsynq, true, "×")
-	check("fcfs-rush outcomes/s ÷ SKIP LOCKED baseline", ratio(b.Rush.CompletedPerSec, b.SkipLocked.CompletedPerSec), targetOfSkipLocked, true, "×")
+	fmt.Fprintf(w, "| (no target) fcfs-rush outcomes/s ÷ SKIP LOCKED baseline | %.2f× | – | – |\n", ratio(b.Rush.CompletedPerSec, b.SkipLocked.CompletedPerSec))
 	check("fcfs-rush outcomes/s ÷ seed's literal baseline", ratio(b.Rush.CompletedPerSec, b.Literal.CompletedPerSec), 1, true, "×")
 	if l := b.Lean; l != nil {
 		check("fcfs-rush outcomes/s ÷ lean synchronous", ratio(b.Rush.CompletedPerSec, l.CompletedPerSec), targetOfLean, true, "×")
@@ -203,80 +228,91 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	return c.ok
 }
 
-// writeCart prints the cart rush: holdfast's cart-rush beside the
-// synchronous reserve, the same carts at the same concurrency, with the
-// ratio of their rates and their invariants.
-func (b *Bench) writeCart(w io.Writer) (ok bool) {
-	h, s := b.CartRush, b.CartBaseline
-	fmt.Fprintf(w, "Cart rush (seed 002's order reserve): %s, every client reserving at once, nothing confirmed:\n\n", cartLoad(h))
-	fmt.Fprintln(w, "| run | reserves per second | latency p50 / p99 (ms) | carts reserved / refused | units reserved | oversold units | duplicates | invariants |")
-	fmt.Fprintln(w, "|---|---:|---|---|---:|---:|---:|---|")
-	row := func(name string, r *Report) {
+// writeCart prints a cart rush, the drop or the rush of several options
+// that runs picks: holdfast's cart-rush beside the synchronous reserve, the
+// same carts at the same concurrency, in each commit regime measured, with
+// their latencies and invariants (their rates' ratio is in the hot-row
+// table); name is the rush's in the targets.
+func (b *Bench) writeCart(w io.Writer, title, name string, runs pick) (ok bool) {
+	pairs := b.pairs(runs)
+	fmt.Fprintf(w, "%s (seed 002's order reserve): %s, every client reserving at once, nothing confirmed:\n\n", title, cartLoad(pairs[0].h))
+	fmt.Fprintln(w, "| run | commits | reserves per second | latency p50 / p99 (ms) | carts reserved / refused | units reserved | oversold units | duplicates | invariants |")
+	fmt.Fprintln(w, "|---|---|---:|---|---|---:|---:|---:|---|")
+	row := func(name string, at *Bench, r *Report) {
 		c := r.Cart
 		if c == nil {
 			c = &CartReport{}
 		}
-		verdict := verdictOf(r)
-		fmt.Fprintf(w, "| %s | %.0f | %.1f / %.1f | %d / %d | %d of %d | %d | %d | %s |\n", name, r.CompletedPerSec,
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f / %.1f | %d / %d | %d of %d | %d | %d | %s |\n", name, at.commits(), r.CompletedPerSec,
 			r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.CartsReserved, c.CartsRefused, c.UnitsReserved,
-			c.Options*c.StockPerOption, c.OversoldUnits, c.Duplicates, verdict)
+			c.Options*c.StockPerOption, c.OversoldUnits, c.Duplicates, verdictOf(r))
 	}
-	row("synchronous: one transaction per request, the cart's options locked FOR UPDATE", s)
-	row(fmt.Sprintf("holdfast cart-rush: reserve, then its outcome (accept→terminal %.1f / %.1f ms)", h.AcceptToDone.P50, h.AcceptToDone.P99), h)
+	for _, p := range pairs {
+		row("synchronous: one transaction per request, the cart's options locked FOR UPDATE", p.at, p.s)
+		row(fmt.Sprintf("holdfast cart-rush: reserve, then its outcome (accept→terminal %.1f / %.1f ms)", p.h.AcceptToDone.P50, p.h.AcceptToDone.P99), p.at, p.h)
+	}
 	c := &checker{w: w, ok: true}
 	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
 	fmt.Fprintln(w, "|---|---:|---:|---|")
-	c.check("cart-rush reserves/s ÷ synchronous", ratio(h.CompletedPerSec, s.CompletedPerSec), targetCartOfSync, true, "×")
-	c.check("cart-rush accept→terminal p99", h.AcceptToDone.P99, targetCartP99Ms, false, " ms")
-	fmt.Fprintf(w, "| (no target) cart-rush p99 ÷ synchronous p99 | %.2f× | – | – |\n", ratio(h.ClientRoundTrip.P99, s.ClientRoundTrip.P99))
-	c.sideBySide("cart-rush", "synchronous cart", h, s)
+	for _, p := range pairs {
+		at := ", " + p.at.commits()
+		c.check(name+" accept→terminal p99"+at, p.h.AcceptToDone.P99, targetCartP99Ms, false, " ms")
+		fmt.Fprintf(w, "| (no target) %s p99 ÷ synchronous p99%s | %.2f× | – | – |\n", name, at, ratio(p.h.ClientRoundTrip.P99, p.s.ClientRoundTrip.P99))
+		c.sideBySide(name, "synchronous cart", p)
+	}
 	return c.ok
 }
 
 // writeHold prints the hold storm: holdfast's hold-storm beside the
-// synchronous hold, the same journeys at the same concurrency, with the
-// ratio of their rates and their invariants.
+// synchronous hold, the same journeys at the same concurrency, in each
+// commit regime measured, with what the holds came to and their invariants
+// (their rates' ratio is in the hot-row table).
 func (b *Bench) writeHold(w io.Writer) (ok bool) {
-	h, s := b.HoldStorm, b.HoldBaseline
-	fmt.Fprintf(w, "Hold storm (seed 000's holds): %s:\n\n", holdLoad(h))
-	fmt.Fprintln(w, "| run | journeys per second | writes per second | write latency p50 / p99 (ms) | holds granted / refused | confirmed / refused | cancelled / abandoned | room nights booked | oversold nights | double-booked | invariants |")
-	fmt.Fprintln(w, "|---|---:|---:|---|---|---|---|---:|---:|---:|---|")
-	row := func(name string, r *Report) {
+	pairs := b.pairs(holdRuns)
+	fmt.Fprintf(w, "Hold storm (seed 000's holds): %s:\n\n", holdLoad(pairs[0].h))
+	fmt.Fprintln(w, "| run | commits | journeys per second | writes per second | write latency p50 / p99 (ms) | holds granted / refused | confirmed / refused | cancelled / abandoned | room nights booked | oversold nights | double-booked | invariants |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---|---|---|---|---:|---:|---:|---|")
+	row := func(name string, at *Bench, r *Report) {
 		c := r.Hold
 		if c == nil {
 			c = &HoldReport{}
 		}
-		verdict := verdictOf(r)
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | %.1f / %.1f | %d / %d | %d / %d | %d / %d | %d | %d | %d | %s |\n", name, journeysPerSec(r),
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.1f / %.1f | %d / %d | %d / %d | %d / %d | %d | %d | %d | %s |\n", name, at.commits(), journeysPerSec(r),
 			r.CompletedPerSec, r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.HoldsGranted, c.HoldsRefused, c.Confirmed, c.ConfirmsRefused,
-			c.Cancelled, c.Abandoned, c.RoomNightsBooked, c.OversoldNights, c.DoubleBooked, verdict)
+			c.Cancelled, c.Abandoned, c.RoomNightsBooked, c.OversoldNights, c.DoubleBooked, verdictOf(r))
 	}
-	row("synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE", s)
-	row(fmt.Sprintf("holdfast hold-storm: each write, then its outcome (accept→terminal %.1f / %.1f ms)", h.AcceptToDone.P50, h.AcceptToDone.P99), h)
+	for _, p := range pairs {
+		row("synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE", p.at, p.s)
+		row(fmt.Sprintf("holdfast hold-storm: each write, then its outcome (accept→terminal %.1f / %.1f ms)", p.h.AcceptToDone.P50, p.h.AcceptToDone.P99), p.at, p.h)
+	}
 	c := &checker{w: w, ok: true}
 	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
 	fmt.Fprintln(w, "|---|---:|---:|---|")
-	fmt.Fprintf(w, "| (no target) hold-storm journeys/s ÷ synchronous | %.2f× | – | – |\n", ratio(journeysPerSec(h), journeysPerSec(s)))
-	fmt.Fprintf(w, "| (no target) hold-storm write p99 ÷ synchronous p99 | %.2f× | – | – |\n", ratio(h.ClientRoundTrip.P99, s.ClientRoundTrip.P99))
-	for _, r := range []*Report{s, h} {
-		if c := r.Hold; c != nil {
-			fmt.Fprintf(w, "| (no target) %s: held nights the clients still hold / the API counts | %d / %d | – | – |\n", r.Scenario, c.HeldNightsTold, c.HeldNightsSeen)
+	for _, p := range pairs {
+		at := ", " + p.at.commits()
+		fmt.Fprintf(w, "| (no target) hold-storm write p99 ÷ synchronous p99%s | %.2f× | – | – |\n", at, ratio(p.h.ClientRoundTrip.P99, p.s.ClientRoundTrip.P99))
+		for _, r := range []*Report{p.s, p.h} {
+			if c := r.Hold; c != nil {
+				fmt.Fprintf(w, "| (no target) %s: held nights the clients still hold / the API counts%s | %d / %d | – | – |\n", r.Scenario, at, c.HeldNightsTold, c.HeldNightsSeen)
+			}
 		}
+		c.sideBySide("hold-storm", "synchronous hold", p)
 	}
-	c.sideBySide("hold-storm", "synchronous hold", h, s)
 	return c.ok
 }
 
 // sideBySide checks what every holdfast-beside-a-baseline section holds
-// holdfast's run h to: the API's and the worker's peak memory, and no
-// invariant violation in h or the baseline's run s.
-func (c *checker) sideBySide(name, baseline string, h, s *Report) {
-	for _, p := range []string{"api", "worker"} {
-		if v, found := h.PeakRSSMiB[p]; found {
-			c.check(p+" peak resident memory, "+name, v, targetRSSMiB, false, " MiB")
+// holdfast's run to: the API's and the worker's peak memory, and no
+// invariant violation in it or the baseline's run, named name and
+// baseline.
+func (c *checker) sideBySide(name, baseline string, p pair) {
+	at := ", " + p.at.commits()
+	for _, proc := range []string{"api", "worker"} {
+		if v, found := p.h.PeakRSSMiB[proc]; found {
+			c.check(proc+" peak resident memory, "+name+at, v, targetRSSMiB, false, " MiB")
 		}
 	}
-	c.check(fmt.Sprintf("invariant violations (%s, %s)", name, baseline), float64(len(h.Violations)+len(s.Violations)), 1, false, "")
+	c.check(fmt.Sprintf("invariant violations (%s, %s)%s", name, baseline, at), float64(len(p.h.Violations)+len(p.s.Violations)), 1, false, "")
 }
 
 // verdictOf is a run's invariants column: OK, or how many were violated.
@@ -303,113 +339,146 @@ func holdLoad(r *Report) string {
 // cartLoad describes a cart rush's load from its report.
 func cartLoad(r *Report) string {
 	c := r.Cart
-	if c == nil {
+	switch {
+	case c == nil:
 		return fmt.Sprintf("%d users, %d clients", r.Journeys, r.Concurrency)
+	case c.Options == 1:
+		return fmt.Sprintf("%d users each reserving one unit of one option of %d units, %d clients", c.Carts, c.StockPerOption, r.Concurrency)
 	}
 	return fmt.Sprintf("%d users with carts of one or two of %d options of %d units (%d units asked for, %d exist), %d clients",
 		c.Carts, c.Options, c.StockPerOption, c.UnitsAsked, c.Options*c.StockPerOption, r.Concurrency)
 }
 
 // writeCPU prints what one request cost in CPU, by process, and the rate
-// the machine's cores could sustain at that cost. A run close to its
-// ceiling is bound by the work it does per request, not by waiting.
+// the machine's cores could sustain at that cost, a table for each commit
+// regime measured. A run close to its ceiling is bound by the work it does
+// per request, not by waiting.
 func (b *Bench) writeCPU(w io.Writer) {
 	if b.Cores <= 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nCPU per request, ms (whole machine, %d cores; rest = anything else running):\n\n", b.Cores)
-	fmt.Fprintln(w, "| run | total | load tool | API / server | worker | Postgres | Redis | rest | ceiling = cores ÷ total | measured | of ceiling |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	line := func(name string, cpu map[string]float64, n int, rate float64, server string) {
-		total := cpuTotal(cpu)
-		if total <= 0 || n <= 0 {
-			return
-		}
-		ms := func(part string) string {
-			v, found := cpu[part]
-			if !found {
-				return "–"
-			}
-			return fmt.Sprintf("%.3f", v*1000/float64(n))
-		}
-		perReq := total * 1000 / float64(n)
-		ceiling := float64(b.Cores) * 1000 / perReq
-		measured, of := "–", "–"
-		if rate > 0 {
-			measured, of = fmt.Sprintf("%.0f/s", rate), fmt.Sprintf("%.0f%%", 100*rate/ceiling)
-		}
-		fmt.Fprintf(w, "| %s | %.3f | %s | %s | %s | %s | %s | %s | %.0f/s | %s | %s |\n", name, perReq,
-			ms(CPULoadTool), ms(server), ms("worker"), ms(CPUPostgres), ms(CPURedis), ms(CPURest), ceiling, measured, of)
-	}
-	// holdfast prints a run's line, then, when the run measured its
-	// deferred tasks, their line and the sum of both.
-	holdfast := func(name string, r *Report, rate float64) {
-		line(name, r.CPUSeconds, r.Journeys, rate, "api")
-		if r.SubmitCPUSeconds != nil {
-			line("… of which until the last 202 (intake)", r.SubmitCPUSeconds, r.Journeys, r.AcceptedPerSec, "api")
-		}
-		if r.Deferred == nil || r.Deferred.Error != "" {
-			return
-		}
-		line("… its deferred no-op tasks left at its end, run after it", r.Deferred.CPUSeconds, r.Journeys, 0, "api")
-		all := map[string]float64{}
-		for _, m := range []map[string]float64{r.CPUSeconds, r.Deferred.CPUSeconds} {
-			for k, v := range m {
-				all[k] += v
-			}
-		}
-		all[CPUTotal] = cpuTotal(r.CPUSeconds) + cpuTotal(r.Deferred.CPUSeconds)
-		line("… all in: the run and its deferred tasks", all, r.Journeys, 0, "api")
-	}
-	if b.Rush != nil {
-		b.writeFCFSCPU(w, line, holdfast)
-	}
-	if b.CartRush != nil && b.CartBaseline != nil {
-		line("synchronous cart reserve", b.CartBaseline.CPUSeconds, b.CartBaseline.Journeys, b.CartBaseline.CompletedPerSec, "api")
-		holdfast("holdfast cart-rush (reserve + outcome)", b.CartRush, b.CartRush.CompletedPerSec)
-	}
-	if b.HoldStorm != nil && b.HoldBaseline != nil {
-		line("synchronous hold storm, per journey", b.HoldBaseline.CPUSeconds, b.HoldBaseline.Journeys, journeysPerSec(b.HoldBaseline), "api")
-		holdfast("holdfast hold-storm, per journey (writes + outcomes)", b.HoldStorm, journeysPerSec(b.HoldStorm))
-	}
-	if b.Rush != nil {
-		writeDeferredNote(w, "fcfs-rush", "the event's drain", b.Rush)
-	}
-	if b.CartRush != nil {
-		writeDeferredNote(w, "cart-rush", "the drains of their users' and options' keys", b.CartRush)
-	}
-	if b.HoldStorm != nil {
-		writeDeferredNote(w, "hold-storm", "the drains of their room types' keys", b.HoldStorm)
+	for _, r := range b.regimes() {
+		r.writeRegimeCPU(cpuTable{w: w, cores: b.Cores})
 	}
 }
 
-// writeFCFSCPU prints the CPU lines of the floors and the first-come-
-// first-served runs, with writeCPU's line and holdfast printers.
-func (b *Bench) writeFCFSCPU(w io.Writer, line func(string, map[string]float64, int, float64, string), holdfast func(string, *Report, float64)) {
-	f := b.AsynqFloor
-	line("Asynq floor (per task)", f.CPUSeconds, f.Tasks, f.ProcessedPerSec, "floor")
-	line("enqueue-only HTTP floor", b.EnqueueFloor.CPUSeconds, b.EnqueueFloor.Journeys, b.EnqueueFloor.AcceptedPerSec, "api")
-	if d := b.DurableFloor; d != nil {
-		line("… storing each request in Postgres first", d.CPUSeconds, d.Journeys, d.AcceptedPerSec, "api")
+// writeRegimeCPU prints the CPU table of the runs of b, one commit regime.
+func (b *Bench) writeRegimeCPU(t cpuTable) {
+	fmt.Fprintf(t.w, "\nCPU per request, ms, at %s (whole machine, %d cores; rest = anything else running):\n\n", b.commits(), t.cores)
+	fmt.Fprintln(t.w, "| run | total | load tool | API / server | worker | Postgres | Redis | rest | ceiling = cores ÷ total | measured | of ceiling |")
+	fmt.Fprintln(t.w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	if b.Rush != nil {
+		b.writeFCFSCPU(t)
 	}
-	if r := b.RoundTrip; r != nil {
-		line("plain round trip (outcomes)", r.CPUSeconds, r.Journeys, r.CompletedPerSec, "api")
-	}
-	if r := b.RoundTripIntake; r != nil {
-		line("plain round trip, all submitted first (all work)", r.CPUSeconds, r.Journeys, r.CompletedPerSec, "api")
-		if r.SubmitCPUSeconds != nil {
-			line("… of which until the last 202 (intake)", r.SubmitCPUSeconds, r.Journeys, r.AcceptedPerSec, "api")
+	for _, part := range []struct {
+		runs       pick
+		sync, name string
+	}{{dropRuns, "synchronous drop reserve", "holdfast drop, cart-rush of one option (reserve + outcome)"},
+		{cartRuns, "synchronous cart reserve", "holdfast cart-rush (reserve + outcome)"}} {
+		if h, s := part.runs(b); h != nil && s != nil {
+			t.line(part.sync, s.CPUSeconds, s.Journeys, s.CompletedPerSec, "api")
+			t.holdfast(part.name, h, h.CompletedPerSec)
 		}
 	}
-	line("seed 004 literal, synchronous", b.Literal.CPUSeconds, b.Literal.Journeys, b.Literal.CompletedPerSec, "api")
-	line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")
-	if l := b.Lean; l != nil {
-		line("lean synchronous", l.CPUSeconds, l.Journeys, l.CompletedPerSec, "api")
+	if h, s := holdRuns(b); h != nil && s != nil {
+		t.line("synchronous hold storm, per journey", s.CPUSeconds, s.Journeys, journeysPerSec(s), "api")
+		t.holdfast("holdfast hold-storm, per journey (writes + outcomes)", h, journeysPerSec(h))
 	}
-	holdfast("holdfast fcfs-rush (submit + outcome)", b.Rush, b.Rush.CompletedPerSec)
-	holdfast("holdfast fcfs-rush -intake (all work)", b.Intake, b.Intake.CompletedPerSec)
+	if b.Rush != nil {
+		writeDeferredNote(t.w, "fcfs-rush", "the event's drain", b.Rush)
+	}
+	for _, n := range []struct {
+		name string
+		r    *Report
+	}{{"drop", b.DropRush}, {"cart-rush", b.CartRush}} {
+		if n.r != nil {
+			writeDeferredNote(t.w, n.name, "the drains of their users' and options' keys", n.r)
+		}
+	}
+	if b.HoldStorm != nil {
+		writeDeferredNote(t.w, "hold-storm", "the drains of their room types' keys", b.HoldStorm)
+	}
+}
+
+// cpuTable prints the lines of a CPU table on a machine of cores cores.
+type cpuTable struct {
+	w     io.Writer
+	cores int
+}
+
+// line prints a run's line: cpu (seconds by process) spent on n requests
+// served at rate a second (0: not a rate of its own); server names the
+// process that served them.
+func (t cpuTable) line(name string, cpu map[string]float64, n int, rate float64, server string) {
+	total := cpuTotal(cpu)
+	if total <= 0 || n <= 0 {
+		return
+	}
+	ms := func(part string) string {
+		v, found := cpu[part]
+		if !found {
+			return "–"
+		}
+		return fmt.Sprintf("%.3f", v*1000/float64(n))
+	}
+	perReq := total * 1000 / float64(n)
+	ceiling := float64(t.cores) * 1000 / perReq
+	measured, of := "–", "–"
+	if rate > 0 {
+		measured, of = fmt.Sprintf("%.0f/s", rate), fmt.Sprintf("%.0f%%", 100*rate/ceiling)
+	}
+	fmt.Fprintf(t.w, "| %s | %.3f | %s | %s | %s | %s | %s | %s | %.0f/s | %s | %s |\n", name, perReq,
+		ms(CPULoadTool), ms(server), ms("worker"), ms(CPUPostgres), ms(CPURedis), ms(CPURest), ceiling, measured, of)
+}
+
+// holdfast prints a holdfast run's line, then, when the run measured its
+// deferred tasks, their line and the sum of both.
+func (t cpuTable) holdfast(name string, r *Report, rate float64) {
+	t.line(name, r.CPUSeconds, r.Journeys, rate, "api")
+	if r.SubmitCPUSeconds != nil {
+		t.line("… of which until the last 202 (intake)", r.SubmitCPUSeconds, r.Journeys, r.AcceptedPerSec, "api")
+	}
+	if r.Deferred == nil || r.Deferred.Error != "" {
+		return
+	}
+	t.line("… its deferred no-op tasks left at its end, run after it", r.Deferred.CPUSeconds, r.Journeys, 0, "api")
+	all := map[string]float64{}
+	for _, m := range []map[string]float64{r.CPUSeconds, r.Deferred.CPUSeconds} {
+		for k, v := range m {
+			all[k] += v
+		}
+	}
+	all[CPUTotal] = cpuTotal(r.CPUSeconds) + cpuTotal(r.Deferred.CPUSeconds)
+	t.line("… all in: the run and its deferred tasks", all, r.Journeys, 0, "api")
+}
+
+// writeFCFSCPU prints the CPU lines of the floors and the first-come-
+// first-served runs.
+func (b *Bench) writeFCFSCPU(t cpuTable) {
+	f := b.AsynqFloor
+	t.line("Asynq floor (per task)", f.CPUSeconds, f.Tasks, f.ProcessedPerSec, "floor")
+	t.line("enqueue-only HTTP floor", b.EnqueueFloor.CPUSeconds, b.EnqueueFloor.Journeys, b.EnqueueFloor.AcceptedPerSec, "api")
+	if d := b.DurableFloor; d != nil {
+		t.line("… storing each request in Postgres first", d.CPUSeconds, d.Journeys, d.AcceptedPerSec, "api")
+	}
+	if r := b.RoundTrip; r != nil {
+		t.line("plain round trip (outcomes)", r.CPUSeconds, r.Journeys, r.CompletedPerSec, "api")
+	}
+	if r := b.RoundTripIntake; r != nil {
+		t.line("plain round trip, all submitted first (all work)", r.CPUSeconds, r.Journeys, r.CompletedPerSec, "api")
+		if r.SubmitCPUSeconds != nil {
+			t.line("… of which until the last 202 (intake)", r.SubmitCPUSeconds, r.Journeys, r.AcceptedPerSec, "api")
+		}
+	}
+	t.line("seed 004 literal, synchronous", b.Literal.CPUSeconds, b.Literal.Journeys, b.Literal.CompletedPerSec, "api")
+	t.line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")
+	if l := b.Lean; l != nil {
+		t.line("lean synchronous", l.CPUSeconds, l.Journeys, l.CompletedPerSec, "api")
+	}
+	t.holdfast("holdfast fcfs-rush (submit + outcome)", b.Rush, b.Rush.CompletedPerSec)
+	t.holdfast("holdfast fcfs-rush -intake (all work)", b.Intake, b.Intake.CompletedPerSec)
 	if h := b.HeldIntake; h != nil {
-		holdfast("holdfast fcfs-rush -intake -hold-apply (all work)", h, h.CompletedPerSec)
+		t.holdfast("holdfast fcfs-rush -intake -hold-apply (all work)", h, h.CompletedPerSec)
 	}
 }
 
@@ -470,15 +539,25 @@ func ratio(a, b float64) float64 {
 // run r, its deferred tasks included: the shared stores, which do not scale
 // out with API and workers. It is NaN when either was not measured (its
 // processes not visible to the load tool), which fails any target.
-func storesCPU(r *Report) float64 {
-	pg, okPG := r.CPUSeconds[CPUPostgres]
-	rd, okRedis := r.CPUSeconds[CPURedis]
-	if r.Journeys == 0 || !okPG || !okRedis {
+func storesCPU(r *Report) float64 { return cpuPerJourney(r, CPUPostgres, CPURedis) }
+
+// cpuPerJourney is the CPU seconds per journey that the processes parts
+// (CPUPostgres, CPURedis, …) spent on run r, its deferred tasks included;
+// NaN when one of them was not measured, which fails any target.
+func cpuPerJourney(r *Report, parts ...string) float64 {
+	if r.Journeys == 0 {
 		return math.NaN()
 	}
-	s := pg + rd
-	if d := r.Deferred; d != nil {
-		s += d.CPUSeconds[CPUPostgres] + d.CPUSeconds[CPURedis]
+	s := 0.0
+	for _, p := range parts {
+		v, found := r.CPUSeconds[p]
+		if !found {
+			return math.NaN()
+		}
+		s += v
+		if d := r.Deferred; d != nil {
+			s += d.CPUSeconds[p]
+		}
 	}
 	return s / float64(r.Journeys)
 }

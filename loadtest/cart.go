@@ -22,12 +22,15 @@ import (
 // cart of one or two of five hot product options (one unit each), set up
 // before the rush; then every client reserves at once and waits for the
 // outcome, with no confirm or release. With the defaults (3,000 users, 300
-// units of each option) about a third of the units asked for exist.
+// units of each option) about a third of the units asked for exist. With
+// one hot option (Options.HotOptions, load -hot-options 1) it is the drop
+// of a single product option: every cart is one unit of it.
 // cart-rush runs it against holdfast, baseline-cart against cmd/baseline's
 // cart mode (seed 002's reserve done synchronously), with the same carts:
 // user i's cart depends only on the seed and i.
 
-// rushOptions is the number of hot options of a cart rush.
+// rushOptions is the number of hot options of a cart rush unless
+// Options.HotOptions says otherwise.
 const rushOptions = 5
 
 // CartReport is what a cart rush saw, for make bench's cart section.
@@ -58,14 +61,14 @@ type cartLine struct {
 	quantity int
 }
 
-// rushCart is user i's cart: one or two of options and, with a tail, one
-// of tail, drawn from seed and i alone, so that every run with the same
-// seed gives user i the same cart.
+// rushCart is user i's cart: one or two of options (one if there is only
+// one) and, with a tail, one of tail, drawn from seed and i alone, so that
+// every run with the same seed gives user i the same cart.
 func rushCart(seed uint64, i int, options, tail []int64) []cartLine {
 	rng := rand.New(rand.NewPCG(seed, uint64(i)))
 	first := rng.IntN(len(options))
 	cart := []cartLine{{options[first], 1}}
-	if rng.IntN(2) == 0 {
+	if len(options) > 1 && rng.IntN(2) == 0 {
 		cart = append(cart, cartLine{options[(first+1+rng.IntN(len(options)-1))%len(options)], 1})
 	}
 	if len(tail) > 0 {
@@ -77,18 +80,21 @@ func rushCart(seed uint64, i int, options, tail []int64) []cartLine {
 
 func byOption(a, b cartLine) int { return cmp.Compare(a.option, b.option) }
 
-// createRushOptions creates the rush's product through api (holdfast's
-// admin call, which the baseline's cart mode also answers) and returns its
-// option ids; with Options.CartTail, first a catalog product of that many
-// options, whose ids it returns in tail. Option codes carry the run's id,
-// so runs can share a database.
+// createRushOptions creates the rush's product of Options.HotOptions hot
+// options through api (holdfast's admin call, which the baseline's cart
+// mode also answers) and returns their ids; with Options.CartTail, first a
+// catalog product of that many options, whose ids it returns in tail.
+// Option codes carry the run's id, so runs can share a database.
 func createRushOptions(ctx context.Context, e *Env, api *client.Client, stock int) (options, tail []int64, err error) {
+	if e.Opt.HotOptions < 0 || e.Opt.CartTail < 0 || e.Opt.Stock < 0 {
+		return nil, nil, fmt.Errorf("hot options (%d), cart tail (%d) and stock (%d) must not be negative", e.Opt.HotOptions, e.Opt.CartTail, e.Opt.Stock)
+	}
 	if n := e.Opt.CartTail; n > 0 {
 		if tail, err = createOptions(ctx, e, api, "catalog", "TAIL", n, stock); err != nil {
 			return nil, nil, err
 		}
 	}
-	options, err = createOptions(ctx, e, api, "limited drop", "DROP", rushOptions, stock)
+	options, err = createOptions(ctx, e, api, "limited drop", "DROP", orDefault(e.Opt.HotOptions, rushOptions), stock)
 	return options, tail, err
 }
 

@@ -39,6 +39,9 @@ type Options struct {
 	Users       int    // journeys in all
 	Seats       int    // fcfs-rush, waiting-room-rush: seats of the event
 	Stock       int    // cart-rush, baseline-cart: units of each option
+	// HotOptions, for cart-rush and baseline-cart, is how many options the
+	// drop has (0: 5); with 1, every cart is one unit of that one option.
+	HotOptions int
 	// CartTail, for cart-rush and baseline-cart, is the options of an older
 	// catalog product, created before the drop: each cart also holds one
 	// of them (0: none). Their keys sort before the drop's in about half

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/holdfast/holdfast/bench/floor"
@@ -39,39 +40,73 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 // tableCmd reads a make bench directory (floor.json, enqueue.json,
 // literal.json, skiplocked.json, lean.json (optional), rush.json, intake.json, machine.txt, and
 // durable.json, roundtrip.json, roundtrip-intake.json, intake-held.json,
-// cart-baseline.json, cart-rush.json, hold-baseline.json and
-// hold-storm.json when present) and prints the comparison table. A
-// directory of the cart or hold part alone (BENCH_ONLY=cart or hold:
-// machine.txt and the part's two files) prints that section. It exits 1
-// when a target is not met.
+// drop-baseline.json, drop-rush.json, cart-baseline.json, cart-rush.json,
+// hold-baseline.json, hold-storm.json and commit-delay-us.txt when present)
+// and prints the comparison table. A directory of some parts alone
+// (BENCH_ONLY: machine.txt and the parts' files) prints those sections.
+// The runs at a commit delay are in its subdirectory commit-delay, files of
+// the same names, when they were measured. It exits 1 when a target is not
+// met.
 func tableCmd(args []string, stdout io.Writer) (int, error) {
 	if len(args) != 1 {
 		return 2, fmt.Errorf("usage: load table DIR")
 	}
 	dir := args[0]
-	var b loadtest.Bench
 	machine, err := os.ReadFile(filepath.Join(dir, "machine.txt"))
+	if err != nil {
+		return 1, err
+	}
+	b, err := readBench(dir)
 	if err != nil {
 		return 1, err
 	}
 	b.Machine = strings.TrimSpace(string(machine))
 	b.Cores = runtime.NumCPU() // the table is made on the machine that ran the bench
-	if exists(dir, "rush.json") {
-		if err := readFCFS(dir, &b); err != nil {
+	if exists(dir, delayedDir) {
+		if b.Delayed, err = readBench(filepath.Join(dir, delayedDir)); err != nil {
 			return 1, err
 		}
 	}
-	if err := readReports(dir, map[string]**loadtest.Report{"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush,
-		"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm}, true); err != nil {
-		return 1, err
-	}
-	if b.Rush == nil && (b.CartRush == nil || b.CartBaseline == nil) && (b.HoldStorm == nil || b.HoldBaseline == nil) {
-		return 1, fmt.Errorf("%s: neither rush.json, nor cart-rush.json with cart-baseline.json, nor hold-storm.json with hold-baseline.json", dir)
+	if b.Rush == nil && (b.DropRush == nil || b.DropBaseline == nil) && (b.CartRush == nil || b.CartBaseline == nil) &&
+		(b.HoldStorm == nil || b.HoldBaseline == nil) {
+		return 1, fmt.Errorf("%s: neither rush.json, nor drop-rush.json with drop-baseline.json, nor cart-rush.json with cart-baseline.json, "+
+			"nor hold-storm.json with hold-baseline.json", dir)
 	}
 	if !b.WriteTable(stdout) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// delayedDir is the subdirectory of a make bench directory that holds the
+// runs at a commit delay (BENCH_COMMIT_DELAY_US).
+const delayedDir = "commit-delay"
+
+// readBench reads the runs of one commit regime from dir, and the commit
+// delay they ran at from commit-delay-us.txt (none: local commits, as in
+// runs before it).
+func readBench(dir string) (*loadtest.Bench, error) {
+	var b loadtest.Bench
+	if exists(dir, "rush.json") {
+		if err := readFCFS(dir, &b); err != nil {
+			return nil, err
+		}
+	}
+	if err := readReports(dir, map[string]**loadtest.Report{"drop-baseline.json": &b.DropBaseline, "drop-rush.json": &b.DropRush,
+		"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush,
+		"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm}, true); err != nil {
+		return nil, err
+	}
+	if exists(dir, "commit-delay-us.txt") {
+		raw, err := os.ReadFile(filepath.Join(dir, "commit-delay-us.txt"))
+		if err != nil {
+			return nil, err
+		}
+		if b.CommitDelayUS, err = strconv.Atoi(strings.TrimSpace(string(raw))); err != nil || b.CommitDelayUS < 0 {
+			return nil, fmt.Errorf("%s: commit-delay-us.txt must hold the commit delay in µs, a whole number ≥ 0, not %q", dir, raw)
+		}
+	}
+	return &b, nil
 }
 
 // readFCFS reads the floors' and the first-come-first-served runs' files.

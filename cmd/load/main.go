@@ -72,7 +72,8 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.IntVar(&opt.Concurrency, "concurrency", 200, "virtual clients at once")
 	fs.IntVar(&opt.Users, "users", 0, "journeys (0: the scenario's default)")
 	fs.IntVar(&opt.Seats, "seats", 0, "seats of the event for fcfs-rush and waiting-room-rush (0: default)")
-	fs.IntVar(&opt.Stock, "stock", 0, "cart-rush, baseline-cart: units of each of the 5 options (0: 300)")
+	fs.IntVar(&opt.Stock, "stock", 0, "cart-rush, baseline-cart: units of each hot option (0: 300)")
+	fs.IntVar(&opt.HotOptions, "hot-options", 5, "cart-rush, baseline-cart: hot options of the drop; 1: every cart is one unit of one option")
 	fs.IntVar(&opt.CartTail, "cart-tail", 0, "cart-rush, baseline-cart: each cart also holds one of this many options of an older product (0: none)")
 	fs.IntVar(&opt.NeverClaimPct, "never-claim", 0, "waiting-room-rush: percent of users who let their turn pass")
 	fs.IntVar(&opt.LeavePct, "leave", 0, "waiting-room-rush: percent of users who leave mid-queue")
@@ -107,6 +108,9 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2, nil
+	}
+	if opt.HotOptions < 1 {
+		return 2, fmt.Errorf("-hot-options must be at least 1, not %d", opt.HotOptions)
 	}
 	if opt.Secret == "" {
 		return 2, errors.New("set JWT_SECRET (or -secret) to the API's secret")
