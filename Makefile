@@ -71,7 +71,7 @@ SPEEDUPS_OFF_E2E := ^Test(K[2-6]|MultiKey|DurableAcrossRedisFlushall|Idempotency
 cluster: ## Run holdfast on a private 3-master Redis Cluster and via a Sentinel (also part of make test)
 	$(GO) test -race -count=1 -run '^TestRedis(Cluster|Sentinel)$$' -v ./e2e/
 
-bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, cart and hold designs; print the table (~6 min; BENCH_ONLY=cart|hold for one part)
+bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart and hold designs (those three at local and at 1 ms commits); print the table (~8 min; BENCH_ONLY=drop|cart|hold for one part)
 	$(GO) build -o bin/load ./cmd/load
 	$(GO) build -o bin/baseline ./cmd/baseline
 	@scripts/bench.sh

@@ -1,12 +1,18 @@
 package loadtest
 
 import (
+	"context"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/client"
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/internal/testenv"
 )
 
 // A user's cart depends on the seed and the user alone: one or two
@@ -59,6 +65,70 @@ func TestRushCartsWithATailAddOneOfIt(t *testing.T) {
 		seen[fromTail[0]] = true
 	}
 	require.Len(t, seen, len(tail))
+}
+
+// With one hot option, the drop: every cart is one unit of it, and, with
+// a tail, one option of the tail besides.
+func TestRushCartsOfOneOptionAreOneUnitOfIt(t *testing.T) {
+	for i := range 300 {
+		require.Equal(t, []cartLine{{7, 1}}, rushCart(1, i, []int64{7}, nil), "user %d", i)
+		cart := rushCart(1, i, []int64{7}, []int64{1, 2, 3})
+		require.Len(t, cart, 2, "user %d", i)
+		require.Equal(t, cartLine{7, 1}, cart[1], "user %d: the drop's line, after the tail's", i)
+	}
+}
+
+// The drop of one option on both sides, against real servers: the
+// synchronous reserve (cmd/baseline's cart mode) and holdfast's API and
+// worker. Every cart is one unit of the option; exactly the stock is
+// reserved, each of it to a user of its own, the rest refused. A
+// negative number of options is refused before anything is created.
+func TestDropOfOneOption(t *testing.T) {
+	t.Parallel()
+	const users, stock = 60, 20
+	drop := func(t *testing.T, scenario string, opt Options) *Report {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		opt.Users, opt.Stock, opt.HotOptions, opt.Concurrency = users, stock, -1, 20
+		_, err := Run(ctx, scenario, opt)
+		require.ErrorContains(t, err, "hot options (-1), cart tail (0) and stock (20) must not be negative")
+		opt.HotOptions = 1
+		rep, err := Run(ctx, scenario, opt)
+		require.NoError(t, err)
+		require.True(t, rep.OK, "%v", rep.Violations)
+		require.Equal(t, CartReport{Options: 1, StockPerOption: stock, Carts: users, UnitsAsked: users, CartsReserved: stock,
+			CartsRefused: users - stock, UnitsReserved: stock, UnitsTold: stock}, *rep.Cart)
+		return rep
+	}
+	t.Run("synchronous", func(t *testing.T) {
+		t.Parallel()
+		rep := drop(t, "baseline-cart", Options{BaseURL: startCartBaseline(t), Secret: "x"})
+		require.Equal(t, map[string]int{"order.reserve.sync succeeded": stock,
+			"order.reserve.sync rejected INSUFFICIENT_AVAILABLE_STOCK": users - stock}, rep.Outcomes)
+	})
+	t.Run("holdfast", func(t *testing.T) {
+		t.Parallel()
+		s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
+		rep := drop(t, "cart-rush", Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret, PreferWait: 10 * time.Second})
+		require.Equal(t, map[string]int{"order.reserve succeeded": stock,
+			"order.reserve rejected INSUFFICIENT_AVAILABLE_STOCK": users - stock}, rep.Outcomes)
+	})
+}
+
+// startCartBaseline serves cmd/baseline's cart mode, its tables in a
+// schema of the test's own (the test's search_path holds holdfast's), until
+// the test ends, and returns its URL.
+func startCartBaseline(t *testing.T) string {
+	t.Helper()
+	_, pool := testenv.Postgres(t)
+	_, rdb := testenv.Redis(t)
+	schema := "cart_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	require.NoError(t, baseline.SetupCart(t.Context(), pool, schema))
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") }) // before the pool closes
+	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: time.Second})
+	require.NoError(t, err)
+	return testenv.Serve(t, srv.Serve)
 }
 
 func equalCarts(a, b []cartLine) bool {

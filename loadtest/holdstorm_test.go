@@ -86,19 +86,29 @@ func TestBenchHoldTable(t *testing.T) {
 		CPUSeconds: map[string]float64{CPUTotal: 6, CPULoadTool: 0.6, "api": 1.5, "worker": 1.5, CPUPostgres: 1.2, CPURedis: 1.2}}
 	b := Bench{Machine: "test", Cores: 2, HoldStorm: storm, HoldBaseline: sync}
 	var out bytes.Buffer
-	require.True(t, b.WriteTable(&out))
+	require.False(t, b.WriteTable(&out), "a third of the synchronous rate at two thirds of its Postgres CPU misses both targets")
 	table := out.String()
-	require.Contains(t, table, "make bench — test\n\nHold storm (seed 000's holds): 3000 users, each holding one of 10 room types of 10 rooms")
-	require.Contains(t, table, "| synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE | 1500 | 2000 | 50.0 / 200.0 | 1000 / 2000 | 500 / 0 | 250 / 250 | 1000 | 0 | 0 | OK |")
-	require.Contains(t, table, "| holdfast hold-storm: each write, then its outcome (accept→terminal 200.0 / 700.0 ms) | 500 | 650 | 250.0 / 800.0 |")
-	require.Contains(t, table, "| (no target) hold-storm journeys/s ÷ synchronous | 0.33× | – | – |")
-	require.Contains(t, table, "| (no target) hold-storm write p99 ÷ synchronous p99 | 4.00× | – | – |")
-	require.Contains(t, table, "| (no target) hold-storm: held nights the clients still hold / the API counts | 500 / 500 | – | – |")
+	require.Contains(t, table, "make bench — test\n\nHot rows")
+	require.Contains(t, table, "| hold-storm: journeys/s | 1500 | 500 | 0.33× | ≥ 1.50× | NOT met | – | – | – | – | not run |\n"+
+		"| hold-storm: Postgres CPU per journey, ms (deferred tasks in) | 0.600 | 0.400 | 0.67× | ≤ 0.50× | NOT met | – | – | – | – | not run |\n\n"+
+		"Hold storm (seed 000's holds): 3000 users, each holding one of 10 room types of 10 rooms")
+	require.Contains(t, table, "| synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE | local commits | 1500 | 2000 | 50.0 / 200.0 | 1000 / 2000 | 500 / 0 | 250 / 250 | 1000 | 0 | 0 | OK |")
+	require.Contains(t, table, "| holdfast hold-storm: each write, then its outcome (accept→terminal 200.0 / 700.0 ms) | local commits | 500 | 650 | 250.0 / 800.0 |")
+	require.Contains(t, table, "| (no target) hold-storm write p99 ÷ synchronous p99, local commits | 4.00× | – | – |")
+	require.Contains(t, table, "| (no target) hold-storm: held nights the clients still hold / the API counts, local commits | 500 / 500 | – | – |")
 	// 3 s for 3,000 journeys: 1 ms each, so 2 cores allow 2,000/s.
 	require.Contains(t, table, "| synchronous hold storm, per journey | 1.000 | 0.100 | 0.300 | – | 0.600 | – | – | 2000/s | 1500/s | 75% |")
 	require.Contains(t, table, "| holdfast hold-storm, per journey (writes + outcomes) | 2.000 | 0.200 | 0.500 | 0.500 | 0.400 | 0.400 | – | 1000/s | 500/s | 50% |")
 	require.NotContains(t, table, "Cart rush")
 	require.NotContains(t, table, "fcfs")
+
+	// Half the synchronous journeys' time at a quarter of their Postgres
+	// CPU per journey meets both targets.
+	storm.Seconds, storm.CPUSeconds[CPUPostgres] = 1.3, 0.45
+	out.Reset()
+	require.True(t, b.WriteTable(&out))
+	require.Contains(t, out.String(), "| hold-storm: journeys/s | 1500 | 2308 | 1.54× | ≥ 1.50× | met |")
+	require.Contains(t, out.String(), "| hold-storm: Postgres CPU per journey, ms (deferred tasks in) | 0.600 | 0.150 | 0.25× | ≤ 0.50× | met |")
 
 	storm.OK, storm.Violations = false, []string{"room type 7 oversold"}
 	out.Reset()

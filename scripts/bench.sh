@@ -14,15 +14,18 @@
 #                outcome, then all submitting first);
 #   2. baseline: seed 004's FCFS done synchronously per HTTP request, in the
 #                seed's literal form and with FOR UPDATE SKIP LOCKED;
-#   3. cart:     seed 002's order reserve, a limited drop: BENCH_CART_USERS
-#                users with carts of one or two of 5 options of
-#                BENCH_CART_STOCK units each, every client reserving at once;
-#                first done synchronously, one transaction per request that
-#                locks the cart's options (bin/baseline -mode cart,
-#                bin/load baseline-cart), then holdfast's cart-rush (carts
-#                filled before the measured phase; clients wait for each
-#                outcome; its deferred tasks measured after it);
-#   4. hold:     seed 000's holds, a hold storm: BENCH_HOLD_USERS users each
+#   3. drop:     seed 002's order reserve, the drop of ONE product option:
+#                BENCH_DROP_USERS users, each with one unit of it in the
+#                cart, for BENCH_DROP_STOCK units, every client reserving at
+#                once; first done synchronously, one transaction per request
+#                that locks the option (bin/baseline -mode cart, bin/load
+#                -hot-options 1 baseline-cart), then holdfast's cart-rush
+#                -hot-options 1 (carts filled before the measured phase;
+#                clients wait for each outcome; its deferred tasks measured
+#                after it);
+#   4. cart:     the same with carts of one or two of 5 options of
+#                BENCH_CART_STOCK units each, BENCH_CART_USERS users;
+#   5. hold:     seed 000's holds, a hold storm: BENCH_HOLD_USERS users each
 #                hold one of 10 room types of 10 rooms for 1–3 nights in the
 #                next two weeks; of the holds granted, half are confirmed, a
 #                quarter cancelled, a quarter abandoned; first done
@@ -30,33 +33,52 @@
 #                stay's stock rows (bin/baseline -mode hold, bin/load
 #                baseline-hold-storm), then holdfast's hold-storm (clients
 #                wait for each outcome; its deferred tasks measured after it);
-#   5. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
+#   6. holdfast: fcfs-rush (clients wait for every outcome), then fcfs-rush
 #                -intake (clients submit everything, outcomes followed after);
 #                after each, the load tool fires the Asynq tasks the run left
 #                scheduled and measures them too (-redis); then -intake again
 #                with the workers held back until the last 202 (-hold-apply):
 #                the API's intake alone, as with workers on other machines.
 #
+# Two commit regimes. The hot-row parts (3, 4, 5: drop, cart, hold) run twice:
+# at local commits, then with every design's database at
+# commit_delay = BENCH_COMMIT_DELAY_US µs (1000: 1 ms, as cloud storage
+# commits; 0 runs local commits only) and commit_siblings = 0, set with
+# ALTER DATABASE before the processes connect, checked with SHOW commit_delay
+# from a new connection and reset at the end. Every design of a part uses
+# holdfast_bench (the durable floor and the plain round trip
+# holdfast_bench_floor), so every design in a regime has the same setting.
+# The floors and the FCFS part (1, 2, 6) run at local commits only, unless
+# BENCH_FCFS_DELAYED=1: then they run in both regimes too.
+#
 # Sizes: BENCH_USERS (40000), BENCH_SEATS (20000), BENCH_CONCURRENCY (200),
+# BENCH_DROP_USERS (3000), BENCH_DROP_STOCK (1000 units of the one option),
 # BENCH_CART_USERS (3000), BENCH_CART_STOCK (300 units an option),
-# BENCH_CART_TAIL (0: with N, every cart also holds one of N options of an
-# older catalog product, in both cart runs; load -cart-tail),
-# BENCH_HOLD_USERS (3000). BENCH_ONLY=cart or BENCH_ONLY=hold runs that part
-# alone (step 3 or 4), with the same stores and sizes, and writes its table
-# to bin/bench/latest-cart.md or latest-hold.md.
-# Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs) and
-# bin/bench/latest.md. Everything uses its own database (holdfast_bench,
+# BENCH_CART_TAIL (0: with N, every cart of the cart part also holds one of
+# N options of an older catalog product, in both cart runs; load -cart-tail),
+# BENCH_HOLD_USERS (3000). BENCH_ONLY=drop, cart or hold runs that part
+# alone (in both regimes), with the same stores and sizes, and writes its
+# table to bin/bench/latest-drop.md, latest-cart.md or latest-hold.md.
+# Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs, the
+# runs at the commit delay in its subdirectory commit-delay/) and
+# bin/bench/latest.md. Everything uses its own databases (holdfast_bench,
 # wiped first) and its own redis-server on a spare port (BENCH_REDIS_PORT,
 # 16399), so a running `make run` or `make test` is not disturbed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 users="${BENCH_USERS:-40000}" seats="${BENCH_SEATS:-20000}" conc="${BENCH_CONCURRENCY:-200}"
+drop_users="${BENCH_DROP_USERS:-3000}" drop_stock="${BENCH_DROP_STOCK:-1000}"
 cart_users="${BENCH_CART_USERS:-3000}" cart_stock="${BENCH_CART_STOCK:-300}" cart_tail="${BENCH_CART_TAIL:-0}"
 hold_users="${BENCH_HOLD_USERS:-3000}"
+delay="${BENCH_COMMIT_DELAY_US:-1000}" fcfs_delayed="${BENCH_FCFS_DELAYED:-0}"
 only="${BENCH_ONLY:-}"
-case "$only" in "" | cart | hold) ;; *) echo "BENCH_ONLY must be cart, hold or unset" >&2; exit 2 ;; esac
+case "$only" in "" | drop | cart | hold) ;; *) echo "BENCH_ONLY must be drop, cart, hold or unset" >&2; exit 2 ;; esac
+case "$delay" in "" | *[!0-9]*) echo "BENCH_COMMIT_DELAY_US must be a whole number of µs (0: local commits only)" >&2; exit 2 ;; esac
+case "$fcfs_delayed" in 0 | 1) ;; *) echo "BENCH_FCFS_DELAYED must be 0 or 1" >&2; exit 2 ;; esac
 part() { [ -z "$only" ] || [ "$only" = "$1" ]; } # part NAME: whether this run measures part NAME
+# fcfs: whether this regime measures the floors and the FCFS part.
+fcfs() { [ -z "$only" ] && { [ "$regime" = 0 ] || [ "$fcfs_delayed" = 1 ]; }; }
 pg_base="${BENCH_PG:-postgres://postgres@127.0.0.1:5432}"
 export DATABASE_URL="$pg_base/holdfast_bench?sslmode=disable"
 redis_port="${BENCH_REDIS_PORT:-16399}"
@@ -64,11 +86,49 @@ export REDIS_URL="redis://127.0.0.1:$redis_port/0"
 export JWT_SECRET="bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export LOG_LEVEL=warn
 api_addr=127.0.0.1:18181 worker_addr=127.0.0.1:19191 baseline_addr=127.0.0.1:18191 baseline_tasks_addr=127.0.0.1:18192
-out="bin/bench/$(date -u +%Y%m%dT%H%M%SZ)"
+root="bin/bench/$(date -u +%Y%m%dT%H%M%SZ)" out=$root
 mkdir -p "$out"
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
+
+# commit_regime DB: give database DB the regime's commits, commit_delay =
+# $regime µs with commit_siblings = 0 (every commit waits), or the server's
+# own at 0; sessions opened after it have them, which a new one checks.
+commit_regime() {
+  local admin="$pg_base/postgres?sslmode=disable" got
+  if [ "$regime" = 0 ]; then
+    psql -q "$admin" -c "ALTER DATABASE $1 RESET commit_delay" -c "ALTER DATABASE $1 RESET commit_siblings"
+  else
+    psql -q "$admin" -c "ALTER DATABASE $1 SET commit_delay = $regime" -c "ALTER DATABASE $1 SET commit_siblings = 0"
+  fi
+  got=$(psql -tA "$pg_base/$1?sslmode=disable" -c 'SHOW commit_delay')
+  [ "$got" = "$regime" ] || { echo "$1: SHOW commit_delay says $got, not $regime" >&2; exit 1; }
+}
+# fresh_db DB: database DB of $pg_base, new and empty, at the regime's commits.
+fresh_db() {
+  psql -q "$pg_base/postgres?sslmode=disable" -c "DROP DATABASE IF EXISTS $1" 2>/dev/null
+  psql -q "$pg_base/postgres?sslmode=disable" -c "CREATE DATABASE $1"
+  commit_regime "$1"
+}
+# sync_run MODE NAME LOAD_ARGS...: serve bin/baseline -mode MODE and rush it
+# with bin/load LOAD_ARGS (flags, then the scenario); report in $out/NAME.json.
+sync_run() {
+  local mode=$1 name=$2; shift 2
+  bin/baseline -mode "$mode" -addr "$baseline_addr" > "$out/$name.log" 2>&1 & pid=$!; pids+=("$pid")
+  wait_ready "http://$baseline_addr/healthz" "$pid"
+  settle
+  bin/load -url "http://$baseline_addr" -concurrency "$conc" -worker-metrics '' -json "$@" > "$out/$name.json" || true
+  stop "$pid"
+}
+# holdfast_run NAME LOAD_ARGS...: rush holdfast with bin/load LOAD_ARGS;
+# report in $out/NAME.json and NAME.html.
+holdfast_run() {
+  local name=$1; shift
+  settle
+  bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -concurrency "$conc" \
+    -json -html "$out/$name.html" "$@" > "$out/$name.json" || true
+}
 
 fresh_stores holdfast_bench "$redis_port"
 
@@ -77,101 +137,104 @@ pgv=$(psql -tA "$DATABASE_URL" -c 'SHOW server_version' | cut -d' ' -f1)
 rv=$(redis-cli -u "$REDIS_URL" info server | sed -n 's/^redis_version://p' | tr -d '\r')
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), $(free -g | awk '/Mem:/{print $2}') GiB, Postgres $pgv, Redis $rv; everything on this machine" > "$out/machine.txt"
 
-if [ -z "$only" ]; then
-  step "floor: raw Asynq, $users no-op tasks"
-  bin/load floor -tasks "$users" > "$out/floor.json"
+# measure: every part of this run, in the regime's directory $out.
+measure() {
+  if fcfs; then
+    step "floor: raw Asynq, $users no-op tasks"
+    bin/load floor -tasks "$users" > "$out/floor.json"
 
-  step "floor: HTTP handler that only enqueues, $users POSTs, $conc clients"
-  bin/baseline -mode enqueue -addr "$baseline_addr" > "$out/baseline-enqueue.log" 2>&1 & pid=$!; pids+=("$pid")
-  wait_ready "http://$baseline_addr/healthz" "$pid"
-  bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/enqueue.json"
-  stop "$pid"
-
-  step "floor: HTTP handler that stores each request in Postgres, then enqueues, $users POSTs, $conc clients"
-  floor_db="$pg_base/holdfast_bench_floor?sslmode=disable"
-  psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE IF EXISTS holdfast_bench_floor' 2>/dev/null
-  DATABASE_URL=$floor_db bin/baseline -mode durable -addr "$baseline_addr" > "$out/baseline-durable.log" 2>&1 & pid=$!; pids+=("$pid")
-  wait_ready "http://$baseline_addr/healthz" "$pid"
-  psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
-  bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/durable.json"
-  stop "$pid"
-  psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
-
-  step "plain round trip: stored, each task processed as it comes by a worker process, a long poll, $users users, $conc clients"
-  DATABASE_URL=$floor_db bin/baseline -mode roundtrip -addr "$baseline_addr" > "$out/baseline-roundtrip.log" 2>&1 & pid=$!; pids+=("$pid")
-  wait_ready "http://$baseline_addr/healthz" "$pid"
-  bin/baseline -mode roundtrip-tasks -addr "$baseline_tasks_addr" > "$out/baseline-roundtrip-tasks.log" 2>&1 & tasks_pid=$!; pids+=("$tasks_pid")
-  wait_ready "http://$baseline_tasks_addr/healthz" "$tasks_pid"
-  for run in roundtrip roundtrip-intake; do
-    psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
-    intake=(); [ "$run" = roundtrip-intake ] && intake=(-intake)
-    bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics "http://$baseline_tasks_addr/metrics" -json "${intake[@]}" baseline-roundtrip > "$out/$run.json"
-  done
-  stop "$tasks_pid"; stop "$pid"
-  psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
-
-  for mode in literal skiplocked lean; do
-    step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients"
-    # The lean design as it was tried against holdfast: 32 connections.
-    conns=(); [ "$mode" = lean ] && conns=(-pg-max-conns 32)
-    bin/baseline -mode "$mode" ${conns[@]+"${conns[@]}"} -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
+    step "floor: HTTP handler that only enqueues, $users POSTs, $conc clients"
+    bin/baseline -mode enqueue -addr "$baseline_addr" > "$out/baseline-enqueue.log" 2>&1 & pid=$!; pids+=("$pid")
     wait_ready "http://$baseline_addr/healthz" "$pid"
-    settle
-    bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -json baseline-fcfs > "$out/$mode.json" || true
+    bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/enqueue.json"
     stop "$pid"
-  done
-fi
 
-if part cart; then
-  step "baseline: synchronous cart reserve (seed 002), $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
-  bin/baseline -mode cart -addr "$baseline_addr" > "$out/baseline-cart.log" 2>&1 & pid=$!; pids+=("$pid")
-  wait_ready "http://$baseline_addr/healthz" "$pid"
-  settle
-  bin/load -url "http://$baseline_addr" -users "$cart_users" -stock "$cart_stock" -cart-tail "$cart_tail" -concurrency "$conc" -worker-metrics '' -json baseline-cart > "$out/cart-baseline.json" || true
-  stop "$pid"
-fi
+    step "floor: HTTP handler that stores each request in Postgres, then enqueues, $users POSTs, $conc clients, $commits"
+    floor_db="$pg_base/holdfast_bench_floor?sslmode=disable"
+    fresh_db holdfast_bench_floor
+    DATABASE_URL=$floor_db bin/baseline -mode durable -addr "$baseline_addr" > "$out/baseline-durable.log" 2>&1 & pid=$!; pids+=("$pid")
+    wait_ready "http://$baseline_addr/healthz" "$pid"
+    psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
+    bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics '' -json enqueue-floor > "$out/durable.json"
+    stop "$pid"
 
-if part hold; then
-  step "baseline: synchronous hold (seed 000's locked flow), hold storm of $hold_users users, $conc clients"
-  bin/baseline -mode hold -addr "$baseline_addr" > "$out/baseline-hold.log" 2>&1 & pid=$!; pids+=("$pid")
-  wait_ready "http://$baseline_addr/healthz" "$pid"
-  settle
-  bin/load -url "http://$baseline_addr" -users "$hold_users" -concurrency "$conc" -worker-metrics '' -json baseline-hold-storm > "$out/hold-baseline.json" || true
-  stop "$pid"
-fi
+    step "plain round trip: stored, each task processed as it comes by a worker process, a long poll, $users users, $conc clients, $commits"
+    fresh_db holdfast_bench_floor
+    DATABASE_URL=$floor_db bin/baseline -mode roundtrip -addr "$baseline_addr" > "$out/baseline-roundtrip.log" 2>&1 & pid=$!; pids+=("$pid")
+    wait_ready "http://$baseline_addr/healthz" "$pid"
+    bin/baseline -mode roundtrip-tasks -addr "$baseline_tasks_addr" > "$out/baseline-roundtrip-tasks.log" 2>&1 & tasks_pid=$!; pids+=("$tasks_pid")
+    wait_ready "http://$baseline_tasks_addr/healthz" "$tasks_pid"
+    for run in roundtrip roundtrip-intake; do
+      psql -q "$floor_db" -c 'CHECKPOINT' >/dev/null
+      intake=(); [ "$run" = roundtrip-intake ] && intake=(-intake)
+      bin/load -url "http://$baseline_addr" -users "$users" -concurrency "$conc" -worker-metrics "http://$baseline_tasks_addr/metrics" -json "${intake[@]}" baseline-roundtrip > "$out/$run.json"
+    done
+    stop "$tasks_pid"; stop "$pid"
+    psql -q "$pg_base/postgres?sslmode=disable" -c 'DROP DATABASE holdfast_bench_floor'
 
-step "holdfast: API and worker"
-start_holdfast
-holdfast=(-url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -concurrency "$conc")
+    for mode in literal skiplocked lean; do
+      step "baseline: synchronous FCFS ($mode), $users users for $seats seats, $conc clients, $commits"
+      # The lean design as it was tried against holdfast: 32 connections.
+      conns=(); [ "$mode" = lean ] && conns=(-pg-max-conns 32)
+      bin/baseline -mode "$mode" ${conns[@]+"${conns[@]}"} -seats "$seats" -addr "$baseline_addr" > "$out/baseline-$mode.log" 2>&1 & pid=$!; pids+=("$pid")
+      wait_ready "http://$baseline_addr/healthz" "$pid"
+      settle
+      bin/load -url "http://$baseline_addr" -users "$users" -seats "$seats" -concurrency "$conc" -worker-metrics '' -json baseline-fcfs > "$out/$mode.json" || true
+      stop "$pid"
+    done
+  fi
 
-if part cart; then
-  step "holdfast: cart-rush, $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients"
-  settle
-  bin/load "${holdfast[@]}" -users "$cart_users" -stock "$cart_stock" -cart-tail "$cart_tail" -json -html "$out/cart-rush.html" cart-rush > "$out/cart-rush.json" || true
-fi
+  if part drop; then
+    step "baseline: synchronous drop (seed 002's reserve), $drop_users users for $drop_stock units of one option, $conc clients, $commits"
+    sync_run cart drop-baseline -users "$drop_users" -stock "$drop_stock" -hot-options 1 baseline-cart
+  fi
+  if part cart; then
+    step "baseline: synchronous cart reserve (seed 002), $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients, $commits"
+    sync_run cart cart-baseline -users "$cart_users" -stock "$cart_stock" -cart-tail "$cart_tail" baseline-cart
+  fi
+  if part hold; then
+    step "baseline: synchronous hold (seed 000's locked flow), hold storm of $hold_users users, $conc clients, $commits"
+    sync_run hold hold-baseline -users "$hold_users" baseline-hold-storm
+  fi
 
-if part hold; then
-  step "holdfast: hold-storm, $hold_users users, $conc clients"
-  settle
-  bin/load "${holdfast[@]}" -users "$hold_users" -json -html "$out/hold-storm.html" hold-storm > "$out/hold-storm.json" || true
-fi
+  step "holdfast: API and worker, $commits"
+  start_holdfast
+  if part drop; then
+    step "holdfast: drop, cart-rush -hot-options 1, $drop_users users for $drop_stock units, $conc clients, $commits"
+    holdfast_run drop-rush -users "$drop_users" -stock "$drop_stock" -hot-options 1 cart-rush
+  fi
+  if part cart; then
+    step "holdfast: cart-rush, $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients, $commits"
+    holdfast_run cart-rush -users "$cart_users" -stock "$cart_stock" -cart-tail "$cart_tail" cart-rush
+  fi
+  if part hold; then
+    step "holdfast: hold-storm, $hold_users users, $conc clients, $commits"
+    holdfast_run hold-storm -users "$hold_users" hold-storm
+  fi
+  if fcfs; then
+    step "holdfast: fcfs-rush, $commits"
+    holdfast_run rush -users "$users" -seats "$seats" fcfs-rush
+    step "holdfast: fcfs-rush -intake, $commits"
+    holdfast_run intake -users "$users" -seats "$seats" -intake fcfs-rush
+    step "holdfast: fcfs-rush -intake -hold-apply (the workers wait until the last 202), $commits"
+    holdfast_run intake-held -users "$users" -seats "$seats" -intake -hold-apply fcfs-rush
+  fi
+  stop "$worker_pid"; stop "$api_pid"
+}
 
-if [ -z "$only" ]; then
-  common=("${holdfast[@]}" -users "$users" -seats "$seats")
-  step "holdfast: fcfs-rush"
-  settle
-  bin/load "${common[@]}" -json -html "$out/rush.html" fcfs-rush > "$out/rush.json" || true
-  step "holdfast: fcfs-rush -intake"
-  settle
-  bin/load "${common[@]}" -json -html "$out/intake.html" -intake fcfs-rush > "$out/intake.json" || true
-  step "holdfast: fcfs-rush -intake -hold-apply (the workers wait until the last 202)"
-  settle
-  bin/load "${common[@]}" -json -intake -hold-apply fcfs-rush > "$out/intake-held.json" || true
-fi
-stop "$worker_pid"; stop "$api_pid"
+regimes=(0); [ "$delay" -gt 0 ] && regimes+=("$delay")
+for regime in "${regimes[@]}"; do
+  out=$root commits="local commits"
+  if [ "$regime" != 0 ]; then out=$root/commit-delay commits="commit_delay $regime µs"; fi
+  mkdir -p "$out"
+  commit_regime holdfast_bench
+  echo "$regime" > "$out/commit-delay-us.txt"
+  measure
+done
+regime=0; commit_regime holdfast_bench
 
-step "results ($out)"
+step "results ($root)"
 status=0
-bin/load table "$out" | tee "$out/table.md" || status=$?
-cp "$out/table.md" "bin/bench/latest${only:+-$only}.md"
+bin/load table "$root" | tee "$root/table.md" || status=$?
+cp "$root/table.md" "bin/bench/latest${only:+-$only}.md"
 exit $status
