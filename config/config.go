@@ -57,6 +57,10 @@ type Config struct {
 	// Stays
 	HoldTTL      time.Duration `env:"HOLD_TTL" envDefault:"10m"`
 	HoldLockWait time.Duration `env:"HOLD_LOCK_WAIT" envDefault:"5s"`
+	// HoldWritesTogether decides a batch's hold creates, confirms and
+	// cancels in one pass (a keyed family) instead of one pass per run of
+	// one type.
+	HoldWritesTogether bool `env:"HOLD_WRITES_TOGETHER" envDefault:"true"`
 
 	// Shop
 	ReservationTTL time.Duration `env:"RESERVATION_TTL" envDefault:"30m"`

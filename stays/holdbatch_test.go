@@ -33,12 +33,14 @@ type holdRig struct {
 	rt     int64
 }
 
-func newHoldRig(t *testing.T, pool *pgxpool.Pool, rdb redis.UniversalClient, rooms int) *holdRig {
+// newHoldRig's writes decide a batch's hold writes together or one run of a
+// type at a time (Writes.Together).
+func newHoldRig(t *testing.T, pool *pgxpool.Pool, rdb redis.UniversalClient, rooms int, together bool) *holdRig {
 	t.Helper()
 	ctx := context.Background()
 	engine := keyed.New(pool, rdb, nil, slog.Default(), metrics.NewPipeline(prometheus.NewRegistry()), keyed.Options{Worker: "holds"})
 	t.Cleanup(func() { _ = engine.Close() })
-	for _, ty := range (&Writes{Holds: NewHoldStore(rdb), TTL: 10 * time.Minute}).Types() {
+	for _, ty := range (&Writes{Holds: NewHoldStore(rdb), TTL: 10 * time.Minute, Together: together}).Types() {
 		engine.Register(ty)
 	}
 	c := NewCatalog(pool)
@@ -115,12 +117,22 @@ func stayOf(t *testing.T, r *requests.Request) Reservation {
 // a cancel frees a room for the create after it and not for the one before
 // it, a confirm of a cancelled hold finds it gone, a confirm again finds
 // the stay the first made in the same batch. All nine are applied in one
-// transaction (they share its completion time).
+// transaction (they share its completion time). The same holds when each
+// run of one type is a pass of its own (HOLD_WRITES_TOGETHER=false).
 func TestHoldBatchMixingWritesIsDecidedInOrder(t *testing.T) {
 	t.Parallel()
+	for _, together := range []bool{true, false} {
+		t.Run(fmt.Sprintf("together=%t", together), func(t *testing.T) {
+			t.Parallel()
+			mixedBatchInOrder(t, together)
+		})
+	}
+}
+
+func mixedBatchInOrder(t *testing.T, together bool) {
 	_, pool := testenv.Postgres(t)
 	_, rdb := testenv.Redis(t)
-	g := newHoldRig(t, pool, rdb, 2)
+	g := newHoldRig(t, pool, rdb, 2, together)
 	in := time.Now().UTC().AddDate(0, 0, 7)
 	from, to := in.Format(domain.DateLayout), in.AddDate(0, 0, 2).Format(domain.DateLayout)
 
@@ -187,7 +199,7 @@ func TestHoldWritesRoundTrips(t *testing.T) {
 	url, _ := testenv.Postgres(t)
 	pool, pg := testenv.CountingPool(t, url)
 	_, rdb := testenv.Redis(t)
-	g := newHoldRig(t, pool, rdb, 20)
+	g := newHoldRig(t, pool, rdb, 20, true)
 	sent := testenv.WatchRedis(rdb)
 	week := time.Now().UTC().AddDate(0, 0, 7)
 	day := func(d int) string { return week.AddDate(0, 0, d).Format(domain.DateLayout) }

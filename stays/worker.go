@@ -7,10 +7,11 @@ import (
 	"github.com/holdfast/holdfast/worker"
 )
 
-// Worker returns the stays write types for worker.Run.
-func Worker(holdTTL, lockWait time.Duration) worker.Types {
+// Worker returns the stays write types for worker.Run; together is
+// HOLD_WRITES_TOGETHER (Writes.Together).
+func Worker(holdTTL, lockWait time.Duration, together bool) worker.Types {
 	return func(st *storage.Stores) worker.Module {
-		w := &Writes{Holds: NewHoldStore(st.Redis), TTL: holdTTL, LockWait: lockWait}
+		w := &Writes{Holds: NewHoldStore(st.Redis), TTL: holdTTL, LockWait: lockWait, Together: together}
 		return worker.Module{Types: w.Types()}
 	}
 }

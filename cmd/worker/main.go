@@ -24,7 +24,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	modules := []worker.Types{stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait, cfg.EventsReconcile, cfg.JWTSecret)}
+	modules := []worker.Types{stays.Worker(cfg.HoldTTL, cfg.HoldLockWait, cfg.HoldWritesTogether), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait, cfg.EventsReconcile, cfg.JWTSecret)}
 	if cfg.EnableProbe {
 		modules = append(modules, probe.Types)
 	}

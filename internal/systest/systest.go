@@ -249,7 +249,7 @@ func (s *System) StartWorker(name string) *Worker {
 // modules are every vertical's write types, each applier wrapped in
 // Options.WrapApplier when that is set.
 func (s *System) modules() []worker.Types {
-	mods := []worker.Types{probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait), shop.Worker(s.Cfg.ReservationTTL),
+	mods := []worker.Types{probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait, s.Cfg.HoldWritesTogether), shop.Worker(s.Cfg.ReservationTTL),
 		events.Worker(s.Cfg.FCFSLockWait, s.Cfg.EventsReconcile, s.Cfg.JWTSecret)}
 	wrap := s.opts.WrapApplier
 	if wrap == nil {
@@ -285,7 +285,7 @@ func MaybeRunWorkerProcess() {
 	ctx, stop := signalContext()
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait, cfg.EventsReconcile, cfg.JWTSecret)); err != nil {
+	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait, cfg.HoldWritesTogether), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait, cfg.EventsReconcile, cfg.JWTSecret)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

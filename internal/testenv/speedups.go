@@ -20,4 +20,5 @@ var speedupsOff = map[string]string{
 	"ANNOUNCED_VIEWS":          "false", // api/notify.go, api await
 	"CART_GROUP_READ":          "false", // storage.GroupRead in the shop
 	"QUIET_WAITING":            "false", // keyed/waiting.go
+	"HOLD_WRITES_TOGETHER":     "false", // stays/writes.go
 }
