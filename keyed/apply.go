@@ -203,7 +203,7 @@ func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*
 	var batches []*Batch
 	for i := 0; i < len(batch); {
 		j := i + 1
-		for j < len(batch) && e.family(batch[j].Type) == e.family(batch[i].Type) {
+		for j < len(batch) && e.oneRun(batch[i].Type, batch[j].Type) {
 			j++
 		}
 		t, ok := e.types[batch[i].Type]
@@ -225,13 +225,11 @@ func (e *Engine) apply(ctx context.Context, tx pgx.Tx, leases []Lease, batch []*
 	return outs, batches, nil
 }
 
-// family is the run a request of type typ joins: its type's family, or else
-// the type itself.
-func (e *Engine) family(typ string) string {
-	if f := e.types[typ].Family; f != "" {
-		return "family " + f
-	}
-	return typ
+// oneRun reports whether requests of types a and b go to an applier in one
+// call: they are of one type, or of one family.
+func (e *Engine) oneRun(a, b string) bool {
+	f := e.types[a].Family
+	return a == b || f != "" && f == e.types[b].Family
 }
 
 func safeApply(ctx context.Context, a Applier, tx pgx.Tx, b *Batch) (outs []requests.Outcome, err error) {
