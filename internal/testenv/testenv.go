@@ -334,6 +334,10 @@ func baseVars(pgURL, redisURL string) map[string]string {
 		"LOG_LEVEL":          "warn",
 		"HOLDFAST_PROBE":     "true",
 		"PG_MAX_CONNS":       "6", // many systems run at once; Postgres allows 100 connections
+		// No default port: a test beside `make run` (8080, 8081) or another
+		// test listens where the system picks.
+		"HTTP_ADDR":   "127.0.0.1:0",
+		"WORKER_ADDR": "127.0.0.1:0",
 	}
 	if redisURL != "" {
 		vars["REDIS_URL"] = redisURL
