@@ -116,14 +116,21 @@ type pendingWrite struct {
 }
 
 func (s *fcfsRush) Setup(ctx context.Context, e *Env) (int, error) {
-	s.seats, s.users = orDefault(e.Opt.Seats, 1000), orDefault(e.Opt.Users, 2000)
+	err := s.open(ctx, e, "fcfs rush", orDefault(e.Opt.Seats, 1000), orDefault(e.Opt.Users, 2000))
+	return s.users, err
+}
+
+// open creates the event, named name and the run's id, with seats seats,
+// for users users' grabs.
+func (s *fcfsRush) open(ctx context.Context, e *Env, name string, seats, users int) error {
+	s.seats, s.users = seats, users
 	s.book = newSeatBook()
-	ev, err := e.Admin.CreateEvent(ctx, client.NewEvent{Name: "fcfs rush " + e.RunID, SeatCount: s.seats})
+	ev, err := e.Admin.CreateEvent(ctx, client.NewEvent{Name: name + " " + e.RunID, SeatCount: s.seats})
 	if err != nil {
-		return 0, err
+		return err
 	}
 	s.eventID = ev.EventID
-	return s.users, nil
+	return nil
 }
 
 func orDefault(v, d int) int {
@@ -134,28 +141,44 @@ func orDefault(v, d int) int {
 }
 
 func (s *fcfsRush) Journey(ctx context.Context, e *Env, i int) error {
+	_, err := s.grab(ctx, e, i, e.Opt.Intake)
+	return err
+}
+
+// grab submits user i's grab of the next free seat. With keep, the write
+// is kept for follow and its outcome not waited for (not even with
+// Prefer: wait); else its outcome is awaited, recorded and returned.
+func (s *fcfsRush) grab(ctx context.Context, e *Env, i int, keep bool) (client.Outcome, error) {
 	c, user, err := e.User(i)
 	if err != nil {
-		return err
+		return client.Outcome{}, err
+	}
+	if keep {
+		c.PreferWait = 0 // c is this grab's own copy
 	}
 	phone := fmt.Sprintf("+8210%08d", i%100_000_000)
 	submit := func(ctx context.Context) (client.Accepted, error) { return c.FCFS(ctx, s.eventID, phone) }
 	acc, at, err := e.submit(ctx, "fcfs", submit)
 	if err != nil {
-		return err
+		return client.Outcome{}, err
 	}
 	p := pendingWrite{c: c, user: user, acc: acc, at: at, acked: time.Now()}
-	if e.Opt.Intake {
+	if keep {
 		s.mu.Lock()
 		s.pending = append(s.pending, p)
 		s.mu.Unlock()
-		return nil
+		return client.Outcome{}, nil
 	}
-	out, err := e.await(ctx, c, "fcfs", acc, at)
+	return s.follow(ctx, e, p)
+}
+
+// follow awaits a grab's outcome and records it.
+func (s *fcfsRush) follow(ctx context.Context, e *Env, p pendingWrite) (client.Outcome, error) {
+	out, err := e.await(ctx, p.c, "fcfs", p.acc, p.at)
 	if err != nil {
-		return err
+		return out, err
 	}
-	return s.record(p, out)
+	return out, s.record(p, out)
 }
 
 func (s *fcfsRush) record(p pendingWrite, out client.Outcome) error {
@@ -177,16 +200,31 @@ func (s *fcfsRush) record(p pendingWrite, out client.Outcome) error {
 
 // Finish follows an intake-only run's requests to their outcomes.
 func (s *fcfsRush) Finish(ctx context.Context, e *Env) error {
-	s.mu.Lock()
-	pending := s.pending
-	s.mu.Unlock()
-	return forEach(len(pending), e.Opt.Concurrency, func(i int) error {
-		p := pending[i]
-		out, err := e.await(ctx, p.c, "fcfs", p.acc, p.at)
-		if err != nil {
-			return err
+	return followAll(ctx, e, []*fcfsRush{s}, nil)
+}
+
+// followAll follows the grabs kept on events to their outcomes, on
+// e.Opt.Concurrency clients, and hands each terminal outcome to seen when
+// it is not nil.
+func followAll(ctx context.Context, e *Env, events []*fcfsRush, seen func(client.Outcome)) error {
+	type kept struct {
+		ev *fcfsRush
+		p  pendingWrite
+	}
+	var all []kept
+	for _, ev := range events {
+		ev.mu.Lock()
+		for _, p := range ev.pending {
+			all = append(all, kept{ev, p})
 		}
-		return s.record(p, out)
+		ev.mu.Unlock()
+	}
+	return forEach(len(all), e.Opt.Concurrency, func(i int) error {
+		out, err := all[i].ev.follow(ctx, e, all[i].p)
+		if seen != nil && out.Terminal() {
+			seen(out)
+		}
+		return err
 	})
 }
 

@@ -96,6 +96,19 @@ type Options struct {
 	// the API's intake with the workers idle (see Applying). Not for a
 	// live system: while the run submits, nothing is applied.
 	HoldApply bool
+	// Keys, for isolation, is the other events its other clients write on
+	// (0: 10); for recovery, the events its writes spread over (0: 100).
+	Keys int
+	// isolation: OtherClients clients (0: 4) each send OtherWrites writes
+	// (0: 25) on the other keys while the hot key's backlog drains.
+	OtherClients, OtherWrites int
+	// recovery: KillPID is the worker process it kills with SIGKILL mid-work;
+	// VictimMetrics, that worker's /metrics, tells when it is at work (''
+	// kills it once the first write is done); LeaseTTL is the workers'
+	// LEASE_TTL, reported beside the recovery time (0: not known).
+	KillPID       int
+	VictimMetrics string
+	LeaseTTL      time.Duration
 }
 
 // Scenario is one kind of rush.
@@ -120,6 +133,8 @@ var Scenarios = map[string]func() Scenario{
 	"availability-read": func() Scenario { return &availabilityRead{} },
 	"idle-streams":      func() Scenario { return &idleStreams{} },
 	"soak":              func() Scenario { return &soak{} },
+	"isolation":         func() Scenario { return &isolation{} },
+	"recovery":          func() Scenario { return &recovery{} },
 	// Comparison points for make bench, served by cmd/baseline.
 	"baseline-fcfs":       func() Scenario { return &baselineFCFS{} },
 	"enqueue-floor":       func() Scenario { return enqueueFloor{} },
@@ -394,8 +409,18 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	if r, ok := sc.(interface{ orderReport() *OrderReport }); ok {
 		rep.Order = r.orderReport()
 	}
+	if r, ok := sc.(interface{ isolationReport() *IsolationReport }); ok {
+		rep.Isolation = r.isolationReport()
+	}
+	if r, ok := sc.(interface{ recoveryReport() *RecoveryReport }); ok {
+		rep.Recovery = r.recoveryReport()
+	}
 	rep.SubmitCPUSeconds = submitCPUSeconds
-	if opt.RedisURL != "" {
+	// A scenario that measures time alone leaves its deferred tasks be:
+	// recovery's killed worker keeps some of them active until Asynq's
+	// recoverer frees them, a minute or more later.
+	_, timeOnly := sc.(interface{ measuresTimeOnly() })
+	if opt.RedisURL != "" && !timeOnly {
 		if rep.Deferred, err = runDeferred(ctx, opt.RedisURL, holdfastQueues, opt.MetricsURLs); err != nil {
 			rep.Deferred = &Deferred{Error: err.Error()}
 		}

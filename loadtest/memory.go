@@ -71,30 +71,20 @@ func scrapeValue(ctx context.Context, hc *http.Client, url, name string) (float6
 // text exposition. A name not in it is an error (errNoSample), with the
 // values of the others still returned.
 func scrapeValues(ctx context.Context, hc *http.Client, url string, names ...string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	out := make(map[string]float64, len(names))
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() && len(out) < len(names) {
+	err := scrapeLines(ctx, hc, url, func(line string) (bool, error) {
 		for _, name := range names {
-			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
 				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 				if err != nil {
-					return out, fmt.Errorf("%s at %s: %w", name, url, err)
+					return false, fmt.Errorf("%s at %s: %w", name, url, err)
 				}
 				out[name] = f
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return len(out) < len(names), nil
+	})
+	if err != nil {
 		return out, err
 	}
 	for _, name := range names {
@@ -103,6 +93,49 @@ func scrapeValues(ctx context.Context, hc *http.Client, url string, names ...str
 		}
 	}
 	return out, nil
+}
+
+// scrapeSum is the sum of every series of metric name in one scrape,
+// labelled or not, such as a histogram's _count over its queues; 0 when
+// it has none yet.
+func scrapeSum(ctx context.Context, hc *http.Client, url, name string) (float64, error) {
+	sum := 0.0
+	err := scrapeLines(ctx, hc, url, func(line string) (bool, error) {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			return true, nil
+		}
+		f, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+		if err != nil {
+			return false, fmt.Errorf("%s at %s: %w", name, url, err)
+		}
+		sum += f
+		return true, nil
+	})
+	return sum, err
+}
+
+// scrapeLines hands each line of one scrape of url to f until f says it
+// wants no more or fails.
+func scrapeLines(ctx context.Context, hc *http.Client, url string, f func(line string) (more bool, err error)) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		more, err := f(sc.Text())
+		if err != nil || !more {
+			return err
+		}
+	}
+	return sc.Err()
 }
 
 var errNoSample = errors.New("sample not in the exposition")

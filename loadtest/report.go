@@ -64,9 +64,14 @@ type Report struct {
 	// Soak is what soak sampled over its run, and its checks.
 	Soak *SoakReport `json:"soak,omitempty"`
 	// Order is fcfs-rush's check of the real-time order guarantee.
-	Order      *OrderReport `json:"order,omitempty"`
-	Violations []string     `json:"violations"`
-	OK         bool         `json:"ok"`
+	Order *OrderReport `json:"order,omitempty"`
+	// Isolation is what isolation measured of other keys while one
+	// key's backlog drained (K4).
+	Isolation *IsolationReport `json:"isolation,omitempty"`
+	// Recovery is what recovery measured after it killed a worker (K5).
+	Recovery   *RecoveryReport `json:"recovery,omitempty"`
+	Violations []string        `json:"violations"`
+	OK         bool            `json:"ok"`
 
 	AcceptedSeries  []int     `json:"acceptedPerSecondSeries"`
 	CompletedSeries []int     `json:"completedPerSecondSeries"`
@@ -178,6 +183,12 @@ func (rep *Report) WriteText(w io.Writer) {
 	if o := rep.Order; o != nil {
 		fmt.Fprintf(w, "  real-time order: %d pairs (one's 202 before the other was sent) checked, %d applied out of order\n",
 			o.PairsChecked, o.OutOfOrder)
+	}
+	if r := rep.Isolation; r != nil {
+		fmt.Fprintf(w, "  %s\n  %s\n", r.load(), r.measured())
+	}
+	if r := rep.Recovery; r != nil {
+		fmt.Fprintf(w, "  %s\n  %s\n", r.load(), r.measured())
 	}
 	writeCPUPerJourney(w, "CPU per journey", rep.CPUSeconds, rep.Journeys)
 	if rep.SubmitCPUSeconds != nil {

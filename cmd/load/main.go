@@ -7,7 +7,8 @@
 //	load table DIR                       the make bench table from a run's JSON files
 //
 // Scenarios: fcfs-rush, waiting-room-rush, hold-storm, cart-checkout,
-// cart-rush, availability-read, idle-streams, soak; and, against cmd/baseline,
+// cart-rush, availability-read, idle-streams, soak, isolation, recovery;
+// and, against cmd/baseline,
 // baseline-fcfs, enqueue-floor, baseline-roundtrip, baseline-cart and
 // baseline-hold-storm. The
 // tool mints its own tokens, so it needs the API's JWT_SECRET (from the
@@ -23,6 +24,15 @@
 // system's REQUEST_RETENTION). make soak runs it:
 //
 //	load -redis $REDIS_URL -database-url $DATABASE_URL -retention 60s -idle 2m -html soak.html soak
+//
+// isolation (K4) and recovery (K5) hold holdfast's workers back (-redis)
+// while they submit a backlog of FCFS grabs: isolation's on one event, whose
+// drain other clients' grabs on -keys other events are timed beside;
+// recovery's on -keys events, followed while the tool kills the worker
+// -kill-pid (a second one, started for it) with SIGKILL. make bench runs both:
+//
+//	load -redis $REDIS_URL -users 20000 isolation
+//	load -redis $REDIS_URL -users 10000 -kill-pid $VICTIM -victim-metrics http://127.0.0.1:19192/metrics -lease-ttl 5s recovery
 package main
 
 import (
@@ -92,6 +102,12 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.DurationVar(&opt.PreferWait, "prefer-wait", 10*time.Second, "writes ask for their outcome in the answer (Prefer: wait=N): one HTTP exchange a write; 0 submits, then polls")
 	fs.BoolVar(&opt.IdempotencyKeys, "idempotency-keys", false, "every write carries an Idempotency-Key of its own, as a client that retries safely sends")
 	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")
+	fs.IntVar(&opt.Keys, "keys", 0, "isolation: other events its other clients write on (0: 10); recovery: events its writes spread over (0: 100)")
+	fs.IntVar(&opt.OtherClients, "other-clients", 0, "isolation: clients writing on other keys while the hot key's backlog (-users) drains (0: 4)")
+	fs.IntVar(&opt.OtherWrites, "other-writes", 0, "isolation: writes of each other client, one at a time (0: 25)")
+	fs.IntVar(&opt.KillPID, "kill-pid", 0, "recovery: the worker process to kill with SIGKILL mid-work")
+	fs.StringVar(&opt.VictimMetrics, "victim-metrics", "", "recovery: that worker's /metrics, to kill it once it has applied a batch ('': once the first write is done)")
+	fs.DurationVar(&opt.LeaseTTL, "lease-ttl", 0, "recovery: the workers' LEASE_TTL, reported beside the recovery time (0: not known)")
 	fs.BoolVar(&opt.HoldApply, "hold-apply", false, "with -intake and -redis: pause holdfast's queues until every client has submitted (the API's intake with the workers idle; never on a live system)")
 	apiMetrics := fs.String("api-metrics", "auto", "the API's /metrics for peak memory ('auto': URL/metrics, '' to skip)")
 	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:8081/metrics"), "the worker's /metrics for peak memory ('' to skip)")

@@ -1,0 +1,61 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/internal/testenv"
+)
+
+// recovery against a real holdfast whose victim is a worker process of its
+// own, alone until it has applied a batch, so it holds every key when the
+// tool kills it; a second worker, started then, applies what it left once
+// its leases lapse. Every write ends seated, exactly once, and the run
+// reports the kill, the writes open at it and the time to the last
+// outcome. Without a process to kill it does not start.
+func TestRecoveryKillsAWorkerMidWork(t *testing.T) {
+	t.Parallel()
+	port := testenv.FreePort(t)
+	s := systest.Start(t, systest.Options{Overrides: []string{"WORKER_ADDR", fmt.Sprintf("127.0.0.1:%d", port), "BATCH_MAX", "16"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	opt := Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret, RedisURL: s.Vars["REDIS_URL"], Concurrency: 20,
+		Users: 500, Keys: 10, VictimMetrics: metrics, LeaseTTL: s.Cfg.LeaseTTL}
+	_, err := Run(ctx, "recovery", opt)
+	require.EqualError(t, err, "recovery setup: recovery kills a worker mid-work: give its process id (-kill-pid)")
+
+	victim := s.StartWorkerProcess("victim")
+	opt.KillPID = victim.Cmd.Process.Pid
+	wait := runInBackground(ctx, "recovery", opt)
+	// The survivor comes once the victim is at work, or gone: killed by the
+	// run, or dead of its own, which the run's verdict tells.
+	require.Eventually(t, func() bool {
+		v, err := scrapeSum(ctx, http.DefaultClient, metrics, victimBatches)
+		return (err == nil && v > 0) || victim.Cmd.Process.Signal(syscall.Signal(0)) != nil
+	}, time.Minute, 5*time.Millisecond, "the victim applied no batch, and the run did not kill it")
+	s.StartWorker("survivor")
+	rep, err := wait()
+	require.NoError(t, err)
+	require.True(t, rep.OK, "%v", rep.Violations)
+	require.Equal(t, map[string]int{"fcfs succeeded": 500}, rep.Outcomes)
+	got := *rep.Recovery
+	t.Logf("%s: %s (the run: %.1f s)", got.load(), got.measured(), rep.Seconds)
+	require.True(t, got.Killed)
+	require.Positive(t, got.VictimBatches)
+	require.Positive(t, got.OpenAtKill)
+	require.Positive(t, got.AllTerminalAfterKillSeconds)
+	require.Equal(t, s.Cfg.LeaseTTL.Seconds(), got.LeaseTTLSeconds)
+	require.Equal(t, RecoveryReport{Writes: 500, Keys: 10}, RecoveryReport{Writes: got.Writes, Keys: got.Keys})
+	require.Eventually(t, func() bool { return victim.Cmd.Process.Signal(syscall.Signal(0)) != nil }, 10*time.Second, 10*time.Millisecond,
+		"the victim is dead")
+	require.ErrorIs(t, victim.Cmd.Process.Signal(syscall.Signal(0)), os.ErrProcessDone)
+}
