@@ -49,6 +49,11 @@ type Bench struct {
 	// (load -hot-options 1), every cart one unit of it; cart-rush and
 	// baseline-cart. Nil in runs before them.
 	DropRush, DropBaseline *Report
+	// Per-key serialization, measured at local commits only: isolation
+	// (K4, one key's backlog drains while other keys' writes are timed)
+	// and recovery (K5, a worker killed with SIGKILL mid-work). Nil in
+	// runs before them.
+	Isolation, Recovery *Report
 	// CommitDelayUS is the commit_delay, in µs, that every design's
 	// database had in these runs (commit_siblings 0): 0 for local commits.
 	CommitDelayUS int
@@ -69,6 +74,10 @@ const (
 	targetSubmitP99Ms  = 50.0 // intake p99 submit latency
 	targetRSSMiB       = 150.0
 	targetCartP99Ms    = 500.0 // cart-rush (and drop) accept→terminal p99
+	// K4: other keys' accept→terminal p99 while one key's backlog drains.
+	targetIsolationP99Ms = 1000.0
+	// K5: every write terminal this soon after a worker's kill -9.
+	targetRecoverySeconds = 30.0
 	// targetCommitDelayUS is the commit delay the hot-row targets "at a
 	// commit delay" are set for: 1 ms, as cloud storage commits.
 	targetCommitDelayUS = 1000
@@ -97,6 +106,9 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 			fmt.Fprintf(w, "First come, first served again, at %s:\n\n", d.commits())
 			return d.writeFCFS(w)
 		})
+	}
+	if b.Isolation != nil || b.Recovery != nil {
+		section(b.writeKeys)
 	}
 	if b.has(dropRuns) || b.has(cartRuns) || b.has(holdRuns) {
 		section(b.writeHotRows)
@@ -358,8 +370,21 @@ func (b *Bench) writeCPU(w io.Writer) {
 		return
 	}
 	for _, r := range b.regimes() {
-		r.writeRegimeCPU(cpuTable{w: w, cores: b.Cores})
+		if r.costed() {
+			r.writeRegimeCPU(cpuTable{w: w, cores: b.Cores})
+		}
 	}
+}
+
+// costed reports whether regime b measured a run the CPU table prints a
+// line of: not the per-key part alone, which measures time.
+func (b *Bench) costed() bool {
+	for _, runs := range []pick{dropRuns, cartRuns, holdRuns} {
+		if h, s := runs(b); h != nil && s != nil {
+			return true
+		}
+	}
+	return b.Rush != nil
 }
 
 // writeRegimeCPU prints the CPU table of the runs of b, one commit regime.

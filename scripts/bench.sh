@@ -39,6 +39,7 @@
 #                scheduled and measures them too (-redis); then -intake again
 #                with the workers held back until the last 202 (-hold-apply):
 #                the API's intake alone, as with workers on other machines.
+#   7. keys:     isolation (K4) and recovery (K5: a worker killed mid-work), local commits.
 #
 # Two commit regimes. The hot-row parts (3, 4, 5: drop, cart, hold) run twice:
 # at local commits, then with every design's database at
@@ -56,9 +57,11 @@
 # BENCH_CART_USERS (3000), BENCH_CART_STOCK (300 units an option),
 # BENCH_CART_TAIL (0: with N, every cart of the cart part also holds one of
 # N options of an older catalog product, in both cart runs; load -cart-tail),
-# BENCH_HOLD_USERS (3000). BENCH_ONLY=drop, cart or hold runs that part
-# alone (in both regimes), with the same stores and sizes, and writes its
-# table to bin/bench/latest-drop.md, latest-cart.md or latest-hold.md.
+# BENCH_HOLD_USERS (3000), BENCH_ISOLATION_BACKLOG (20000),
+# BENCH_RECOVERY_WRITES (10000). BENCH_ONLY=drop, cart or hold runs that
+# part alone (in both regimes), with the same stores and sizes, and writes
+# its table to bin/bench/latest-drop.md, latest-cart.md or latest-hold.md;
+# BENCH_ONLY=keys runs part 7 alone (latest-keys.md).
 # Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs, the
 # runs at the commit delay in its subdirectory commit-delay/) and
 # bin/bench/latest.md. Everything uses its own databases (holdfast_bench,
@@ -71,21 +74,26 @@ users="${BENCH_USERS:-40000}" seats="${BENCH_SEATS:-20000}" conc="${BENCH_CONCUR
 drop_users="${BENCH_DROP_USERS:-3000}" drop_stock="${BENCH_DROP_STOCK:-1000}"
 cart_users="${BENCH_CART_USERS:-3000}" cart_stock="${BENCH_CART_STOCK:-300}" cart_tail="${BENCH_CART_TAIL:-0}"
 hold_users="${BENCH_HOLD_USERS:-3000}"
+iso_backlog="${BENCH_ISOLATION_BACKLOG:-20000}" rec_writes="${BENCH_RECOVERY_WRITES:-10000}"
 delay="${BENCH_COMMIT_DELAY_US:-1000}" fcfs_delayed="${BENCH_FCFS_DELAYED:-0}"
 only="${BENCH_ONLY:-}"
-case "$only" in "" | drop | cart | hold) ;; *) echo "BENCH_ONLY must be drop, cart, hold or unset" >&2; exit 2 ;; esac
+case "$only" in "" | drop | cart | hold | keys) ;; *) echo "BENCH_ONLY must be drop, cart, hold, keys or unset" >&2; exit 2 ;; esac
+[ "$only" = keys ] && delay=0 # the keys part runs at local commits only
 case "$delay" in "" | *[!0-9]*) echo "BENCH_COMMIT_DELAY_US must be a whole number of µs (0: local commits only)" >&2; exit 2 ;; esac
 case "$fcfs_delayed" in 0 | 1) ;; *) echo "BENCH_FCFS_DELAYED must be 0 or 1" >&2; exit 2 ;; esac
 part() { [ -z "$only" ] || [ "$only" = "$1" ]; } # part NAME: whether this run measures part NAME
 # fcfs: whether this regime measures the floors and the FCFS part.
 fcfs() { [ -z "$only" ] && { [ "$regime" = 0 ] || [ "$fcfs_delayed" = 1 ]; }; }
+keys() { part keys && [ "$regime" = 0 ]; } # keys: whether this regime measures the keys part
 pg_base="${BENCH_PG:-postgres://postgres@127.0.0.1:5432}"
 export DATABASE_URL="$pg_base/holdfast_bench?sslmode=disable"
 redis_port="${BENCH_REDIS_PORT:-16399}"
 export REDIS_URL="redis://127.0.0.1:$redis_port/0"
 export JWT_SECRET="bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export LOG_LEVEL=warn
+export LEASE_TTL="${LEASE_TTL:-5s}" # holdfast's default, named for recovery's report
 api_addr=127.0.0.1:18181 worker_addr=127.0.0.1:19191 baseline_addr=127.0.0.1:18191 baseline_tasks_addr=127.0.0.1:18192
+victim_addr=127.0.0.1:19192
 root="bin/bench/$(date -u +%Y%m%dT%H%M%SZ)" out=$root
 mkdir -p "$out"
 
@@ -218,6 +226,16 @@ measure() {
     holdfast_run intake -users "$users" -seats "$seats" -intake fcfs-rush
     step "holdfast: fcfs-rush -intake -hold-apply (the workers wait until the last 202), $commits"
     holdfast_run intake-held -users "$users" -seats "$seats" -intake -hold-apply fcfs-rush
+  fi
+  if keys; then
+    step "holdfast: isolation (K4), a backlog of $iso_backlog grabs on one event, other events' grabs timed while it drains, $commits"
+    holdfast_run isolation -users "$iso_backlog" isolation
+    step "holdfast: recovery (K5), $rec_writes grabs on 100 events, a second worker killed with SIGKILL mid-work, LEASE_TTL $LEASE_TTL, $commits"
+    WORKER_ADDR=$victim_addr bin/worker > "$out/victim.log" 2>&1 & victim_pid=$!; pids+=("$victim_pid")
+    wait_ready "http://$victim_addr/readyz" "$victim_pid"
+    holdfast_run recovery -users "$rec_writes" -kill-pid "$victim_pid" -victim-metrics "http://$victim_addr/metrics" -lease-ttl "$LEASE_TTL" recovery
+    kill -KILL "$victim_pid" 2>/dev/null || true # when the run failed before it could
+    wait "$victim_pid" 2>/dev/null || true
   fi
   stop "$worker_pid"; stop "$api_pid"
 }

@@ -41,9 +41,10 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 // literal.json, skiplocked.json, lean.json (optional), rush.json, intake.json, machine.txt, and
 // durable.json, roundtrip.json, roundtrip-intake.json, intake-held.json,
 // drop-baseline.json, drop-rush.json, cart-baseline.json, cart-rush.json,
-// hold-baseline.json, hold-storm.json and commit-delay-us.txt when present)
-// and prints the comparison table. A directory of some parts alone
-// (BENCH_ONLY: machine.txt and the parts' files) prints those sections.
+// hold-baseline.json, hold-storm.json, isolation.json, recovery.json and
+// commit-delay-us.txt when present) and prints the comparison table. A
+// directory of some parts alone (BENCH_ONLY: machine.txt and the parts'
+// files) prints those sections.
 // The runs at a commit delay are in its subdirectory commit-delay, files of
 // the same names, when they were measured. It exits 1 when a target is not
 // met.
@@ -68,9 +69,9 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 		}
 	}
 	if b.Rush == nil && (b.DropRush == nil || b.DropBaseline == nil) && (b.CartRush == nil || b.CartBaseline == nil) &&
-		(b.HoldStorm == nil || b.HoldBaseline == nil) {
+		(b.HoldStorm == nil || b.HoldBaseline == nil) && b.Isolation == nil && b.Recovery == nil {
 		return 1, fmt.Errorf("%s: neither rush.json, nor drop-rush.json with drop-baseline.json, nor cart-rush.json with cart-baseline.json, "+
-			"nor hold-storm.json with hold-baseline.json", dir)
+			"nor hold-storm.json with hold-baseline.json, nor isolation.json or recovery.json", dir)
 	}
 	if !b.WriteTable(stdout) {
 		return 1, nil
@@ -94,7 +95,8 @@ func readBench(dir string) (*loadtest.Bench, error) {
 	}
 	if err := readReports(dir, map[string]**loadtest.Report{"drop-baseline.json": &b.DropBaseline, "drop-rush.json": &b.DropRush,
 		"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush,
-		"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm}, true); err != nil {
+		"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm,
+		"isolation.json": &b.Isolation, "recovery.json": &b.Recovery}, true); err != nil {
 		return nil, err
 	}
 	if exists(dir, "commit-delay-us.txt") {

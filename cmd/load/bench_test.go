@@ -65,6 +65,45 @@ func TestTableReadsBothRegimes(t *testing.T) {
 	require.ErrorContains(t, err, "neither rush.json, nor drop-rush.json with drop-baseline.json")
 }
 
+// A directory of the per-key part alone (BENCH_ONLY=keys) prints its
+// section; isolation.json alone prints its row and target; a directory
+// from before the part prints none of it.
+func TestTableReadsTheKeysPart(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "machine.txt"), []byte("test machine\n"), 0o644))
+	write := func(name string, rep *loadtest.Report) {
+		var b bytes.Buffer
+		require.NoError(t, rep.WriteJSON(&b))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), b.Bytes(), 0o644))
+	}
+	write("isolation.json", &loadtest.Report{Scenario: "isolation", OK: true, Isolation: &loadtest.IsolationReport{Backlog: 20000, OtherKeys: 10,
+		OtherClients: 4, OtherWrites: 25, Other: loadtest.Percentiles{Count: 100, P50: 20, P99: 80, Max: 90}, BacklogOpen: 9000}})
+	var out bytes.Buffer
+	code, err := tableCmd([]string{dir}, &out)
+	require.NoError(t, err)
+	require.Zero(t, code, out.String())
+	require.Contains(t, out.String(), "| K4: other keys' accept→terminal p99 while one key's backlog drains | 80.00 ms | < 1000.00 ms | met |")
+	require.NotContains(t, out.String(), "K5:")
+
+	write("recovery.json", &loadtest.Report{Scenario: "recovery", OK: true, Recovery: &loadtest.RecoveryReport{Writes: 10000, Keys: 100,
+		LeaseTTLSeconds: 5, Killed: true, VictimBatches: 3, OpenAtKill: 8000, AllTerminalAfterKillSeconds: 36}})
+	out.Reset()
+	code, err = tableCmd([]string{dir}, &out)
+	require.NoError(t, err)
+	require.Equal(t, 1, code, "recovery took longer than 30 s")
+	require.Contains(t, out.String(), "| K5: all writes terminal after a worker's kill -9 (LEASE_TTL 5s) | 36.00 s | < 30.00 s | NOT met |")
+
+	old := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(old, "machine.txt"), []byte("test machine\n"), 0o644))
+	writeRun(t, old, "cart-baseline.json", 1000, 5)
+	writeRun(t, old, "cart-rush.json", 2500, 5)
+	out.Reset()
+	code, err = tableCmd([]string{old}, &out)
+	require.NoError(t, err)
+	require.Zero(t, code)
+	require.NotContains(t, out.String(), "Per-key")
+}
+
 // -hot-options below 1 is refused before anything runs.
 func TestHotOptionsMustBePositive(t *testing.T) {
 	var stderr bytes.Buffer
