@@ -20,10 +20,10 @@ const victimBatches = "holdfast_keyed_batch_size_count"
 // recovery measures K5, recovery after a worker crash: Users
 // first-come-first-served grabs spread over Keys events are submitted
 // while holdfast's workers are held back (-redis); then the workers are let
-// go and the grabs followed to their outcomes. Once the clients have seen
-// one and the victim worker (KillPID) has applied a batch of its own (its
-// VictimMetrics, when given), the tool kills it with SIGKILL: in the middle
-// of its work, with leases held. The measure is how long after the kill the
+// go and the grabs followed to their outcomes. Once the victim worker
+// (KillPID) has applied a batch of its own (its VictimMetrics; without
+// them, once the clients have seen an outcome), the tool kills it with
+// SIGKILL: in the middle of its work, with leases held. The measure is how long after the kill the
 // last write became terminal (the API's completedAt), which the dead
 // holder's lease (LEASE_TTL) and the reconciler bound; every write must end
 // seated, exactly once.
@@ -117,8 +117,9 @@ func (s *recovery) Finish(ctx context.Context, e *Env) error {
 	return err
 }
 
-// killWhenBusy kills the victim once a write is done and, when its /metrics
-// is known, it has applied a batch; it gives up when ctx ends first.
+// killWhenBusy kills the victim once it has applied a batch, as its
+// /metrics tell, or, when they are not known, once a write is done; it
+// gives up when ctx ends first.
 func (s *recovery) killWhenBusy(ctx context.Context, metrics string) {
 	hc := &http.Client{Timeout: time.Second}
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -130,12 +131,8 @@ func (s *recovery) killWhenBusy(ctx context.Context, metrics string) {
 			return
 		}
 		s.mu.Lock()
-		started := len(s.done) > 0
+		batches, busy := 0.0, len(s.done) > 0
 		s.mu.Unlock()
-		if !started {
-			continue
-		}
-		batches, busy := 0.0, true
 		if metrics != "" {
 			v, err := scrapeSum(ctx, hc, metrics, victimBatches)
 			batches, busy = v, err == nil && v > 0

@@ -3,8 +3,10 @@ package loadtest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,10 +23,15 @@ import (
 // its leases lapse. Every write ends seated, exactly once, and the run
 // reports the kill, the writes open at it and the time to the last
 // outcome. Without a process to kill it does not start.
+//
+// The kill lands mid-work by a barrier, not by luck: a trigger lets the
+// first batches' seats through and holds every insert after them on an
+// advisory lock the test keeps until the victim is dead.
 func TestRecoveryKillsAWorkerMidWork(t *testing.T) {
 	t.Parallel()
 	port := testenv.FreePort(t)
 	s := systest.Start(t, systest.Options{Overrides: []string{"WORKER_ADDR", fmt.Sprintf("127.0.0.1:%d", port), "BATCH_MAX", "16"}})
+	release := gateSeatsAfterTheFirst(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
@@ -43,6 +50,9 @@ func TestRecoveryKillsAWorkerMidWork(t *testing.T) {
 		return (err == nil && v > 0) || victim.Cmd.Process.Signal(syscall.Signal(0)) != nil
 	}, time.Minute, 5*time.Millisecond, "the victim applied no batch, and the run did not kill it")
 	s.StartWorker("survivor")
+	require.Eventually(t, func() bool { return victim.Cmd.Process.Signal(syscall.Signal(0)) != nil }, time.Minute, 5*time.Millisecond,
+		"the run killed the victim")
+	release()
 	rep, err := wait()
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%v", rep.Violations)
@@ -58,4 +68,42 @@ func TestRecoveryKillsAWorkerMidWork(t *testing.T) {
 	require.Eventually(t, func() bool { return victim.Cmd.Process.Signal(syscall.Signal(0)) != nil }, 10*time.Second, 10*time.Millisecond,
 		"the victim is dead")
 	require.ErrorIs(t, victim.Cmd.Process.Signal(syscall.Signal(0)), os.ErrProcessDone)
+}
+
+// gateSeatsAfterTheFirst lets the transactions that reserve seats while
+// none is reserved yet through, and holds every later insert, inside its
+// transaction, until the returned release is called: a trigger of the
+// test's schema waits for an advisory lock the test holds on a connection
+// of its own as soon as a seat another transaction reserved is there.
+func gateSeatsAfterTheFirst(t *testing.T, s *systest.System) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	lock := rand.Int64()
+	for _, q := range []string{
+		fmt.Sprintf(`CREATE FUNCTION seat_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN
+				IF EXISTS (SELECT 1 FROM seat_reservations WHERE xmin <> pg_current_xact_id()::xid) THEN
+					PERFORM pg_advisory_xact_lock(%d);
+				END IF;
+				RETURN NEW;
+			END $$`, lock),
+		`CREATE TRIGGER seat_gate BEFORE INSERT ON seat_reservations FOR EACH ROW EXECUTE FUNCTION seat_gate()`,
+	} {
+		_, err := s.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	conn, err := s.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lock)
+	require.NoError(t, err)
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, lock)
+			require.NoError(t, err)
+			conn.Release()
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
