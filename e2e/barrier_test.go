@@ -41,6 +41,8 @@ func (b *barrier) release(waiters int) {
 			WHERE relation = to_regclass($1) AND NOT granted`, b.table).Scan(&waiting)
 		return waiting >= waiters
 	}, 30*time.Second, 10*time.Millisecond)
+	// Others may still be on their way, and nothing says how many: waiters
+	// is the least the caller needs, not all there will be.
 	time.Sleep(300 * time.Millisecond)
 	require.NoError(b.t, b.tx.Commit(context.Background()))
 }

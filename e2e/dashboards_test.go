@@ -117,7 +117,7 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 		if len(missing) == 0 || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a poll's pace: /metrics has no push
 	}
 	require.Empty(t, missing, "used by dashboards/ but exported by neither the API nor the worker")
 
@@ -149,6 +149,8 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 		}
 		u.Probe(probe.Payload{Keys: []string{fmt.Sprintf("dash-trickle-%d", i)}})
 		require.Equal(t, http.StatusOK, staff.Do("GET", availability, nil).Status)
+		// The trickle's pace: a quantile needs a histogram that grew between
+		// two of Prometheus's scrapes, which come on its own interval.
 		time.Sleep(300 * time.Millisecond)
 	}
 	require.Empty(t, lacking, "the dashboard in a real Prometheus")
@@ -235,7 +237,7 @@ func TestDashboardMetricsExportedAtStart(t *testing.T) {
 		if len(missing) == 0 || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a poll's pace: /metrics has no push
 	}
 	require.Empty(t, missing, "used by dashboards/ but not exported before the first request")
 

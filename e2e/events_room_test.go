@@ -108,6 +108,7 @@ func TestWaitingRoomAdmitsInOrderWithinCap(t *testing.T) {
 			if err == nil && n > maxSeen.Load() {
 				maxSeen.Store(n)
 			}
+			// A sampler's pace: the count of valid tokens is read, not told.
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
@@ -144,6 +145,8 @@ func TestWaitingRoomAdmitsInOrderWithinCap(t *testing.T) {
 		for next < len(users) && admitted[next] {
 			next++
 		}
+		// The crowd's pace between rounds: places free as tokens lapse on
+		// Redis's clock (1 s), and nobody is told when one does.
 		time.Sleep(50 * time.Millisecond)
 	}
 	close(stop)
@@ -372,6 +375,8 @@ func TestBookingRaceControlWithoutGuard(t *testing.T) {
 			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 				return nil, err
 			}
+			// A poll of pg_stat_activity, inside the applier where require cannot
+			// fail the test: Postgres says nothing when a backend starts to wait.
 			for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 				var blocked int
 				if err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&blocked); err == nil && blocked > 0 {

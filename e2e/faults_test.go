@@ -62,10 +62,14 @@ func TestRedisDownWritesAreAcceptedDurably(t *testing.T) {
 	var o outageLoad
 	stop := make(chan struct{})
 	wait := o.drive(t, c, 4, stop)
-	time.Sleep(time.Second)
+	o.waitAccepted(t, 8, 20*time.Second) // the load is running
 	stopRedis()
+	// The outage's length is the scenario: five seconds of load against a
+	// Redis that is gone, not a wait for anything.
 	time.Sleep(5 * time.Second)
 	redisAt(t, port)
+	// Load runs on against the new, empty Redis for a while; nothing marks
+	// an end to wait for.
 	time.Sleep(2 * time.Second)
 	close(stop)
 	wait()
@@ -140,11 +144,24 @@ func (o *outageLoad) drive(t *testing.T, c *systest.Client, clients int, stop <-
 					}
 					o.record("poll", r, time.Since(start))
 				}
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // a client's pace
 			}
 		}()
 	}
 	return wg.Wait
+}
+
+// waitAccepted waits until more writes than so far have been answered 202.
+func (o *outageLoad) waitAccepted(t *testing.T, more int, timeout time.Duration) {
+	t.Helper()
+	count := func() int {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return len(o.accepted)
+	}
+	from := count()
+	require.Eventually(t, func() bool { return count() >= from+more }, timeout, 10*time.Millisecond,
+		"fewer than %d more writes accepted", more)
 }
 
 func (o *outageLoad) fail(msg string) {
@@ -179,11 +196,13 @@ func TestPostgresRestartAnswers503(t *testing.T) {
 	var o outageLoad
 	stop := make(chan struct{})
 	wait := o.drive(t, c, 4, stop)
-	time.Sleep(time.Second)
+	o.waitAccepted(t, 8, 20*time.Second) // the load is running
 	pg.Stop()
+	// The outage's length is the scenario: ten seconds, five dependency
+	// timeouts, not a wait for anything.
 	time.Sleep(10 * time.Second)
 	pg.Start()
-	time.Sleep(3 * time.Second)
+	o.waitAccepted(t, 8, 30*time.Second) // the API accepts writes again
 	close(stop)
 	wait()
 	o.check(t, c, 4*time.Second)
@@ -228,8 +247,11 @@ func TestPostgresFullAnswers503(t *testing.T) {
 	var o outageLoad
 	stop := make(chan struct{})
 	wait := o.drive(t, c, 12, stop)
+	// How long Postgres stays full is the scenario, not a wait for anything.
 	time.Sleep(3 * time.Second)
 	release()
+	// Load runs on with connections free; writes were accepted while full
+	// too, so no count of them marks the recovery.
 	time.Sleep(2 * time.Second)
 	close(stop)
 	wait()

@@ -99,7 +99,9 @@ func TestLongPollWakesOnOutcome(t *testing.T) {
 		r, _ := c.TryDo("GET", "/api/v1/requests/"+id+"?wait=20s", nil)
 		got <- answer{r, time.Since(start)}
 	}()
-	time.Sleep(300 * time.Millisecond) // the poll is parked before any worker exists
+	// The poll must be parked in the server before any worker exists, and
+	// nothing observable says it is.
+	time.Sleep(300 * time.Millisecond)
 	s.StartWorker("late")
 	a := <-got
 	require.Equal(t, http.StatusOK, a.r.Status)
@@ -132,7 +134,9 @@ func TestLongPollAfterTheAnnouncementAnswersFromTheAPI(t *testing.T) {
 		stored = c.Do("GET", path, nil)
 		return strings.Contains(string(stored.Body), `"status":"succeeded"`)
 	}, 20*time.Second, 10*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // the announcement reaches the API
+	// The announcement reaches the API by Redis pub/sub, and nothing outside
+	// the API says it has arrived.
+	time.Sleep(300 * time.Millisecond)
 	_, err := s.Pool.Exec(context.Background(), `UPDATE requests SET result = '{"values": {"kept": 99}}' WHERE id = $1`, id)
 	require.NoError(t, err)
 	require.Contains(t, string(c.Do("GET", path, nil).Body), `99`, "a plain GET reads Postgres")

@@ -107,7 +107,7 @@ func runPrometheus(t *testing.T, bin string, port int) (*promServer, error) {
 			}
 		}
 		require.True(t, time.Now().Before(deadline), "prometheus not ready after 20 s:\n%s", logged())
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a poll's pace: /-/ready has no push
 	}
 }
 

@@ -40,11 +40,13 @@ func TestLostDispatchOnBusyKey(t *testing.T) {
 				return
 			default:
 				c.Probe(probe.Payload{Keys: []string{"busy"}, SleepMs: 40})
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // the stream's pace, half a request's time
 			}
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	require.Eventually(t, func() bool {
+		return s.Redis.Exists(context.Background(), keyed.LeaseKey(probe.SerialKey("busy"))).Val() == 1
+	}, 20*time.Second, 10*time.Millisecond, "the stream never took the key's lease")
 
 	// Stored as intake stores it, and never dispatched.
 	lost := uuid.Must(uuid.NewV7())

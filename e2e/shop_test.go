@@ -208,6 +208,8 @@ func TestShopReservationExpiry(t *testing.T) {
 	require.True(t, early.CompletedAt.Before(expiresAt), "decided before the expiry (the machine took %v)", early.CompletedAt.Sub(early.AcceptedAt))
 	rejected(t, early, domain.CodeInsufficientStock, 409)
 
+	// Nothing changes at the expiry (no sweeper is the point), so only the
+	// clock passing it can show that the units come back.
 	time.Sleep(time.Until(expiresAt) + 20*time.Millisecond)
 	var status string
 	require.NoError(t, s.Pool.QueryRow(context.Background(), `SELECT status FROM inventory_reservations
@@ -385,6 +387,8 @@ func TestShopConfirmEdges(t *testing.T) {
 	// Lapse, tidy-up, then confirm: RESERVATION_EXPIRED, not NOT_FOUND.
 	u.put(a, 2)
 	require.Equal(t, domain.StatusSucceeded, u.order("POST", "/api/v1/orders/reserve").Status)
+	// Past the 1 s RESERVATION_TTL, which confirms the first order in time
+	// on a busy machine; a lapse changes no row, so only the clock shows it.
 	time.Sleep(1100 * time.Millisecond)
 	_, err := shop.NewCatalog(s.Pool).ExpireReservations(context.Background(), time.Now())
 	require.NoError(t, err)
@@ -392,7 +396,7 @@ func TestShopConfirmEdges(t *testing.T) {
 
 	// Reserve again after a lapse the tidy-up has not seen: the new one is confirmed.
 	require.Equal(t, domain.StatusSucceeded, u.order("POST", "/api/v1/orders/reserve").Status)
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // past the TTL again, as above
 	require.Equal(t, domain.StatusSucceeded, u.order("POST", "/api/v1/orders/reserve").Status)
 	o := u.order("POST", "/api/v1/orders")
 	require.Equal(t, domain.StatusSucceeded, o.Status, "%+v", o.Error)

@@ -157,6 +157,8 @@ func TestSilentUserLosesItsPlace(t *testing.T) {
 		_, err = r.Status(ctx, e, "u02")
 		require.NoError(t, err)
 		require.True(t, time.Now().Before(deadline), "u00 never lost its place")
+		// The pace of u01's and u02's polls: they must keep showing presence
+		// while u00's one-second timeout runs on Redis's clock.
 		time.Sleep(100 * time.Millisecond)
 	}
 	st, err := r.Status(ctx, e, "u00")
@@ -204,7 +206,9 @@ func TestClaimWindow(t *testing.T) {
 	// Paused while ready: the window lapses, the place stays.
 	e.AdmissionPaused, e.version = true, 2
 	require.NoError(t, r.Configure(ctx, e))
-	time.Sleep(1200 * time.Millisecond) // past u01's claimBy, while paused
+	// Past u01's claimBy, while paused: the window runs on Redis's clock
+	// (one second, the setting's unit), so only real time ends it.
+	time.Sleep(1200 * time.Millisecond)
 	st, err = r.Status(ctx, e, "u01")
 	require.NoError(t, err)
 	require.Equal(t, "waiting", st.Status)
@@ -305,6 +309,8 @@ func TestClaimWindowRestartsAfterAShortPause(t *testing.T) {
 	st, err = r.Status(ctx, e, "u00")
 	require.NoError(t, err)
 	require.Equal(t, "waiting", st.Status)
+	// Real time must pass for a new claimBy to differ from the first: the
+	// room reads Redis's clock.
 	time.Sleep(500 * time.Millisecond)
 	e.AdmissionPaused, e.version = false, 3
 	require.NoError(t, r.Configure(ctx, e))

@@ -322,6 +322,8 @@ func deferralRace(t *testing.T, schedule bool) raceResult {
 						return
 					}
 					ids[i] = req.ID
+					// Spread the accepts so they land between the worker's drains:
+					// the timing is the input here, not a wait for anything.
 					time.Sleep(rand.N(4 * time.Millisecond))
 				}
 			})

@@ -442,6 +442,8 @@ func TestARenewalMarkingLongerThanItsClaimsTTLStillRenews(t *testing.T) {
 	e := r.engineOn(t, "w", 8, holdingTTL, r.stallingPool(t, stall), r.rdb)
 	require.NoError(t, e.renew(ctx))
 	require.NoError(t, r.rdb.FlushDB(ctx).Err())
+	// The claim's TTL runs on Redis's clock: only real time makes the marks
+	// outlast it.
 	stall.set(func() { time.Sleep(renewTTL * 3 / 2) })
 	require.NoError(t, e.renew(ctx))
 	require.NotEmpty(t, r.rdb.Get(ctx, incarnationKey).Val(), "the incarnation is set")

@@ -525,6 +525,8 @@ func TestAGiftOutlivesASlowTransaction(t *testing.T) {
 	g, gift := heldGroup(t, e, "r"), holding(t, e, "x")
 	stall.set(func() {
 		require.True(t, g.w.give([]Lease{gift}))
+		// The leases expire on Redis's clock, so only real time can outlast
+		// them; the gift lives through it only if keepAlive extends it.
 		time.Sleep(3 * ttl)
 	})
 

@@ -47,7 +47,9 @@ func TestQueueWatchHoldsTheWorkersBackAndCounts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, held.pause())
 	enqueue("held")
-	time.Sleep(300 * time.Millisecond) // thirty of the worker's polls
+	// Thirty of the worker's polls: that the paused queue's tasks did not
+	// run is an absence, and nothing observable says the worker looked.
+	time.Sleep(300 * time.Millisecond)
 	got, err = held.since()
 	require.NoError(t, err)
 	require.Zero(t, got)

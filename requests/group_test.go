@@ -79,6 +79,8 @@ func TestGroupPostsBatchesInSeqOrder(t *testing.T) {
 		first := calls == 1
 		mu.Unlock()
 		if first {
+			// Time enough for the second post to overtake, were it not
+			// waiting; waiting, it is not called at all, so no event says so.
 			time.Sleep(150 * time.Millisecond)
 		}
 		mu.Lock()

@@ -205,6 +205,8 @@ func TestBatcherSurvivesAPanickingCaller(t *testing.T) {
 			close(inFn)
 			// Panic once the next caller has queued behind this batch.
 			for deadline := time.Now().Add(10 * time.Second); b.Waiting() == 0 && time.Now().Before(deadline); {
+				// A poll of Waiting, which has no channel; inside fn, off the
+				// test's goroutine, where require.Eventually cannot fail the test.
 				time.Sleep(time.Millisecond)
 			}
 			panic("fn broke")

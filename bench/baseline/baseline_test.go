@@ -635,7 +635,9 @@ func TestRoundTripModeRunsNoTasksAndEndsPollsAtShutdown(t *testing.T) {
 		status, err := pollRoundTrip(sys, id, "30s")
 		polled <- answer{status, err}
 	}()
-	time.Sleep(time.Second) // the poll is waiting in the server
+	// The poll must be waiting in the server before the shutdown, and
+	// nothing observable says it is.
+	time.Sleep(time.Second)
 	cancel()
 	select {
 	case a := <-polled:

@@ -38,6 +38,8 @@ func TestVerifyPrequeueCommand(t *testing.T) {
 	err := verifyPrequeue(context.Background(), []string{"-url", s.URL, "-event", fmt.Sprint(e.EventID)}, &out)
 	require.ErrorIs(t, err, events.ErrSeedNotRevealed, "before the start")
 
+	// The seed is revealed at salesStartAt by the server's clock; the event
+	// starts on a whole second, as RFC 3339 carries it here.
 	time.Sleep(time.Until(start))
 	for _, u := range users {
 		var st events.Status

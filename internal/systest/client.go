@@ -113,6 +113,8 @@ func (c *Client) DoPatiently(method, path string, body any, headers ...string) R
 		if r.Status != http.StatusServiceUnavailable || err != nil || try == 10 {
 			return r
 		}
+		// The server asked for this wait (Retry-After); sooner breaks the
+		// contract this client follows.
 		time.Sleep(time.Duration(wait) * time.Second)
 	}
 }
@@ -203,6 +205,7 @@ func (s *System) WaitAllTerminal(timeout time.Duration) time.Duration {
 		if time.Since(start) > timeout {
 			s.t.Fatalf("%d requests still open after %s", open, timeout)
 		}
+		// A poll's pace: Postgres tells no one when the last request ends.
 		time.Sleep(50 * time.Millisecond)
 	}
 }
