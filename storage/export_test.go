@@ -14,3 +14,6 @@ func (b *Batcher) Waiting() int { return b.turns.waiting() }
 
 // ScriptsWaiting is Waiting for the Batcher of a client from BatchScripts.
 func ScriptsWaiting(rdb redis.UniversalClient) int { return rdb.(*batchedScripts).b.Waiting() }
+
+// MigrationLock is the advisory lock class of migrators.
+const MigrationLock = migrationLock

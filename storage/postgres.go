@@ -60,23 +60,27 @@ func OpenPostgres(ctx context.Context, url string, maxConns int32, opts ...PGOpt
 	return pool, nil
 }
 
-// migrationLock is the advisory lock id that serializes migrators.
-const migrationLock = 0x686f6c6466617374 // "holdfast"
+// migrationLock is the advisory lock class that serializes migrators; the
+// lock is the schema the pool's search_path selects, so that the
+// migrators of one schema queue and those of others (parallel tests) do
+// not.
+const migrationLock = 0x686f6c64 // "hold"
 
 // Migrate applies every pending migration. Concurrent callers (the API and
-// the worker starting together, parallel tests) queue on a Postgres advisory
-// lock held by one pooled connection; the pool needs at least two.
+// the worker starting together) queue on a Postgres advisory lock of the
+// schema, held by one pooled connection; the pool needs at least two.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("storage: migration lock: %w", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrationLock)); err != nil {
+	const lock, unlock = `SELECT pg_advisory_lock($1, hashtext(current_schema()))`, `SELECT pg_advisory_unlock($1, hashtext(current_schema()))`
+	if _, err := conn.Exec(ctx, lock, int32(migrationLock)); err != nil {
 		conn.Release()
 		return fmt.Errorf("storage: migration lock: %w", err)
 	}
 	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrationLock)); err != nil {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), unlock, int32(migrationLock)); err != nil {
 			// It may still hold the lock: closed, not pooled, it lets go.
 			_ = conn.Hijack().Close(context.WithoutCancel(ctx))
 			return
