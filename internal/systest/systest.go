@@ -59,6 +59,13 @@ type Options struct {
 	// and each write type's applier (a control case's misbehaving
 	// applier).
 	WrapApplier func(typeName string, a keyed.Applier) keyed.Applier
+	// Rush marks a system that serves a rush of hundreds of clients: it
+	// waits for the machine's one rush slot, so that no two rushes starve
+	// each other and the tests beside them, and its stores may answer as
+	// slowly as a machine busy with the rest of the suite makes them
+	// (DEPENDENCY_TIMEOUT 30s, PG_MAX_CONNS 8): a rush test checks what
+	// was applied, not how fast, and a 503 there is the machine's load.
+	Rush bool
 }
 
 // System is a running holdfast: one API, any number of workers.
@@ -76,9 +83,28 @@ type System struct {
 	opts Options
 }
 
-// Start brings a system up; everything stops when the test ends.
+// systems is how many systems the tests of every test process on this
+// machine run at once (testenv.Slot): each may hold 16 Postgres
+// connections and more (PG_MAX_CONNS 6 for its API and for each worker, 4
+// for the test's own pool), though few fill their pools, and Postgres
+// allows 100, some of them to a `make run` beside the tests.
+const systems = 6
+
+// rushes are the tests that hold the rush slot: a test that starts a
+// second rush system (a control after its case) keeps the one it has.
+var rushes sync.Map // testing.TB → true
+
+// Start brings a system up; everything stops when the test ends. It waits
+// for one of the machine's system slots first.
 func Start(t testing.TB, opts Options) *System {
 	t.Helper()
+	if opts.Rush {
+		if _, held := rushes.LoadOrStore(t, true); !held {
+			testenv.Slot(t, "rush", 1)
+			t.Cleanup(func() { rushes.Delete(t) })
+		}
+	}
+	testenv.Slot(t, "system", systems)
 	pgServer := opts.Postgres
 	if pgServer == "" {
 		pgServer = testenv.PGServerURL()
@@ -86,6 +112,14 @@ func Start(t testing.TB, opts Options) *System {
 	pgURL, pool := testenv.PostgresOn(t, pgServer)
 	redisURL, rdb := opts.RedisURL, redis.UniversalClient(nil)
 	overrides := opts.Overrides
+	if opts.Rush {
+		overrides = append([]string{"DEPENDENCY_TIMEOUT", "30s", "PG_MAX_CONNS", "8"}, overrides...)
+	}
+	if opts.Unguarded {
+		// The handler-only design opens a transaction for every request it
+		// runs at once, and its controls wait for six of them on a lock.
+		overrides = append([]string{"PG_MAX_CONNS", "8"}, overrides...)
+	}
 	switch {
 	case opts.Redis.Topology() != "single":
 		require.Empty(t, redisURL, "RedisURL and Redis are exclusive")
@@ -201,11 +235,13 @@ func (s *System) startAPI() (string, func()) {
 }
 
 // HoldLease holds key's lease for ttl as a holder that never applies
-// anything: the key is busy, as under a slow drain, until the lease lapses.
-func (s *System) HoldLease(key string, ttl time.Duration) {
+// anything: the key is busy, as under a slow drain, until the lease lapses
+// or the returned func lets it go (as a holder ending its drain would).
+func (s *System) HoldLease(key string, ttl time.Duration) (release func()) {
 	ok, err := s.Redis.SetNX(context.Background(), keyed.LeaseKey(key), "1", ttl).Result()
 	require.NoError(s.t, err)
 	require.True(s.t, ok, "the lease of %s is free", key)
+	return func() { require.NoError(s.t, s.Redis.Del(context.Background(), keyed.LeaseKey(key)).Err()) }
 }
 
 // Worker is an in-process worker.

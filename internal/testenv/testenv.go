@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,65 +67,116 @@ func Postgres(t testing.TB) (string, *pgxpool.Pool) {
 // PostgresOn is Postgres on another server (a PGServer's URL).
 func PostgresOn(t testing.TB, server string) (string, *pgxpool.Pool) {
 	t.Helper()
+	url := EmptySchemaOn(t, server)
+	pool, err := storage.OpenPostgres(context.Background(), url, 4)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close) // before the schema is dropped: cleanups run last first
+	require.NoError(t, storage.Migrate(context.Background(), pool))
+	return url, pool
+}
+
+// EmptySchemaOn creates a schema of its own in database holdfast_test of
+// server, not migrated, and returns a DATABASE_URL whose search_path
+// selects it. The schema is dropped when the test ends.
+func EmptySchemaOn(t testing.TB, server string) string {
+	t.Helper()
+	admin := adminOf(t, server)
+	schema := "t_" + randomName()
+	_, err := admin.Exec(context.Background(), "CREATE SCHEMA "+schema)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	return server + "/holdfast_test?sslmode=disable&search_path=" + schema + "%2Cpublic"
+}
+
+// admins are this process's pools on each server's holdfast_test database,
+// which create and drop the tests' schemas: one per server, of two
+// connections, for the life of the test binary (a pool a test opened for
+// itself held one more connection for the whole test).
+var admins sync.Map // server → *admin
+
+type admin struct {
+	once sync.Once
+	pool *pgxpool.Pool
+	err  error
+}
+
+func adminOf(t testing.TB, server string) *pgxpool.Pool {
+	t.Helper()
+	v, _ := admins.LoadOrStore(server, &admin{})
+	a := v.(*admin)
+	a.once.Do(func() { a.pool, a.err = openAdmin(server) })
+	require.NoError(t, a.err)
+	return a.pool
+}
+
+func openAdmin(server string) (*pgxpool.Pool, error) {
 	ctx := context.Background()
 	base := server + "/holdfast_test?sslmode=disable"
-	require.NoError(t, storage.EnsureDatabase(ctx, base))
-	admin, err := storage.OpenPostgres(ctx, base, 2)
-	require.NoError(t, err)
+	if err := storage.EnsureDatabase(ctx, base); err != nil {
+		return nil, err
+	}
+	pool, err := storage.OpenPostgres(ctx, base, 2)
+	if err != nil {
+		return nil, err
+	}
 	// Extensions live in public, created once (concurrent CREATE EXTENSION
 	// races); each test's search_path ends with public to find them.
-	if _, err := admin.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA public"); err != nil {
+	if _, err := pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA public"); err != nil {
 		var exists int
-		require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM pg_extension WHERE extname = 'btree_gist'").Scan(&exists), err.Error())
-		require.Equal(t, 1, exists, err.Error())
+		if qerr := pool.QueryRow(ctx, "SELECT count(*) FROM pg_extension WHERE extname = 'btree_gist'").Scan(&exists); qerr != nil || exists != 1 {
+			pool.Close()
+			return nil, err
+		}
 	}
-	schema := "t_" + randomName()
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+schema)
-	require.NoError(t, err)
-	url := base + "&search_path=" + schema + "%2Cpublic"
-	pool, err := storage.OpenPostgres(ctx, url, 4)
-	require.NoError(t, err)
-	require.NoError(t, storage.Migrate(ctx, pool))
-	t.Cleanup(func() {
-		pool.Close()
-		_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
-		admin.Close()
-	})
-	return url, pool
+	return pool, nil
 }
 
 // Redis reserves one of Redis' logical databases 1–15 for the test (Asynq's
 // key names are fixed, so tests cannot share one), flushes it, and returns
-// its REDIS_URL and a client. Reservations are keys in database 0.
+// its REDIS_URL and a client.
 func Redis(t testing.TB) (string, redis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
+	db := Slot(t, "testdb", 15)
+	url := fmt.Sprintf("redis://%s/%d", redisAddr(), db)
+	c, err := storage.OpenRedis(ctx, config.Redis{URL: url})
+	require.NoError(t, err)
+	require.NoError(t, c.FlushDB(ctx).Err())
+	t.Cleanup(func() {
+		_ = c.FlushDB(context.Background()).Err()
+		_ = c.Close()
+	})
+	return url, c
+}
+
+// Slot reserves one of n slots called name, 1 to n, among the tests of
+// every test process on this machine, waiting up to ten minutes for one
+// to be free; the test keeps it until it ends. Reservations are keys
+// "holdfast:{name}:{slot}" in Redis database 0, which lapse after 15
+// minutes should a test process die holding one.
+func Slot(t testing.TB, name string, n int) int {
 	t.Helper()
 	ctx := context.Background()
 	lock := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	owner := randomName()
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		for db := 1; db <= 15; db++ {
-			k := "holdfast:testdb:" + strconv.Itoa(db)
+		for slot := 1; slot <= n; slot++ {
+			k := "holdfast:" + name + ":" + strconv.Itoa(slot)
 			ok, err := lock.SetNX(ctx, k, owner, 15*time.Minute).Result()
 			require.NoError(t, err)
 			if !ok {
 				continue
 			}
-			url := fmt.Sprintf("redis://%s/%d", redisAddr(), db)
-			c, err := storage.OpenRedis(ctx, config.Redis{URL: url})
-			require.NoError(t, err)
-			require.NoError(t, c.FlushDB(ctx).Err())
 			t.Cleanup(func() {
-				_ = c.FlushDB(context.Background()).Err()
-				_ = c.Close()
 				if v, _ := lock.Get(context.Background(), k).Result(); v == owner {
 					lock.Del(context.Background(), k)
 				}
 				_ = lock.Close()
 			})
-			return url, c
+			return slot
 		}
-		require.True(t, time.Now().Before(deadline), "no free Redis test database")
+		require.True(t, time.Now().Before(deadline), "no free %s slot of %d", name, n)
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -346,6 +398,9 @@ func baseVars(pgURL, redisURL string) map[string]string {
 		for k, v := range speedupsOff {
 			vars[k] = v
 		}
+		// Without group commit each write holds a connection of its own
+		// for its INSERT: a race of a hundred writers needs more of them.
+		vars["PG_MAX_CONNS"] = "8"
 	}
 	return vars
 }
