@@ -29,6 +29,7 @@ import (
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/apispec"
 	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/internal/testenv"
 )
 
 // pageProxy stands between the browser and the API. It checks every answer
@@ -114,6 +115,9 @@ func (p *pageProxy) described(t *testing.T) {
 // each chromedp.NewContext of it is a tab of its own (own sessionStorage).
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	// One Chromium at a time on this machine: four beside the rest of the
+	// suite on two cores kept pages from loading for tens of seconds.
+	testenv.Slot(t, "browser", 1)
 	path, err := exec.LookPath("chromium")
 	require.NoError(t, err, "no chromium: apt-get install chromium (.ci/run does)")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
@@ -257,6 +261,7 @@ func createRoomEvent(t *testing.T, admin *systest.Client, settings string) int64
 // the fourth, who waited behind it, gets its turn. axe-core finds no
 // serious or critical violation in any of the states.
 func TestWaitingRoomPagesInABrowser(t *testing.T) {
+	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1})
 	admin := s.Client("admin", domain.RoleAdmin)
 	id := createRoomEvent(t, admin, `"maxConcurrent":1,"presenceTimeoutSeconds":3,"claimWindowSeconds":120`)
@@ -308,12 +313,13 @@ func roomURL(s *systest.System, proxy *pageProxy, id int64, user string) string 
 // In the pre-queue the page counts down to the sale, then shows its place
 // in line by itself once the order is drawn at salesStartAt.
 func TestPrequeuePageCountsDownThenShowsThePlace(t *testing.T) {
+	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1})
 	admin := s.Client("admin", domain.RoleAdmin)
+	axe := axeSource(t)
+	b := browser(t) // before the sale's clock starts: a browser may take seconds to come up
 	start := time.Now().Add(6 * time.Second).UTC().Format(time.RFC3339)
 	id := createRoomEvent(t, admin, `"maxConcurrent":1,"admissionPaused":true,"salesStartAt":"`+start+`"`)
-	axe := axeSource(t)
-	b := browser(t)
 	proxy := newPageProxy(t, s.URL)
 	tb := openTab(t, b, "prequeue", roomURL(s, proxy, id, "eve"))
 	tb.waitFor("state", "You are in the pre-queue.", 20*time.Second)
@@ -330,6 +336,7 @@ func TestPrequeuePageCountsDownThenShowsThePlace(t *testing.T) {
 // list still showed it, is told someone was faster, gets a fresh list
 // and books another.
 func TestSeatPageSomeoneWasFaster(t *testing.T) {
+	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1})
 	admin := s.Client("admin", domain.RoleAdmin)
 	id := createRoomEvent(t, admin, `"maxConcurrent":2`)
@@ -359,6 +366,7 @@ func TestSeatPageSomeoneWasFaster(t *testing.T) {
 // would): the page says it is reconnecting, then shows its place and its
 // turn again without a reload. A page without EventSource polls instead.
 func TestWaitingRoomPageSurvivesAnAPIRestart(t *testing.T) {
+	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1, NoAPI: true})
 	apiURL, stopAPI := s.StartStoppableAPI()
 	admin := s.Client("admin", domain.RoleAdmin).At(apiURL)

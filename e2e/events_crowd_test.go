@@ -115,7 +115,7 @@ func livenessRun(t *testing.T, s *systest.System, silent bool, presence, claim i
 				if st.Status == "expired" && i < maxConcurrent {
 					return // the head that never claimed lost its place
 				}
-				time.Sleep(poll)
+				time.Sleep(poll) // a user polling its place, as the page does: the pace is the crowd's
 			}
 		}()
 	}
@@ -221,7 +221,7 @@ func (w *roomWatch) finish() (maxPerMinute, total int) {
 	return maxPerMinute, len(times)
 }
 
-// 2,000 users on two APIs and two workers churn through a room with
+// 1,000 users on two APIs and two workers churn through a room with
 // maxConcurrent 3, admitPerMinute 20 and 1 s tokens: some leave the page,
 // some let their turn pass, some take a token and leave it to expire or
 // give it back; like the waiting-room page, a user polls every second near
@@ -235,7 +235,7 @@ func (w *roomWatch) finish() (maxPerMinute, total int) {
 // events.TestTokenCheckThenActControlExceedsTheCap.)
 func TestWaitingRoomExactUnderChurn(t *testing.T) {
 	t.Parallel()
-	const users, maxConcurrent, perMinute = 2000, 3, 20
+	const users, maxConcurrent, perMinute = 1000, 3, 20
 	s := systest.Start(t, systest.Options{Workers: 2})
 	other := s.StartExtraAPI()
 	e := newEvent(t, s, map[string]any{"name": "Churn", "seatCount": 10, "maxConcurrent": maxConcurrent,
@@ -271,14 +271,14 @@ func TestWaitingRoomExactUnderChurn(t *testing.T) {
 				quitAt = time.Now().Add(time.Duration(rng.IntN(10_000)) * time.Millisecond)
 			}
 			claims := rng.IntN(10) < 8
-			time.Sleep(time.Duration(rng.IntN(3000)) * time.Millisecond)
+			time.Sleep(time.Duration(rng.IntN(3000)) * time.Millisecond) // arrivals spread over 3 s, as a crowd comes
 			for running(quitAt) {
 				r := u.Do("GET", base+"/status", nil)
 				if r.Status == http.StatusServiceUnavailable && r.Header.Get("Retry-After") != "" {
 					// A store too slow on a busy machine: the contract's answer,
 					// which a page retries (it changes nothing in the room).
 					busy.Add(1)
-					time.Sleep(500 * time.Millisecond)
+					time.Sleep(500 * time.Millisecond) // the Retry-After pause a page takes
 					continue
 				}
 				require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
@@ -302,7 +302,7 @@ func TestWaitingRoomExactUnderChurn(t *testing.T) {
 				if st.Rank != nil && *st.Rank < 50 {
 					wait = 700 + rng.IntN(600)
 				}
-				time.Sleep(time.Duration(wait) * time.Millisecond)
+				time.Sleep(time.Duration(wait) * time.Millisecond) // the page's poll interval: the pace is the crowd's
 			}
 		}()
 	}
@@ -353,7 +353,7 @@ func TestPrequeueOrderIsVerifiable(t *testing.T) {
 	start := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
 	r = admin.Do("PATCH", fmt.Sprintf("/api/v1/events/%d", e.EventID), map[string]any{"salesStartAt": start.Format(time.RFC3339)})
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-	time.Sleep(time.Until(start) + 50*time.Millisecond)
+	time.Sleep(time.Until(start) + 50*time.Millisecond) // the server draws the pre-queue at salesStartAt on its own clock
 	after := queueUsersNamed(t, s, e.EventID, "late", late)
 
 	// The first poll after the start seals the pre-queue: all its entries
@@ -492,7 +492,7 @@ func TestPositionStream(t *testing.T) {
 	// Past the 2 s presence timeout the watcher, who never polls, is still
 	// in line: its stream keeps it there (the two ahead poll).
 	for range 6 {
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // real time passing the presence timeout, which the server measures
 		queueStatus(t, us[0], e.EventID)
 		queueStatus(t, us[1], e.EventID)
 	}

@@ -30,11 +30,17 @@ func newEvent(t *testing.T, s *systest.System, body map[string]any) events.Event
 
 func fcfs(t *testing.T, c *systest.Client, event int64, body any) requests.View {
 	t.Helper()
+	return c.Wait(submitFCFS(t, c, event, body), 60*time.Second)
+}
+
+// submitFCFS sends a grab and returns its request id, not waiting.
+func submitFCFS(t *testing.T, c *systest.Client, event int64, body any) string {
+	t.Helper()
 	r := c.Do("POST", fmt.Sprintf("/api/v1/events/%d/seats/fcfs", event), body)
 	require.Equal(t, http.StatusAccepted, r.Status, "%s", r.Body)
 	var a systest.Accepted
 	r.JSON(t, &a)
-	return c.Wait(a.RequestID, 60*time.Second)
+	return a.RequestID
 }
 
 func seatOf(t *testing.T, v requests.View) events.FCFSResult {
@@ -220,11 +226,17 @@ func TestFCFSScenarios(t *testing.T) {
 // CONTENTION only when the event's lease cannot be had in time.
 func TestFCFSContention(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"FCFS_LOCK_WAIT", "1s"}})
+	const lockWait = 3 * time.Second
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"FCFS_LOCK_WAIT", lockWait.String()}})
 	e := newEvent(t, s, map[string]any{"name": "Busy", "seatCount": 5})
-	s.HoldLease(events.EventKey(e.EventID), 2*time.Second) // someone else's
-	v := fcfs(t, s.Client("late", domain.RoleUser), e.EventID, nil)
-	require.Equal(t, domain.CodeContention, v.Error.Code)
+	release := s.HoldLease(events.EventKey(e.EventID), time.Minute) // someone else's
+	late := s.Client("late", domain.RoleUser)
+	id := submitFCFS(t, late, e.EventID, nil)
+	// The worker measures the wait on its own clock from the request's
+	// acceptance, so only real time makes it longer than lockWait.
+	time.Sleep(lockWait + 100*time.Millisecond)
+	release()
+	require.Equal(t, domain.CodeContention, late.Wait(id, time.Minute).Error.Code)
 	seatOf(t, fcfs(t, s.Client("later", domain.RoleUser), e.EventID, nil))
 }
 

@@ -21,10 +21,9 @@ import (
 // With GROUP_COMMIT=false, the concurrent writes take a transaction each
 // too: the switch turns the mechanism off.
 func TestIntakeGroupCommit(t *testing.T) {
-	// Not parallel: it runs before the parallel wave, so its load does not
-	// add to the timing-sensitive tests there (K4).
+	t.Parallel()
 	for _, on := range []bool{true, false} {
-		t.Run(fmt.Sprintf("GROUP_COMMIT=%t", on), func(t *testing.T) { testIntakeGroupCommit(t, on) })
+		t.Run(fmt.Sprintf("GROUP_COMMIT=%t", on), func(t *testing.T) { t.Parallel(); testIntakeGroupCommit(t, on) })
 	}
 }
 

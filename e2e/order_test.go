@@ -43,7 +43,7 @@ func (s shuffled) Apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]reque
 // through two APIs of one system, and returns its report.
 func orderRush(t *testing.T, users int, wrap func(string, keyed.Applier) keyed.Applier) *loadtest.Report {
 	t.Helper()
-	s := systest.Start(t, systest.Options{Workers: 2, WrapApplier: wrap, Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
+	s := systest.Start(t, systest.Options{Workers: 2, WrapApplier: wrap, Rush: true, Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
 	second := s.StartExtraAPI()
 	rep, err := loadtest.Run(loadContext(t), "fcfs-rush", loadtest.Options{
 		BaseURL: s.URL, MoreAPIs: []string{second}, Secret: s.Cfg.JWTSecret,
@@ -65,6 +65,7 @@ func orderRush(t *testing.T, users int, wrap func(string, keyed.Applier) keyed.A
 // the same check, so the check can fail: it found 60–194 pairs out of order
 // in three runs (610 with 20,000 requests, which took 70 s against 20 s).
 func TestRealTimeOrderAcrossTwoAPIs(t *testing.T) {
+	t.Parallel()
 	rep := orderRush(t, 6_000, nil)
 	require.True(t, rep.OK, "violations: %v", rep.Violations)
 	require.Zero(t, rep.Order.OutOfOrder)

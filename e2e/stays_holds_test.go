@@ -52,11 +52,17 @@ type holdClient struct {
 
 func (h holdClient) create(rt int64, in, out, clientKey string) requests.View {
 	h.t.Helper()
+	return h.Wait(h.submitCreate(rt, in, out, clientKey), 30*time.Second)
+}
+
+// submitCreate sends a create and returns its request id, not waiting.
+func (h holdClient) submitCreate(rt int64, in, out, clientKey string) string {
+	h.t.Helper()
 	r := h.Do("POST", "/api/v1/holds", stays.CreatePayload{RoomTypeID: rt, CheckIn: in, CheckOut: out, ClientHoldKey: clientKey})
 	require.Equal(h.t, http.StatusAccepted, r.Status, "%s", r.Body)
 	var a systest.Accepted
 	r.JSON(h.t, &a)
-	return h.Wait(a.RequestID, 30*time.Second)
+	return a.RequestID
 }
 
 func (h holdClient) write(method, path string) requests.View {
@@ -314,14 +320,20 @@ func TestHoldExpiryFreesAvailabilityAtOnce(t *testing.T) {
 // with CONTENTION; the next one succeeds.
 func TestHoldContentionT8(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"HOLD_LOCK_WAIT", "1s"}})
+	const lockWait = 3 * time.Second
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"HOLD_LOCK_WAIT", lockWait.String()}})
 	rt := holdFixture(t, s, 2)
 	in, out := stayDates(1)
-	// Someone else holds the room type's lease for 2 s.
-	s.HoldLease(stays.SerialKey(rt), 2*time.Second)
-
+	// Someone else holds the room type's lease until alice's first create
+	// has waited longer than HOLD_LOCK_WAIT.
+	release := s.HoldLease(stays.SerialKey(rt), time.Minute)
 	alice := holdClient{s.Client("alice", domain.RoleUser), t}
-	v := alice.create(rt, in, out, uuid.NewString())
+	id := alice.submitCreate(rt, in, out, uuid.NewString())
+	// The worker measures the wait on its own clock from the request's
+	// acceptance, so only real time makes it longer than lockWait.
+	time.Sleep(lockWait + 100*time.Millisecond)
+	release()
+	v := alice.Wait(id, time.Minute)
 	require.Equal(t, domain.StatusRejected, v.Status)
 	require.Equal(t, domain.CodeContention, v.Error.Code)
 	require.Equal(t, http.StatusConflict, v.Error.HTTPStatus)
