@@ -188,18 +188,13 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, l
 		incarnation = ""
 	}
 	return &Engine{
-		incarnation: incarnation,
-		pool:        pool,
-		rdb:         rdb,
-		client:      asynq.NewClientFromRedisClient(enqueue),
-		insp:        insp,
-		store:       requests.NewStore(pool),
-		log:         log,
-		m:           m,
-		opt:         opt,
-		types:       make(map[string]Type),
-		qsizes:      make(map[string]queueSample),
-		backlog:     recent.New[string, backlogSample](time.Second, backlogKeys),
+		pool: pool, rdb: rdb, insp: insp, log: log, m: m, opt: opt, incarnation: incarnation,
+		client:  asynq.NewClientFromRedisClient(enqueue),
+		store:   requests.NewStore(pool),
+		types:   make(map[string]Type),
+		wakers:  wakers{by: make(map[string]*waiter)},
+		qsizes:  make(map[string]queueSample),
+		backlog: recent.New[string, backlogSample](time.Second, backlogKeys),
 	}
 }
 

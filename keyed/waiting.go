@@ -274,9 +274,6 @@ func (w *waiter) track(g *group) {
 	w.ws.mu.Lock()
 	defer w.ws.mu.Unlock()
 	w.unregister()
-	if w.ws.by == nil {
-		w.ws.by = map[string]*waiter{}
-	}
 	for _, k := range keys {
 		w.ws.by[k] = w
 	}

@@ -136,7 +136,7 @@ func TestAQuietDrainWaitsWithoutPostgres(t *testing.T) {
 // the same process, under any key its group held when it began to wait;
 // a drain that made progress, or waits plain, is not woken.
 func TestWakersWakeTheDrainThatWaitsHoldingTheKey(t *testing.T) {
-	e := &Engine{}
+	e := bareEngine(Options{})
 	w := e.newWaiter("q")
 	ch := parkOn(e, w, "a", "b")
 	e.wakers.wake("b")
@@ -175,6 +175,12 @@ func TestAYieldWakesTheDrainItKeepsTheKeyFor(t *testing.T) {
 	require.Len(t, woken, 1, "a yield for p wakes p's drain")
 }
 
+// bareEngine is an engine without stores, for the tests of the wakers'
+// registry alone.
+func bareEngine(opt Options) *Engine {
+	return &Engine{opt: opt, wakers: wakers{by: map[string]*waiter{}}}
+}
+
 // parkOn parks w as the drain of a group of e holding keys, as a drain
 // does between two looks. The leases are placeholders: the registry and
 // take look at keys alone.
@@ -191,7 +197,7 @@ func parkOn(e *Engine, w *waiter, keys ...string) <-chan struct{} {
 // one whose keys would not fit beside the taker's; a drain that is stopping
 // takes nothing. Of two leases of one key the taker keeps the higher token.
 func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
-	e := &Engine{opt: Options{BatchMax: 8}} // a group holds at most 80 keys
+	e := bareEngine(Options{BatchMax: 8}) // a group holds at most 80 keys
 	into := &group{e: e, queue: "q", held: map[string]Lease{"s": {Key: "s", Token: 7}}}
 
 	parked := e.newWaiter("q")
@@ -422,7 +428,7 @@ func TestAGroupIsGivenOnlyToADrainThatGoesOn(t *testing.T) {
 // in its group, or back with their givers, refused. Run with -race, the
 // gifts race the receiving.
 func TestGiftsRacingTheEndLoseNoLease(t *testing.T) {
-	e := &Engine{opt: Options{BatchMax: 8}} // a group holds at most 80 keys
+	e := bareEngine(Options{BatchMax: 8}) // a group holds at most 80 keys
 	g := &group{e: e, queue: "q", held: map[string]Lease{}, w: e.newWaiter("q")}
 	var wg sync.WaitGroup
 	refused := make([][]Lease, 10)
