@@ -160,6 +160,7 @@ func TestLargestRequestIsAppliedWithABatchOfOne(t *testing.T) {
 // is over and hands them on, and so on for ever, and every request behind it
 // on one of its keys would wait with it.
 func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
+	t.Parallel()
 	for _, extra := range []int{0, 1} {
 		t.Run(fmt.Sprintf("maxGroupKeys+%d", extra), func(t *testing.T) {
 			r := newFenceRig(t)
@@ -204,6 +205,7 @@ func TestLargestRequestControlMoreKeysThanADrainHolds(t *testing.T) {
 // was full, and waited with neither request applicable until its slice was
 // over; the drains of the keys it handed on met the same again.
 func TestAFullGroupMakesRoomForTheRequestItGathers(t *testing.T) {
+	t.Parallel()
 	r := newFenceRig(t)
 	e := r.engineWith(t, Options{LeaseTTL: holdingTTL, BatchMax: 1, DrainSlice: 4 * time.Second, Worker: "w"}, r.pool, r.rdb)
 	require.Equal(t, 66, e.maxGroupKeys())

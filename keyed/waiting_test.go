@@ -520,6 +520,7 @@ func TestTwoLeasesOfAKeyLeaveNoneUnused(t *testing.T) {
 // (the drain's next peek would find them lost and end it). Extending only
 // the leases the transaction started with fails this test: checked.
 func TestAGiftOutlivesASlowTransaction(t *testing.T) {
+	t.Parallel()
 	r := newFenceRig(t)
 	const ttl = 600 * time.Millisecond
 	stall := &pgStall{prefix: "INSERT INTO applied"} // inside the applier
