@@ -24,7 +24,8 @@ import (
 )
 
 // Run is the API binary: it connects, migrates, serves on ln (or HTTP_ADDR
-// when ln is nil) until ctx ends, then shuts down gracefully.
+// when ln is nil) until ctx ends, drains for SHUTDOWN_DRAIN_DELAY, then
+// shuts down gracefully.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listener, mounts ...Mount) error {
 	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.IdleTimeout(cfg.PGIdleTimeout))
 	if err != nil {
@@ -34,6 +35,11 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 		return err
 	}
 	defer st.Close()
+	// Told to stop (stopping ends), the API drains first (Server.drain):
+	// everything runs on until ctx ends, SHUTDOWN_DRAIN_DELAY later.
+	stopping := ctx
+	ctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
 	storage.ServePprof(ctx, cfg.PprofAddr, log)
 	pool, rdb := st.Pool, st.Redis
 	go storage.WatchPool(ctx, pool, "api", storage.PoolWatchInterval, log)
@@ -78,6 +84,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 			return err
 		}
 	}
+	context.AfterFunc(stopping, func() { srv.drain(stop) })
 	return listenAndServe(ctx, srv, cfg.HTTPAddr, ln, log)
 }
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -54,8 +55,9 @@ type Deps struct {
 // Server is the HTTP API.
 type Server struct {
 	Deps
-	cfg config.Config
-	app *fiber.App
+	cfg      config.Config
+	app      *fiber.App
+	draining atomic.Bool // told to stop, serving out SHUTDOWN_DRAIN_DELAY
 }
 
 // New builds the server and its routes.
@@ -121,6 +123,15 @@ func isPublic(path string) bool {
 	return len(path) >= len(p) && path[:len(p)] == p && (len(path) == len(p) || path[len(p)] == '/')
 }
 
+// drain begins the shutdown of an API told to stop: /readyz answers 503
+// and every answer closes its connection, so that load balancers and
+// keep-alive clients go to other APIs, while this one serves on for
+// SHUTDOWN_DRAIN_DELAY; then stop ends the API (Serve's context).
+func (s *Server) drain(stop func()) {
+	s.draining.Store(true)
+	time.AfterFunc(s.cfg.ShutdownDrainDelay, stop)
+}
+
 // Serve answers on ln until ctx ends, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
@@ -151,6 +162,9 @@ func (s *Server) trace(c *fiber.Ctx) error {
 	}
 	c.Locals(localTrace, id)
 	c.Set(fiber.HeaderXRequestID, id)
+	if s.draining.Load() {
+		c.Context().SetConnectionClose()
+	}
 	return c.Next()
 }
 
@@ -250,6 +264,10 @@ func (s *Server) accessLog(c *fiber.Ctx) error {
 
 // ready reports whether Postgres and Redis answer.
 func (s *Server) ready(c *fiber.Ctx) error {
+	if s.draining.Load() {
+		return domain.NewProblem(domain.CodeUnavailable, "shutting down").
+			WithMeta("retryAfterSeconds", unavailableRetryAfter)
+	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), 2*time.Second)
 	defer cancel()
 	if err := storage.Ready(ctx, s.Pool, s.Redis); err != nil {

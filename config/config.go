@@ -110,6 +110,11 @@ type Config struct {
 	QuietWaiting bool `env:"QUIET_WAITING" envDefault:"true"`
 
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
+	// ShutdownDrainDelay is how long an API told to stop (SIGTERM) goes on
+	// serving before it closes its listener, /readyz answering 503 and
+	// every answer closing its connection meanwhile, so that a load
+	// balancer and keep-alive clients move to other APIs first.
+	ShutdownDrainDelay time.Duration `env:"SHUTDOWN_DRAIN_DELAY" envDefault:"5s"`
 }
 
 // DefaultRedisURL is the Redis used when no topology is configured.

@@ -19,6 +19,8 @@ fi
 export JWT_SECRET
 # The probe write type shows the request lifecycle end to end (see README).
 export HOLDFAST_PROBE="${HOLDFAST_PROBE:-true}"
+# No load balancer to drain from here: Ctrl-C stops the API at once.
+export SHUTDOWN_DRAIN_DELAY="${SHUTDOWN_DRAIN_DELAY:-0s}"
 api="http://${HTTP_ADDR}"
 bin="${BIN:-bin}"   # where `make build` put the binaries
 

@@ -399,9 +399,12 @@ func baseVars(pgURL, redisURL string) map[string]string {
 		"RECONCILE_INTERVAL": "1s",
 		"REDRIVE_AFTER":      "1s",
 		"SHUTDOWN_TIMEOUT":   "10s",
-		"LOG_LEVEL":          "warn",
-		"HOLDFAST_PROBE":     "true",
-		"PG_MAX_CONNS":       "6", // many systems run at once; Postgres allows 100 connections
+		// A test that stops an API waits for nothing to drain from
+		// (TestAnAPIToldToStopDrainsFirst sets its own).
+		"SHUTDOWN_DRAIN_DELAY": "0s",
+		"LOG_LEVEL":            "warn",
+		"HOLDFAST_PROBE":       "true",
+		"PG_MAX_CONNS":         "6", // many systems run at once; Postgres allows 100 connections
 		// No default port: a test beside `make run` (8080, 8081) or another
 		// test listens where the system picks.
 		"HTTP_ADDR":   "127.0.0.1:0",
