@@ -27,6 +27,7 @@ import (
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/buildinfo"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/storage"
@@ -88,7 +89,10 @@ func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
 	// access log and the latency metric see as a 500; the outer one guards
 	// the middleware itself.
 	s.app.Use(recover.New(), s.trace, s.accessLog, recover.New(), s.readBody, s.bounded)
-	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
+	build := buildinfo.Read()
+	s.app.Get("/healthz", func(c *fiber.Ctx) error {
+		return c.JSON(fiber.Map{"status": "ok", "version": build.Version, "revision": build.Revision})
+	})
 	s.app.Get("/readyz", s.ready)
 	if cfg.MetricsAddr == "" { // else Run serves them on METRICS_ADDR
 		s.app.Get("/metrics", adaptor.HTTPHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{})))

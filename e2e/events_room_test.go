@@ -47,6 +47,9 @@ func queueUsersNamed(t *testing.T, s *systest.System, event int64, prefix string
 		}()
 	}
 	wg.Wait()
+	if t.Failed() { // a goroutine's require ended it, leaving its later users nil
+		t.FailNow()
+	}
 	s.WaitAllTerminal(60 * time.Second)
 	// Their places are their requests' seq.
 	seq := map[string]int64{}

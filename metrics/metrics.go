@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/internal/buildinfo"
 )
 
 // Pipeline holds the request pipeline's metrics.
@@ -71,7 +72,14 @@ func (p *Pipeline) InitType(types ...string) {
 // NewRegistry returns a registry with Go and process collectors.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	in := buildinfo.Read()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "holdfast_build_info",
+		Help:        "Always 1; its labels name the running build (--version).",
+		ConstLabels: prometheus.Labels{"version": in.Version, "revision": in.Revision, "goversion": in.GoVersion},
+	})
+	build.Set(1)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build)
 	return reg
 }
 

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,4 +90,27 @@ func TestTooManyRequestsByCode(t *testing.T) {
 	require.Equal(t, 2.0, got["holdfast_http_too_many_requests_total{code=DUPLICATE_REQUEST}"])
 	require.Zero(t, got["holdfast_http_too_many_requests_total{code=OVERLOADED}"])
 	require.NotContains(t, got, "holdfast_http_too_many_requests_total{code=CONFLICT}")
+}
+
+// holdfast_build_info is 1, labelled with the running build.
+func TestBuildInfoIsExported(t *testing.T) {
+	mfs, err := metrics.NewRegistry().Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "holdfast_build_info" {
+			continue
+		}
+		require.Len(t, mf.GetMetric(), 1)
+		m := mf.GetMetric()[0]
+		require.Equal(t, 1.0, m.GetGauge().GetValue())
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		require.Equal(t, runtime.Version(), labels["goversion"])
+		require.Contains(t, labels, "version")
+		require.Contains(t, labels, "revision")
+		return
+	}
+	t.Fatal("holdfast_build_info is not exported")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/internal/buildinfo"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
@@ -275,9 +276,10 @@ func RetryDelay(n int, _ error, _ *asynq.Task) time.Duration {
 
 func healthMux(pool *pgxpool.Pool, rdb redis.UniversalClient, reg *prometheus.Registry) *http.ServeMux {
 	mux := http.NewServeMux()
+	build := buildinfo.Read()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}`))
+		_, _ = fmt.Fprintf(w, `{"status":"ok","version":%q,"revision":%q}`, build.Version, build.Revision)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

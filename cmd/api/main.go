@@ -1,6 +1,7 @@
 // Command api is holdfast's HTTP API. Subcommands:
 //
 //	api                       serve (HTTP_ADDR)
+//	api --version             print the build: version, VCS revision, Go version
 //	api token -sub 42 -role user [-ttl 24h]   print a dev JWT signed with JWT_SECRET
 //	api migrate               apply migrations and exit
 //	api seed                  load the demo data (idempotent); prints shell exports of its ids
@@ -22,6 +23,7 @@ import (
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
+	"github.com/holdfast/holdfast/internal/buildinfo"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
@@ -36,6 +38,10 @@ func main() {
 }
 
 func run(args []string) error {
+	if buildinfo.Asked(args) {
+		fmt.Println(buildinfo.Read())
+		return nil
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(args) > 0 && args[0] == "verify-prequeue" { // needs no configuration: public data only
@@ -54,7 +60,7 @@ func run(args []string) error {
 		case "seed":
 			return seed(ctx, cfg)
 		default:
-			return fmt.Errorf("unknown command %q (want token, migrate, seed or verify-prequeue)", args[0])
+			return fmt.Errorf("unknown command %q (want token, migrate, seed, verify-prequeue or --version)", args[0])
 		}
 	}
 	mounts := []api.Mount{stays.API(cfg.HoldTTL), shop.API(), events.API(cfg.DuplicateWindow)}

@@ -1,4 +1,5 @@
-// Command worker applies holdfast's writes (see package worker).
+// Command worker applies holdfast's writes (see package worker);
+// worker --version prints the build.
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/events"
+	"github.com/holdfast/holdfast/internal/buildinfo"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
@@ -17,6 +19,10 @@ import (
 )
 
 func main() {
+	if buildinfo.Asked(os.Args[1:]) {
+		fmt.Println(buildinfo.Read())
+		return
+	}
 	cfg, err := config.Load()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
