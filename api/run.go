@@ -76,7 +76,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	srv := New(cfg, Deps{
 		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,
 		Intake:   intake,
-		Signer:   auth.NewSigner(cfg.JWTSecret),
+		Signer:   auth.NewSigner(cfg.JWTSecret).AlsoVerifying(cfg.JWTSecretPrevious),
 		Registry: reg, Metrics: m, HTTP: metrics.NewHTTP(reg), Log: log, Monitoring: mon,
 	}, mounts...)
 	if cfg.MetricsAddr != "" {

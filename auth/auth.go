@@ -30,9 +30,11 @@ type claims struct {
 	jwt.RegisteredClaims
 }
 
-// Signer issues and verifies tokens with one secret.
+// Signer issues tokens with one secret, and verifies them with it and, while
+// a rotation lasts, with the secret before it.
 type Signer struct {
 	secret       []byte
+	keys         jwt.Keyfunc // the secret, or it and the previous one
 	parser       *jwt.Parser
 	ticketParser *jwt.Parser
 	now          func() time.Time
@@ -55,6 +57,7 @@ const Leeway = 5 * time.Second
 func NewSigner(secret string) *Signer {
 	s := &Signer{secret: []byte(secret), now: time.Now,
 		verified: recent.New[string, verifiedToken](time.Minute, 10_000)}
+	s.keys = func(*jwt.Token) (any, error) { return s.secret, nil }
 	s.parser = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
@@ -68,6 +71,18 @@ func NewSigner(secret string) *Signer {
 		jwt.WithTimeFunc(func() time.Time { return s.now() }),
 		jwt.WithAudience(ticketAudience),
 	)
+	return s
+}
+
+// AlsoVerifying makes s accept tokens signed with previous too, the secret
+// a rotation replaces (JWT_SECRET_PREVIOUS): tokens issued before the
+// rotation stay valid until they expire, while s signs with the new one.
+// An empty previous changes nothing. Call it before s is used.
+func (s *Signer) AlsoVerifying(previous string) *Signer {
+	if previous != "" {
+		set := jwt.VerificationKeySet{Keys: []jwt.VerificationKey{s.secret, []byte(previous)}}
+		s.keys = func(*jwt.Token) (any, error) { return set, nil }
+	}
 	return s
 }
 
@@ -90,7 +105,7 @@ func (s *Signer) Verify(token string) (Principal, error) {
 		return v.p, nil
 	}
 	var c claims
-	_, err := s.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.secret, nil })
+	_, err := s.parser.ParseWithClaims(token, &c, s.keys)
 	if err != nil {
 		return Principal{}, fmt.Errorf("auth: %w", err)
 	}
@@ -146,7 +161,7 @@ func (s *Signer) IssueTicket(p Principal, path, id string, now time.Time, ttl ti
 // VerifyTicket checks a ticket for a GET of path.
 func (s *Signer) VerifyTicket(token, path string) (Ticket, error) {
 	var c ticketClaims
-	_, err := s.ticketParser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return s.secret, nil })
+	_, err := s.ticketParser.ParseWithClaims(token, &c, s.keys)
 	if err != nil {
 		return Ticket{}, fmt.Errorf("auth: ticket: %w", err)
 	}

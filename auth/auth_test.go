@@ -96,3 +96,40 @@ func TestTicketOpensOnePathOnly(t *testing.T) {
 	_, err = s.VerifyTicket(tk, "/api/v1/events/7/queue/stream")
 	require.Error(t, err, "expired")
 }
+
+// During a secret rotation (JWT_SECRET_PREVIOUS) tokens and tickets signed
+// with the previous secret are accepted, new ones are signed with the new
+// secret only, and a token of any other secret is refused. Control: without
+// the previous secret, its tokens are refused.
+func TestRotationAcceptsThePreviousSecretUntilRemoved(t *testing.T) {
+	const old, cur = "the-previous-secret-long-enough-0123456789", "the-current-secret-long-enough-0123456789"
+	now := time.Now()
+	oldTok, err := NewSigner(old).Issue("7", domain.RoleUser, now, time.Hour)
+	require.NoError(t, err)
+	oldTicket, err := NewSigner(old).IssueTicket(Principal{UserID: "7", Role: domain.RoleUser}, "/x", "t1", now, time.Minute)
+	require.NoError(t, err)
+
+	rotating := NewSigner(cur).AlsoVerifying(old)
+	p, err := rotating.Verify(oldTok)
+	require.NoError(t, err, "a token signed before the rotation")
+	require.Equal(t, "7", p.UserID)
+	_, err = rotating.VerifyTicket(oldTicket, "/x")
+	require.NoError(t, err, "a ticket signed before the rotation")
+
+	newTok, err := rotating.Issue("8", domain.RoleUser, now, time.Hour)
+	require.NoError(t, err)
+	_, err = NewSigner(cur).Verify(newTok)
+	require.NoError(t, err, "new tokens are signed with the new secret")
+	_, err = NewSigner(old).Verify(newTok)
+	require.Error(t, err, "and not with the previous one")
+
+	otherTok, err := NewSigner("a-third-secret-nobody-configured-0123456789").Issue("9", domain.RoleAdmin, now, time.Hour)
+	require.NoError(t, err)
+	_, err = rotating.Verify(otherTok)
+	require.Error(t, err, "a token of any other secret")
+
+	_, err = NewSigner(cur).Verify(oldTok)
+	require.Error(t, err, "the control: once the previous secret is removed, its tokens are refused")
+	_, err = NewSigner(cur).AlsoVerifying("").Verify(oldTok)
+	require.Error(t, err, "an empty previous secret accepts nothing more")
+}

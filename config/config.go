@@ -24,6 +24,9 @@ type Config struct {
 	// JWTSecret signs and checks every token. It has no default: a
 	// deployment that forgot it refuses to start (make run makes one).
 	JWTSecret  string `env:"JWT_SECRET"`
+	// JWTSecretPrevious is the secret a rotation replaces: tokens signed
+	// with it are still accepted (never issued) until it is removed.
+	JWTSecretPrevious string `env:"JWT_SECRET_PREVIOUS"`
 	LogLevel   string `env:"LOG_LEVEL" envDefault:"info"`
 	PGMaxConns int32  `env:"PG_MAX_CONNS" envDefault:"20"`
 	// PGIdleTimeout closes a pooled Postgres connection idle this long.
@@ -261,6 +264,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: JWT_SECRET is required: the secret that signs and checks every token, at least 32 random bytes (make run makes one for development)")
 	case len(c.JWTSecret) < 32:
 		return fmt.Errorf("config: JWT_SECRET must be at least 32 bytes")
+	case c.JWTSecretPrevious != "" && len(c.JWTSecretPrevious) < 32:
+		return fmt.Errorf("config: JWT_SECRET_PREVIOUS must be at least 32 bytes")
+	case c.JWTSecretPrevious == c.JWTSecret:
+		return fmt.Errorf("config: JWT_SECRET_PREVIOUS is the secret it was replaced by: set JWT_SECRET to the new secret")
 	}
 	return validPrometheusURL(c.PrometheusURL)
 }

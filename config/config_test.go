@@ -72,6 +72,18 @@ func TestJWTSecretIsRequired(t *testing.T) {
 	require.Equal(t, testSecret, c.JWTSecret)
 }
 
+// JWT_SECRET_PREVIOUS, while a rotation lasts, is as strong as JWT_SECRET
+// and not the same secret (an operator who set both to the new one).
+func TestJWTSecretPreviousIsChecked(t *testing.T) {
+	_, err := FromMap(map[string]string{"JWT_SECRET": testSecret, "JWT_SECRET_PREVIOUS": "short"})
+	require.ErrorContains(t, err, "JWT_SECRET_PREVIOUS must be at least 32 bytes")
+	_, err = FromMap(map[string]string{"JWT_SECRET": testSecret, "JWT_SECRET_PREVIOUS": testSecret})
+	require.ErrorContains(t, err, "JWT_SECRET_PREVIOUS is the secret it was replaced by")
+	c, err := FromMap(map[string]string{"JWT_SECRET": testSecret, "JWT_SECRET_PREVIOUS": "fedcba9876543210fedcba9876543210"})
+	require.NoError(t, err)
+	require.Equal(t, "fedcba9876543210fedcba9876543210", c.JWTSecretPrevious)
+}
+
 // Rate limits are requests per second: 0 turns one off; negative, infinite
 // or not-a-number values are refused rather than turned into a limit that
 // refuses everything.

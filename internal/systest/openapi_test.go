@@ -25,7 +25,7 @@ func (r *recordingTB) Errorf(format string, args ...any) {
 // the test (here, a recorded Errorf), one that keeps it does not, and the
 // body still reaches the caller whole.
 func TestCheckedTransportFailsTheTestOnAMismatch(t *testing.T) {
-	answer := `{"status":"ok"}`
+	answer := `{"status":"ok","version":"(devel)","revision":""}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, answer)
@@ -45,7 +45,7 @@ func TestCheckedTransportFailsTheTestOnAMismatch(t *testing.T) {
 	require.Equal(t, answer, get())
 	require.Empty(t, rec.errors)
 
-	answer = `{"status":"degraded"}`
+	answer = `{"status":"degraded","version":"(devel)","revision":""}`
 	require.Equal(t, answer, get())
 	require.Len(t, rec.errors, 1)
 	require.Contains(t, rec.errors[0], "/status")
