@@ -67,9 +67,10 @@ test: lint-api lint ## Lint the OpenAPI document and the Go code, then run every
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v '/e2e$$'); units=$$?; \
 	wait $$offk; off=$$?; wait $$offe; off=$$((off + $$?)); cat bin/test-speedups-off-e2e.log >> bin/test-speedups-off.log; \
 	echo "--- the speed-ups-off run (bin/test-speedups-off.log):"; cat bin/test-speedups-off.log; \
+	first=$$SECONDS; \
 	$(GO) test -race -count=1 -timeout 15m -parallel $(TEST_PARALLEL) ./e2e; e2e=$$?; \
 	pf() { [ $$1 = 0 ] && echo passed || echo FAILED; }; \
-	echo "make test: packages $$(pf $$units), speed-ups off $$(pf $$off), e2e $$(pf $$e2e)"; \
+	echo "make test: packages $$(pf $$units), speed-ups off $$(pf $$off) (together $$first s), e2e $$(pf $$e2e) ($$((SECONDS - first)) s)"; \
 	[ $$units = 0 ] && [ $$e2e = 0 ] && [ $$off = 0 ]
 
 check: lint ## The inner loop: lint, then every package's tests but e2e's, eight packages at once, without -race (make test is the whole suite)

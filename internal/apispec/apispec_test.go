@@ -78,8 +78,9 @@ func TestCheckAcceptsAndRejects(t *testing.T) {
 		body         string
 		wantMismatch bool
 	}{
-		{"health", "GET", "/healthz", 200, jsonHeader(), `{"status":"ok"}`, false},
-		{"health, wrong value", "GET", "/healthz", 200, jsonHeader(), `{"status":"fine"}`, true},
+		{"health", "GET", "/healthz", 200, jsonHeader(), `{"status":"ok","version":"v1.2.3","revision":"abc"}`, false},
+		{"health, wrong value", "GET", "/healthz", 200, jsonHeader(), `{"status":"fine","version":"v1.2.3","revision":"abc"}`, true},
+		{"health, without its build", "GET", "/healthz", 200, jsonHeader(), `{"status":"ok"}`, true},
 		{"health, undocumented status", "GET", "/healthz", 418, jsonHeader(), envelope("INVALID_INPUT"), true},
 		{"hold", "GET", "/api/v1/holds/" + holdID, 200, jsonHeader(), validHold, false},
 		{"hold, required field missing", "GET", "/api/v1/holds/" + holdID, 200, jsonHeader(),
