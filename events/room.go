@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strconv"
@@ -59,9 +61,10 @@ type Room struct {
 	Expirations *prometheus.CounterVec
 }
 
-// NewRoom returns a Room; secret signs entry tokens.
+// NewRoom returns a Room whose entry tokens are signed with a key derived
+// from secret (JWT_SECRET; entryKey).
 func NewRoom(rdb redis.UniversalClient, secret string) *Room {
-	r := &Room{rdb: rdb, secret: []byte(secret),
+	r := &Room{rdb: rdb, secret: entryKey(secret),
 		Admissions: prometheus.NewCounter(prometheus.CounterOpts{Name: "holdfast_waiting_room_admissions_total",
 			Help: "Entry tokens newly issued by the waiting room."}),
 		Expirations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "holdfast_waiting_room_expirations_total",
@@ -490,6 +493,16 @@ func (r *Room) Leave(ctx context.Context, e Event, user string) error {
 func (r *Room) Valid(ctx context.Context, e Event, user string) (bool, error) {
 	n, err := validScript.Run(ctx, r.rdb, []string{roomKey(e.EventID, "tokens")}, e.member(user)).Int()
 	return n == 1, err
+}
+
+// entryKey is the key of entry tokens: HMAC-SHA256 of a fixed label under
+// the users' secret, so the waiting room never signs with the key of
+// sign-in tokens (a key of its own, with no second secret to configure and
+// rotate), and the entry key, were it to leak, reveals nothing of it.
+func entryKey(secret string) []byte {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("holdfast waiting-room entry tokens"))
+	return m.Sum(nil)
 }
 
 type entryClaims struct {

@@ -344,3 +344,25 @@ func TestStatusUsesTheRoomsSettingsNotTheCallersCopy(t *testing.T) {
 	require.Equal(t, "rate", sts[0].reason)
 	require.Equal(t, int64(120), *sts[0].EtaSeconds, "two ahead of it at one a minute")
 }
+
+// Entry tokens are signed with a key of their own, derived from the users'
+// secret: the room's own tokens verify; one signed with the users' secret
+// itself, with every claim right, is refused (before the derived key the
+// room took it: the control is this same token under the old key), and the
+// room's tokens do not verify under the users' secret.
+func TestEntryTokensHaveAKeyOfTheirOwn(t *testing.T) {
+	const secret = "a-secret-long-enough-for-hs256-0123456789"
+	r := &Room{secret: entryKey(secret)}
+	exp := time.Now().Add(time.Minute)
+	own, err := r.sign(7, "ann", exp)
+	require.NoError(t, err)
+	require.True(t, r.VerifyToken(own, 7, "ann"))
+	require.False(t, r.VerifyToken(own, 8, "ann"), "another event")
+
+	withUsersKey, err := (&Room{secret: []byte(secret)}).sign(7, "ann", exp)
+	require.NoError(t, err)
+	require.False(t, r.VerifyToken(withUsersKey, 7, "ann"), "a token signed with JWT_SECRET itself")
+	require.True(t, (&Room{secret: []byte(secret)}).VerifyToken(withUsersKey, 7, "ann"), "the control: the users' key alone takes it")
+	require.NotEqual(t, []byte(secret), entryKey(secret))
+	require.Len(t, entryKey(secret), 32)
+}

@@ -12,8 +12,8 @@ import (
 	"github.com/holdfast/holdfast/worker"
 )
 
-// Worker returns the events write types and counters for worker.Run; the
-// entry-token secret is JWT_SECRET.
+// Worker returns the events write types and counters for worker.Run; entry
+// tokens are signed with a key derived from JWT_SECRET (NewRoom).
 func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Types {
 	return func(st *storage.Stores) worker.Module {
 		counts := NewCounts(st.Pool, st.Redis)
