@@ -166,7 +166,7 @@ func (s *Server) trace(c *fiber.Ctx) error {
 	}
 	c.Locals(localTrace, id)
 	c.Set(fiber.HeaderXRequestID, id)
-	if s.draining.Load() {
+	if s.draining.Load() { // Server.drain: every answer closes its connection
 		c.Context().SetConnectionClose()
 	}
 	return c.Next()

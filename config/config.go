@@ -23,12 +23,12 @@ type Config struct {
 	WorkerAddr  string `env:"WORKER_ADDR" envDefault:"127.0.0.1:8081"`
 	// JWTSecret signs and checks every token. It has no default: a
 	// deployment that forgot it refuses to start (make run makes one).
-	JWTSecret  string `env:"JWT_SECRET"`
+	JWTSecret string `env:"JWT_SECRET"`
 	// JWTSecretPrevious is the secret a rotation replaces: tokens signed
 	// with it are still accepted (never issued) until it is removed.
 	JWTSecretPrevious string `env:"JWT_SECRET_PREVIOUS"`
-	LogLevel   string `env:"LOG_LEVEL" envDefault:"info"`
-	PGMaxConns int32  `env:"PG_MAX_CONNS" envDefault:"20"`
+	LogLevel          string `env:"LOG_LEVEL" envDefault:"info"`
+	PGMaxConns        int32  `env:"PG_MAX_CONNS" envDefault:"20"`
 	// PGIdleTimeout closes a pooled Postgres connection idle this long.
 	PGIdleTimeout time.Duration `env:"PG_IDLE_TIMEOUT" envDefault:"1m"`
 	PprofAddr     string        `env:"PPROF_ADDR"` // empty: no profiling endpoint

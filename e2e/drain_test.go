@@ -27,19 +27,28 @@ func TestAnAPIToldToStopDrainsFirst(t *testing.T) {
 			t.Parallel()
 			s := systest.Start(t, systest.Options{NoAPI: true, Overrides: []string{"SHUTDOWN_DRAIN_DELAY", tc.delay}})
 			url, stop := s.StartStoppableAPI()
-			fresh := func(path string) (*http.Response, error) {
+			type answer struct {
+				status     int
+				close      bool // the API asked to close the connection
+				retryAfter string
+			}
+			fresh := func(path string) (answer, error) {
 				// A new connection each time, as a client the load balancer
 				// sends to this API after the signal; one that would keep
-				// it open, so that r.Close is the API's word.
+				// it open, so that Close is the API's word.
 				tr := &http.Transport{}
 				defer tr.CloseIdleConnections()
-				return (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(url + path)
+				r, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(url + path)
+				if err != nil {
+					return answer{}, err
+				}
+				_ = r.Body.Close()
+				return answer{r.StatusCode, r.Close, r.Header.Get("Retry-After")}, nil
 			}
-			r, err := fresh("/readyz")
+			a, err := fresh("/readyz")
 			require.NoError(t, err)
-			require.Equal(t, http.StatusOK, r.StatusCode)
-			require.False(t, r.Close, "before the signal a connection stays open")
-			_ = r.Body.Close()
+			require.Equal(t, http.StatusOK, a.status)
+			require.False(t, a.close, "before the signal a connection stays open")
 
 			stopped := make(chan struct{})
 			go func() { stop(); close(stopped) }()
@@ -52,21 +61,19 @@ func TestAnAPIToldToStopDrainsFirst(t *testing.T) {
 			// The readiness flips at once: the first answer that is not 200
 			// is a 503 from a listening API, not a refused connection.
 			for {
-				r, err := fresh("/readyz")
+				a, err := fresh("/readyz")
 				require.NoError(t, err, "a connection refused before the drain ended")
-				_ = r.Body.Close()
-				if r.StatusCode != http.StatusOK {
-					require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
-					require.NotEmpty(t, r.Header.Get("Retry-After"))
+				if a.status != http.StatusOK {
+					require.Equal(t, http.StatusServiceUnavailable, a.status)
+					require.NotEmpty(t, a.retryAfter)
 					break
 				}
 			}
 			for range 5 {
-				r, err := fresh("/healthz")
+				a, err := fresh("/healthz")
 				require.NoError(t, err, "a new connection during the drain is served")
-				require.Equal(t, http.StatusOK, r.StatusCode)
-				require.True(t, r.Close, "each answer during the drain closes its connection")
-				_ = r.Body.Close()
+				require.Equal(t, http.StatusOK, a.status)
+				require.True(t, a.close, "each answer during the drain closes its connection")
 			}
 			<-stopped
 			_, err = fresh("/healthz")
