@@ -27,7 +27,7 @@ import (
 // when ln is nil) until ctx ends, drains for SHUTDOWN_DRAIN_DELAY, then
 // shuts down gracefully.
 func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listener, mounts ...Mount) error {
-	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.IdleTimeout(cfg.PGIdleTimeout))
+	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.SchemaAtStart(cfg.MigrateOnStart), storage.IdleTimeout(cfg.PGIdleTimeout))
 	if err != nil {
 		if ctx.Err() != nil { // told to stop while it started (waiting on the migration lock, say)
 			return nil

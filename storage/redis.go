@@ -104,14 +104,15 @@ type Stores struct {
 	Redis redis.UniversalClient
 }
 
-// Open connects to Postgres (pool of maxConns) and Redis and applies the
-// migrations: what each binary does first.
-func Open(ctx context.Context, databaseURL string, rc config.Redis, maxConns int32, opts ...PGOption) (*Stores, error) {
+// Open connects to Postgres (pool of maxConns) and Redis, and applies the
+// migrations or checks that they were applied (schema): what each binary
+// does first.
+func Open(ctx context.Context, databaseURL string, rc config.Redis, maxConns int32, schema Schema, opts ...PGOption) (*Stores, error) {
 	pool, err := OpenPostgres(ctx, databaseURL, maxConns, opts...)
 	if err != nil {
 		return nil, err
 	}
-	if err := Migrate(ctx, pool); err != nil {
+	if err := schema.prepare(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
 	}

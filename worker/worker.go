@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, 
 		opt.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	log = log.With("worker", opt.Name)
-	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.CustomPlans, storage.IdleTimeout(cfg.PGIdleTimeout))
+	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.SchemaAtStart(cfg.MigrateOnStart), storage.CustomPlans, storage.IdleTimeout(cfg.PGIdleTimeout))
 	if err != nil {
 		if ctx.Err() != nil { // told to stop while it started (waiting on the migration lock, say)
 			return nil

@@ -41,7 +41,7 @@ const unguardedToken = 1
 // runUnguarded runs an unguarded worker on cfg's stores until ctx ends;
 // ln serves its readiness.
 func runUnguarded(ctx context.Context, cfg config.Config, ln net.Listener, modules []worker.Types) error {
-	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns)
+	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.MigrateSchema)
 	if err != nil {
 		return err
 	}
