@@ -112,6 +112,12 @@ type Config struct {
 	// makes every look a whole step, every few milliseconds.
 	QuietWaiting bool `env:"QUIET_WAITING" envDefault:"true"`
 
+	// MigrateOnStart has each binary apply the pending migrations when it
+	// starts; false makes it refuse to start while one is missing, so that
+	// a migration Job (`api migrate`) is the only migrator (storage.Schema
+	// states the rule for two releases on one schema).
+	MigrateOnStart bool `env:"MIGRATE_ON_START" envDefault:"true"`
+
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"20s"`
 	// ShutdownDrainDelay is how long an API told to stop (SIGTERM) goes on
 	// serving before it closes its listener, /readyz answering 503 and
