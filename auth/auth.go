@@ -1,17 +1,18 @@
 // Package auth issues and verifies holdfast's HS256 JWTs (SPEC §2): claims
-// `sub` (user id), `role` and a required `exp`.
+// `sub` (user id), `role` and a required `exp`. A deployment with an
+// identity provider verifies bearer tokens with a Provider instead
+// (provider.go), and keeps the Signer for holdfast's own short-lived
+// tokens (tickets).
 package auth
 
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/holdfast/holdfast/domain"
-	"github.com/holdfast/holdfast/internal/recent"
 )
 
 // Principal is the authenticated caller.
@@ -38,16 +39,7 @@ type Signer struct {
 	parser       *jwt.Parser
 	ticketParser *jwt.Parser
 	now          func() time.Time
-	// verified remembers the tokens verified lately, until they expire: a
-	// client sends the same token to submit a write and then to poll for
-	// its outcome, and verifying it (HMAC and two JSON decodes) was a tenth
-	// of the API's CPU in a rush.
-	verified *recent.Map[string, verifiedToken]
-}
-
-type verifiedToken struct {
-	p   Principal
-	exp time.Time
+	verified     verifiedTokens
 }
 
 // Leeway is the clock skew allowed on exp.
@@ -55,8 +47,7 @@ const Leeway = 5 * time.Second
 
 // NewSigner returns a Signer for secret.
 func NewSigner(secret string) *Signer {
-	s := &Signer{secret: []byte(secret), now: time.Now,
-		verified: recent.New[string, verifiedToken](time.Minute, 10_000)}
+	s := &Signer{secret: []byte(secret), now: time.Now, verified: newVerifiedTokens()}
 	s.keys = func(*jwt.Token) (any, error) { return s.secret, nil }
 	s.parser = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
@@ -86,6 +77,9 @@ func (s *Signer) AlsoVerifying(previous string) *Signer {
 	return s
 }
 
+// Ready reports whether s can verify tokens: a secret is always at hand.
+func (s *Signer) Ready() error { return nil }
+
 // Issue mints a token for sub with role, valid for ttl from now.
 func (s *Signer) Issue(sub string, role domain.Role, now time.Time, ttl time.Duration) (string, error) {
 	if sub == "" {
@@ -101,8 +95,8 @@ func (s *Signer) Issue(sub string, role domain.Role, now time.Time, ttl time.Dur
 
 // Verify checks a token and returns its principal.
 func (s *Signer) Verify(token string) (Principal, error) {
-	if v, ok := s.verified.Get(token); ok && s.now().Before(v.exp.Add(Leeway)) {
-		return v.p, nil
+	if p, ok := s.verified.principal(token, s.now()); ok {
+		return p, nil
 	}
 	var c claims
 	_, err := s.parser.ParseWithClaims(token, &c, s.keys)
@@ -120,9 +114,7 @@ func (s *Signer) Verify(token string) (Principal, error) {
 		return Principal{}, fmt.Errorf("auth: %w", err)
 	}
 	p := Principal{UserID: c.Subject, Role: role}
-	// The token may share its bytes with a buffer its caller reuses (Fiber's
-	// header values do): the key kept must be a copy.
-	s.verified.Put(strings.Clone(token), verifiedToken{p: p, exp: c.ExpiresAt.Time})
+	s.verified.remember(token, p, c.ExpiresAt.Time)
 	return p, nil
 }
 
