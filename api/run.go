@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/hibiken/asynq"
 	asynqmetrics "github.com/hibiken/asynq/x/metrics"
 	"github.com/hibiken/asynqmon"
@@ -65,7 +67,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	if err != nil {
 		return err
 	}
-	defer mon.Close()
+	if mon != nil {
+		defer mon.Close()
+	}
 
 	intake := requests.NewIntake(store, engine, log)
 	intake.SetTimeout(cfg.DependencyTimeout)
@@ -73,14 +77,23 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	if cfg.AnnouncedViews {
 		intake.Tracker = notifier // it keeps the views of what it tracks for them
 	}
+	var public *asynqmon.HTTPHandler // Asynqmon on HTTP_ADDR
+	if cfg.MonitoringAddr == "" {
+		public = mon
+	}
 	srv := New(cfg, Deps{
 		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,
 		Intake:   intake,
 		Signer:   auth.NewSigner(cfg.JWTSecret).AlsoVerifying(cfg.JWTSecretPrevious),
-		Registry: reg, Metrics: m, HTTP: metrics.NewHTTP(reg), Log: log, Monitoring: mon,
+		Registry: reg, Metrics: m, HTTP: metrics.NewHTTP(reg), Log: log, Monitoring: public,
 	}, mounts...)
 	if cfg.MetricsAddr != "" {
 		if err := serveMetrics(ctx, cfg.MetricsAddr, reg, log); err != nil {
+			return err
+		}
+	}
+	if mon != nil && public == nil {
+		if err := srv.serveMonitoring(ctx, cfg.MonitoringAddr, mon, log); err != nil {
 			return err
 		}
 	}
@@ -89,9 +102,13 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 }
 
 // monitoring is Asynqmon, on a Redis connection of its own to the same
-// deployment. With PROMETHEUS_URL its Metrics tab charts the queues from
-// the Prometheus that scrapes this API's Asynq collector.
+// deployment, or nil when MONITORING_ADDR is off. With PROMETHEUS_URL its
+// Metrics tab charts the queues from the Prometheus that scrapes this
+// API's Asynq collector.
 func monitoring(cfg config.Config) (*asynqmon.HTTPHandler, error) {
+	if cfg.MonitoringAddr == config.MonitoringOff {
+		return nil, nil
+	}
 	redisOpt, err := storage.AsynqRedisOpt(cfg.Redis)
 	if err != nil {
 		return nil, fmt.Errorf("api: redis for monitoring: %w", err)
@@ -137,5 +154,31 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 		}
 	}()
 	log.Info("api metrics listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// serveMonitoring serves Asynqmon at /monitoring on addr (MONITORING_ADDR)
+// until ctx ends, to admins only as on the public address.
+func (s *Server) serveMonitoring(ctx context.Context, addr string, mon *asynqmon.HTTPHandler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("api: listen for monitoring: %w", err)
+	}
+	app := fiber.New(fiber.Config{
+		AppName: "holdfast monitoring", ErrorHandler: s.errorHandler, DisableStartupMessage: true,
+		ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second,
+	})
+	app.Use("/monitoring", s.adminOnly, adaptor.HTTPHandler(mon))
+	app.Use(func(*fiber.Ctx) error { return fiber.ErrNotFound })
+	go func() {
+		<-ctx.Done()
+		_ = app.Shutdown()
+	}()
+	go func() {
+		if err := app.Listener(ln); err != nil {
+			log.Warn("monitoring server", "err", err)
+		}
+	}()
+	log.Info("api monitoring listening", "addr", ln.Addr().String())
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -21,8 +22,9 @@ type Config struct {
 	Redis       Redis
 	HTTPAddr    string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
 	WorkerAddr  string `env:"WORKER_ADDR" envDefault:"127.0.0.1:8081"`
-	// JWTSecret signs and checks every token. It has no default: a
-	// deployment that forgot it refuses to start (make run makes one).
+	// JWTSecret signs and checks holdfast's own tokens, and bearer tokens
+	// unless IdentityProvider is on. It has no default: a deployment that
+	// forgot it refuses to start (make run makes one).
 	JWTSecret string `env:"JWT_SECRET"`
 	// JWTSecretPrevious is the secret a rotation replaces: tokens signed
 	// with it are still accepted (never issued) until it is removed.
@@ -35,6 +37,10 @@ type Config struct {
 	// MetricsAddr, when set, moves the API's /metrics off its public
 	// address to this one (the worker's are on WORKER_ADDR anyway).
 	MetricsAddr string `env:"METRICS_ADDR"`
+	// MonitoringAddr says where Asynqmon is served, always to admins
+	// only: empty, at /monitoring on HTTP_ADDR; "off", nowhere; an
+	// address, at /monitoring there and not on HTTP_ADDR (a private port).
+	MonitoringAddr string `env:"MONITORING_ADDR"`
 	// PrometheusURL is the Prometheus that scrapes the API's Asynq queue
 	// metrics; set, Asynqmon at /monitoring shows its Metrics tab, which
 	// the API fills by querying it. Empty: no Metrics tab.
@@ -56,6 +62,9 @@ type Config struct {
 	// TrustedProxies are the load balancers (IPs or CIDR ranges) whose
 	// X-Forwarded-For names the client; from anyone else it is ignored.
 	TrustedProxies []string `env:"TRUSTED_PROXIES" envSeparator:","`
+	// IdentityProvider (JWT_JWKS_URL and the rest, config/provider.go)
+	// verifies bearer tokens signed by the organisation's identity provider.
+	IdentityProvider IdentityProvider
 
 	// Stays
 	HoldTTL      time.Duration `env:"HOLD_TTL" envDefault:"10m"`
@@ -241,6 +250,9 @@ func (c Config) Validate() error {
 	if err := c.Redis.Validate(); err != nil {
 		return err
 	}
+	if err := c.IdentityProvider.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case c.BodyLimit < 1024:
 		return fmt.Errorf("config: BODY_LIMIT must be at least 1024 bytes")
@@ -275,7 +287,25 @@ func (c Config) Validate() error {
 	case c.JWTSecretPrevious == c.JWTSecret:
 		return fmt.Errorf("config: JWT_SECRET_PREVIOUS is the secret it was replaced by: set JWT_SECRET to the new secret")
 	}
+	if err := validMonitoringAddr(c.MonitoringAddr); err != nil {
+		return err
+	}
 	return validPrometheusURL(c.PrometheusURL)
+}
+
+// MonitoringOff is the MONITORING_ADDR that turns Asynqmon off.
+const MonitoringOff = "off"
+
+// validMonitoringAddr accepts an empty MONITORING_ADDR, "off" or a
+// host:port to listen on.
+func validMonitoringAddr(s string) error {
+	if s == "" || s == MonitoringOff {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(s); err != nil {
+		return fmt.Errorf("config: MONITORING_ADDR must be empty, %q or an address to listen on like :8082, got %q", MonitoringOff, s)
+	}
+	return nil
 }
 
 // validPrometheusURL accepts an empty PROMETHEUS_URL or an absolute http(s)

@@ -129,3 +129,16 @@ func TestPrometheusURL(t *testing.T) {
 		require.ErrorContains(t, err, "PROMETHEUS_URL", bad)
 	}
 }
+
+// MONITORING_ADDR is empty (Asynqmon on HTTP_ADDR), "off" or an address.
+func TestMonitoringAddr(t *testing.T) {
+	for _, good := range []string{"", "off", ":8082", "127.0.0.1:8082"} {
+		c, err := FromMap(map[string]string{"JWT_SECRET": testSecret, "MONITORING_ADDR": good})
+		require.NoError(t, err, good)
+		require.Equal(t, good, c.MonitoringAddr)
+	}
+	for _, bad := range []string{"on", "8082", "false", "http://127.0.0.1:8082"} {
+		_, err := FromMap(map[string]string{"JWT_SECRET": testSecret, "MONITORING_ADDR": bad})
+		require.ErrorContains(t, err, "MONITORING_ADDR", bad)
+	}
+}

@@ -86,6 +86,33 @@ func TestMonitoringNeedsAdmin(t *testing.T) {
 	require.Contains(t, string(r.Body), "<html")
 }
 
+// MONITORING_ADDR moves Asynqmon off the public address to a port of its
+// own, still to admins only, or turns it off; the public address then
+// answers 404 at /monitoring (the control is TestMonitoringNeedsAdmin,
+// where it is served there).
+func TestMonitoringMovesOrTurnsOff(t *testing.T) {
+	t.Parallel()
+	own := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	for _, addr := range []string{own, "off"} {
+		t.Run(addr, func(t *testing.T) {
+			t.Parallel()
+			s := systest.Start(t, systest.Options{Overrides: []string{"MONITORING_ADDR", addr}})
+			admin := s.Client("root", domain.RoleAdmin)
+			r := admin.Do("GET", "/monitoring/api/queues", nil)
+			require.Equal(t, http.StatusNotFound, r.Status, "not on the public address")
+			if addr == "off" {
+				return
+			}
+			private := admin.At("http://" + addr)
+			r = private.Do("GET", "/monitoring/api/queues", nil)
+			require.Equal(t, http.StatusOK, r.Status, "body: %s", r.Body)
+			r = s.Client("x", domain.RoleUser).At("http://"+addr).Do("GET", "/monitoring/api/queues", nil)
+			require.Equal(t, http.StatusForbidden, r.Status, "admins only there too")
+			require.Equal(t, domain.CodeForbidden, r.ErrorCode(t))
+		})
+	}
+}
+
 func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{})
