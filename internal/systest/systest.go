@@ -46,6 +46,9 @@ type Options struct {
 	// Postgres is the URL of a Postgres server (testenv.PGServer) to use
 	// instead of the shared one; the system gets a schema of its own there.
 	Postgres string
+	// DatabaseURL runs the system on this database (a restored backup)
+	// instead of a schema of its own; the test owns and drops it.
+	DatabaseURL string
 	// Redis runs the system on this Redis Cluster or Sentinel deployment
 	// (testenv.RedisCluster, testenv.RedisSentinel) instead: it reaches the
 	// API and every worker, in process or not, as REDIS_CLUSTER_ADDRS or
@@ -109,7 +112,13 @@ func Start(t testing.TB, opts Options) *System {
 	if pgServer == "" {
 		pgServer = testenv.PGServerURL()
 	}
-	pgURL, pool := testenv.PostgresOn(t, pgServer)
+	var pgURL string
+	var pool *pgxpool.Pool
+	if opts.DatabaseURL != "" {
+		pgURL, pool = opts.DatabaseURL, testenv.Pool(t, opts.DatabaseURL)
+	} else {
+		pgURL, pool = testenv.PostgresOn(t, pgServer)
+	}
 	redisURL, rdb := opts.RedisURL, redis.UniversalClient(nil)
 	overrides := opts.Overrides
 	if opts.Rush {
@@ -250,6 +259,9 @@ type Worker struct {
 	URL  string // its /metrics and health
 	stop func()
 }
+
+// Stop stops the worker as SIGTERM does, and waits for it.
+func (w *Worker) Stop() { w.stop() }
 
 // StartWorker runs worker.Run in process with the probe type.
 func (s *System) StartWorker(name string) *Worker {

@@ -75,6 +75,15 @@ func PostgresOn(t testing.TB, server string) (string, *pgxpool.Pool) {
 	return url, pool
 }
 
+// Pool opens a pool of four on url, closed when the test ends.
+func Pool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := storage.OpenPostgres(context.Background(), url, 4)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // EmptySchemaOn creates a schema of its own in database holdfast_test of
 // server, not migrated, and returns a DATABASE_URL whose search_path
 // selects it. The schema is dropped when the test ends.
