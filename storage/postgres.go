@@ -106,6 +106,12 @@ func EnsureDatabase(ctx context.Context, url string) error {
 	if err != nil {
 		return fmt.Errorf("storage: parse DATABASE_URL: %w", err)
 	}
+	// A database that exists is left alone without a look at the server's
+	// `postgres` database, which a managed Postgres may not let this role
+	// open.
+	if conn, err := pgx.ConnectConfig(ctx, cfg.Copy()); err == nil {
+		return conn.Close(ctx)
+	}
 	name := cfg.Database
 	cfg.Database = "postgres"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
