@@ -1,17 +1,58 @@
 package api
 
 import (
+	"context"
 	"encoding/base64"
+	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
 )
 
 const localPrincipal = "principal"
+
+// TokenVerifier checks bearer tokens: an auth.Signer (JWT_SECRET, HS256)
+// or an auth.Provider (JWT_JWKS_URL, the identity provider's keys). The
+// API does not care which.
+type TokenVerifier interface {
+	Verify(token string) (auth.Principal, error)
+	// Ready fails while no token can be checked yet (/readyz answers 503).
+	Ready() error
+}
+
+// bearerTokens is the TokenVerifier cfg asks for: with JWT_JWKS_URL set,
+// the identity provider's keys, fetched in the background until they are
+// (the API answering 503 meanwhile), and then HS256 bearer tokens are
+// refused; else signer. Its work ends with ctx.
+func bearerTokens(ctx context.Context, cfg config.Config, signer *auth.Signer, log *slog.Logger) (TokenVerifier, error) {
+	idp := cfg.IdentityProvider
+	if !idp.Enabled() {
+		return signer, nil
+	}
+	return auth.NewProvider(ctx, auth.ProviderOptions{
+		JWKSURL: idp.JWKSURL, Issuer: idp.Issuer, Audience: idp.Audience, RoleClaim: idp.RoleClaim,
+		RefreshInterval: idp.RefreshInterval, MinRefreshInterval: idp.MinRefreshInterval, Log: log,
+	})
+}
+
+var errKeysUnavailable = domain.NewProblem(domain.CodeUnavailable,
+	"the identity provider's keys could not be fetched yet; retry shortly").WithMeta("retryAfterSeconds", unavailableRetryAfter)
+
+// refused answers a bearer token the verifier refused: 401, but 503 while
+// the identity provider's keys were never fetched, when nothing can be told
+// of any token.
+func refused(err error) error {
+	if errors.Is(err, auth.ErrKeysUnavailable) {
+		return errKeysUnavailable
+	}
+	return errUnauthenticated
+}
 
 // authenticate requires a valid bearer JWT, or a ticket for this GET
 // (ticket.go), and stores the caller's principal.
@@ -25,9 +66,9 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	if !ok || tok == "" {
 		return errUnauthenticated
 	}
-	p, err := s.Signer.Verify(strings.TrimSpace(tok))
+	p, err := s.Tokens.Verify(strings.TrimSpace(tok))
 	if err != nil {
-		return errUnauthenticated
+		return refused(err)
 	}
 	if ticket != "" {
 		return s.ticketAuth(c, ticket, &p)
@@ -49,10 +90,10 @@ func (s *Server) adminOnly(c *fiber.Ctx) error {
 			}
 		}
 	}
-	p, err := s.Signer.Verify(strings.TrimSpace(tok))
+	p, err := s.Tokens.Verify(strings.TrimSpace(tok))
 	if err != nil {
 		c.Set(fiber.HeaderWWWAuthenticate, `Basic realm="holdfast monitoring"`)
-		return errUnauthenticated
+		return refused(err)
 	}
 	if p.Role != domain.RoleAdmin {
 		return errForbidden

@@ -81,10 +81,14 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	if cfg.MonitoringAddr == "" {
 		public = mon
 	}
+	signer := auth.NewSigner(cfg.JWTSecret).AlsoVerifying(cfg.JWTSecretPrevious)
+	tokens, err := bearerTokens(ctx, cfg, signer, log)
+	if err != nil {
+		return err
+	}
 	srv := New(cfg, Deps{
 		Pool: pool, Redis: rdb, Store: store, Notifier: notifier,
-		Intake:   intake,
-		Signer:   auth.NewSigner(cfg.JWTSecret).AlsoVerifying(cfg.JWTSecretPrevious),
+		Intake: intake, Signer: signer, Tokens: tokens,
 		Registry: reg, Metrics: m, HTTP: metrics.NewHTTP(reg), Log: log, Monitoring: public,
 	}, mounts...)
 	if cfg.MetricsAddr != "" {

@@ -44,7 +44,9 @@ type Deps struct {
 	Intake   *requests.Intake
 	Store    *requests.Store
 	Notifier *Notifier
-	Signer   *auth.Signer
+	Signer   *auth.Signer // holdfast's own tokens: tickets
+	// Tokens verifies bearer tokens (bearerTokens); nil: Signer does.
+	Tokens   TokenVerifier
 	Registry *prometheus.Registry
 	Metrics  *metrics.Pipeline
 	HTTP     *metrics.HTTP // per-route latency; nil records nothing
@@ -64,6 +66,9 @@ type Server struct {
 // New builds the server and its routes.
 func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
 	cfg.DependencyTimeout = cmp.Or(cfg.DependencyTimeout, defaultDependencyTimeout)
+	if d.Tokens == nil && d.Signer != nil {
+		d.Tokens = d.Signer
+	}
 	s := &Server{Deps: d, cfg: cfg}
 	s.app = fiber.New(fiber.Config{
 		AppName:   "holdfast",
@@ -277,6 +282,9 @@ func (s *Server) ready(c *fiber.Ctx) error {
 	if err := storage.Ready(ctx, s.Pool, s.Redis); err != nil {
 		return domain.NewProblem(domain.CodeUnavailable, "%s", err.Error()).
 			WithMeta("retryAfterSeconds", unavailableRetryAfter)
+	}
+	if s.Tokens != nil && s.Tokens.Ready() != nil { // the identity provider's keys, not fetched yet
+		return errKeysUnavailable
 	}
 	return c.JSON(fiber.Map{"status": "ready"})
 }
