@@ -361,7 +361,9 @@ func (o *Objects) container(deployment string) *corev1.Container {
 	return &o.deployment(deployment).Spec.Template.Spec.Containers[0]
 }
 
-func (o *Objects) jobContainer() *corev1.Container { return &o.Jobs[0].Spec.Template.Spec.Containers[0] }
+func (o *Objects) jobContainer() *corev1.Container {
+	return &o.Jobs[0].Spec.Template.Spec.Containers[0]
+}
 
 // configMapOf is the ConfigMap the generator named base (with its hash).
 func (o *Objects) configMapOf(base string) *corev1.ConfigMap {
