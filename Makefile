@@ -116,7 +116,13 @@ fuzz: ## Fuzz the request decoding path, the Prefer header and every documented 
 	$(GO) test -run '^$$' -fuzz FuzzWriteOverHTTP -fuzztime $${FUZZTIME:-30s} ./e2e
 	$(GO) test -run '^$$' -fuzz FuzzEveryOperationOverHTTP -fuzztime $${FUZZTIME:-30s} ./e2e
 
+manifests: ## Write deploy/kubernetes/base/generated/ (PrometheusRule, Grafana dashboard ConfigMap) from dashboards/
+	cd deploy && $(GO) run ./cmd/manifests
+
+test-deploy: ## Build every kustomization in deploy/kubernetes and check it (strict decoding, probes, config names, connection budget); the deploy module's tests
+	cd deploy && $(GO) test -race -count=1 ./...
+
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build run migrate lint-api lint lint-tool warm test check cluster bench streams soak benchgo fuzz clean
+.PHONY: help build run migrate lint-api lint lint-tool warm test check cluster bench streams soak benchgo fuzz manifests test-deploy clean
