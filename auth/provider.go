@@ -197,7 +197,7 @@ func (p *Provider) Ready() error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return fmt.Errorf("auth: %w from %s: %v", ErrKeysUnavailable, p.opts.JWKSURL, p.lastErr)
+	return fmt.Errorf("auth: %w from %s: %w", ErrKeysUnavailable, p.opts.JWKSURL, p.lastErr)
 }
 
 // Verify checks a token signed by the provider and returns its principal:
