@@ -85,7 +85,7 @@ func checkContainers(o *Objects) error {
 		}
 		for _, c := range slices.Concat(w.Spec.InitContainers, w.Spec.Containers) {
 			where := fmt.Sprintf("%s container %s", w, c.Name)
-			if !strings.HasSuffix(imageName(c.Image), want.Image) {
+			if n := imageName(c.Image); n != want.Image && !strings.HasSuffix(n, "/"+want.Image) {
 				errs = append(errs, fmt.Errorf("%s: image %s, want %s", where, c.Image, want.Image))
 			}
 			if len(c.Command) > 0 {
@@ -833,4 +833,57 @@ func portString(p *intstr.IntOrString) string {
 		return "any"
 	}
 	return p.String()
+}
+
+// migrateLabel marks what `kubectl apply -l holdfast/migrate=true` applies
+// before a rollout: the migration Job and what it needs.
+const migrateLabel = "holdfast/migrate"
+
+// checkMigrateStep: the objects labelled migrateLabel are the Job, the
+// ConfigMaps and ServiceAccount it uses and the NetworkPolicies of its
+// pods, and no Deployment.
+func checkMigrateStep(o *Objects) error {
+	var errs []error
+	labelled := func(kind, name string, labels map[string]string, want bool) {
+		if (labels[migrateLabel] == "true") != want {
+			errs = append(errs, fmt.Errorf("%s/%s: label %s=true %s", kind, name, migrateLabel, map[bool]string{true: "missing", false: "on what the migration does not need"}[want]))
+		}
+	}
+	if len(o.Jobs) != 1 {
+		return fmt.Errorf("%d Jobs, want the migration Job", len(o.Jobs))
+	}
+	job := o.Jobs[0]
+	labelled("Job", job.Name, job.Labels, true)
+	used := map[string]bool{}
+	for _, c := range job.Spec.Template.Spec.Containers {
+		for _, from := range c.EnvFrom {
+			if from.ConfigMapRef != nil {
+				used[from.ConfigMapRef.Name] = true
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+				used[e.ValueFrom.ConfigMapKeyRef.Name] = true
+			}
+		}
+	}
+	for _, cm := range o.ConfigMaps {
+		if used[cm.Name] {
+			labelled("ConfigMap", cm.Name, cm.Labels, true)
+		}
+	}
+	for _, sa := range o.ServiceAccounts {
+		if sa.Name == job.Spec.Template.Spec.ServiceAccountName {
+			labelled("ServiceAccount", sa.Name, sa.Labels, true)
+		}
+	}
+	for _, np := range o.NetworkPolicies {
+		if matches(np.Spec.PodSelector.MatchLabels, job.Spec.Template.Labels) {
+			labelled("NetworkPolicy", np.Name, np.Labels, true)
+		}
+	}
+	for _, d := range o.Deployments {
+		labelled("Deployment", d.Name, d.Labels, false)
+	}
+	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ package manifests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -135,28 +136,37 @@ type metadata struct {
 
 // dashboardConfigMap is the dashboard as a ConfigMap that Grafana's
 // dashboard sidecar loads (label grafana_dashboard: "1"), its JSON kept
-// verbatim in a literal block.
+// verbatim.
 func dashboardConfigMap(root string) ([]byte, error) {
 	src, err := os.ReadFile(filepath.Join(root, DashboardFile))
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.HasSuffix(src, []byte("\n")) {
-		src = append(src, '\n')
-	}
 	var b bytes.Buffer
 	b.WriteString(header(DashboardFile))
 	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: holdfast-dashboard\n  labels:\n    grafana_dashboard: \"1\"\ndata:\n")
-	b.WriteString("  " + filepath.Base(DashboardFile) + ": |\n")
-	for _, line := range strings.SplitAfter(string(src), "\n") {
-		if line == "" {
-			continue
-		}
-		if strings.TrimSpace(line) == "" {
-			b.WriteString("\n")
-			continue
-		}
-		b.WriteString("    " + line)
-	}
+	b.WriteString("  " + filepath.Base(DashboardFile) + ": ")
+	b.WriteString(blockScalar(string(src), "    "))
 	return b.Bytes(), nil
+}
+
+// blockScalar writes s as a YAML literal block, line for line, when YAML
+// reads it back unchanged that way (one final newline, no blank or
+// tab-indented line); else as a double-quoted scalar.
+func blockScalar(s, indent string) string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	literal := strings.HasSuffix(s, "\n") && !strings.HasSuffix(s, "\n\n")
+	for _, l := range lines {
+		literal = literal && strings.TrimSpace(l) != "" && !strings.HasPrefix(l, "\t") && !strings.HasSuffix(l, " ")
+	}
+	if !literal {
+		q, _ := json.Marshal(s) // JSON's string escapes are YAML's too
+		return string(q) + "\n"
+	}
+	var b strings.Builder
+	b.WriteString("|\n")
+	for _, l := range lines {
+		b.WriteString(indent + l + "\n")
+	}
+	return b.String()
 }

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
 )
 
 // checks are every check a build must pass.
@@ -28,6 +29,7 @@ var checks = map[string]func(*Objects) error{
 	"scalers":    checkScalers,
 	"monitoring": checkMonitoring,
 	"network":    checkNetwork,
+	"migrate":    checkMigrateStep,
 }
 
 func TestBuildsPassEveryCheck(t *testing.T) {
@@ -281,6 +283,13 @@ var controls = []control{
 		np := o.networkPolicy("holdfast-migrate")
 		np.Spec.PodSelector.MatchLabels = map[string]string{"app.kubernetes.io/name": "nothing"}
 	}, check: "network", want: "Job/holdfast-migrate: its pods need a NetworkPolicy"},
+
+	{name: "migration step without its ConfigMap", typed: func(o *Objects) {
+		delete(o.configMapOf("holdfast").Labels, migrateLabel)
+	}, check: "migrate", want: "label holdfast/migrate=true missing"},
+	{name: "migration step with a Deployment", typed: func(o *Objects) {
+		o.deployment("holdfast-worker").Labels[migrateLabel] = "true"
+	}, check: "migrate", want: "Deployment/holdfast-worker: label holdfast/migrate=true on what"},
 }
 
 // TestControls: each check rejects a build changed to break what it
@@ -393,4 +402,17 @@ func (o *Objects) networkPolicy(name string) *networkingv1.NetworkPolicy {
 		}
 	}
 	panic("no NetworkPolicy " + name)
+}
+
+// TestBlockScalar: the dashboard's YAML reads back as the file, whether it
+// fits a literal block or not.
+func TestBlockScalar(t *testing.T) {
+	for _, s := range []string{"{\n  \"a\": 1\n}\n", "{\n\n}\n", "{}", "{\n}\n\n", "{\n\t\"a\": 1\n}\n", "a \n"} {
+		y := "v: " + blockScalar(s, "  ")
+		var got struct {
+			V string `json:"v"`
+		}
+		require.NoError(t, yaml.UnmarshalStrict([]byte(y), &got), y)
+		require.Equal(t, s, got.V, y)
+	}
 }
