@@ -158,9 +158,9 @@ func (p *Provider) fetch(ctx context.Context) error {
 // from a second up to MinRefreshInterval, until the key set is fetched or
 // ctx ends.
 func (p *Provider) fetchUntilLoaded(ctx context.Context) {
-	wait := time.Second
+	wait := min(time.Second, p.opts.MinRefreshInterval)
 	for {
-		t := time.NewTimer(min(wait, p.opts.MinRefreshInterval))
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -168,11 +168,11 @@ func (p *Provider) fetchUntilLoaded(ctx context.Context) {
 		case <-t.C:
 		}
 		err := p.fetch(ctx)
-		if err == nil {
+		if err == nil || ctx.Err() != nil {
 			return
 		}
 		p.fetchFailed(err)
-		wait *= 2
+		wait = min(2*wait, p.opts.MinRefreshInterval)
 	}
 }
 
@@ -185,6 +185,9 @@ func (p *Provider) fetchFailed(err error) {
 
 func (p *Provider) logRefreshError(url string) func(context.Context, error) {
 	return func(ctx context.Context, err error) {
+		if errors.Is(ctx.Err(), context.Canceled) { // the API is stopping
+			return
+		}
 		p.opts.Log.WarnContext(ctx, "identity provider keys: refresh failed; the keys fetched before stay in use", "url", url, "err", err)
 	}
 }
