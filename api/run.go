@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/config"
@@ -46,15 +47,9 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	pool, rdb := st.Pool, st.Redis
 	go storage.WatchPool(ctx, pool, "api", storage.PoolWatchInterval, log)
 
-	reg := metrics.NewRegistry()
-	m := metrics.NewPipeline(reg)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	// The one collector of Asynq's queue metrics lives in the API, and so do
-	// the scrape-time reads of Redis memory and of the oldest open request:
-	// an API runs even when no worker does, which is when they matter.
 	store := requests.NewStore(pool)
-	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(insp),
-		metrics.NewRedisMemory(rdb), metrics.NewOldestOpen(store))
+	reg, m := newRegistry(rdb, insp, store)
 
 	engine := keyed.New(pool, rdb, insp, log, m, keyed.OptionsFrom(cfg, "api"))
 	defer engine.Close()
@@ -71,12 +66,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 		defer mon.Close()
 	}
 
-	intake := requests.NewIntake(store, engine, log)
-	intake.SetTimeout(cfg.DependencyTimeout)
-	intake.CommitEach = !cfg.GroupCommit
-	if cfg.AnnouncedViews {
-		intake.Tracker = notifier // it keeps the views of what it tracks for them
-	}
+	intake := newIntake(cfg, store, engine, notifier, log)
 	var public *asynqmon.HTTPHandler // Asynqmon on HTTP_ADDR
 	if cfg.MonitoringAddr == "" {
 		public = mon
@@ -91,18 +81,49 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 		Intake: intake, Signer: signer, Tokens: tokens,
 		Registry: reg, Metrics: m, HTTP: metrics.NewHTTP(reg), Log: log, Monitoring: public,
 	}, mounts...)
-	if cfg.MetricsAddr != "" {
-		if err := serveMetrics(ctx, cfg.MetricsAddr, reg, log); err != nil {
-			return err
-		}
-	}
-	if mon != nil && public == nil {
-		if err := srv.serveMonitoring(ctx, cfg.MonitoringAddr, mon, log); err != nil {
-			return err
-		}
+	if err := srv.servePrivate(ctx, reg, mon, public == nil); err != nil {
+		return err
 	}
 	context.AfterFunc(stopping, func() { srv.drain(stop) })
 	return listenAndServe(ctx, srv, cfg.HTTPAddr, ln, log)
+}
+
+// newRegistry is the API's metrics. The one collector of Asynq's queue
+// metrics lives in the API, and so do the scrape-time reads of Redis
+// memory and of the oldest open request: an API runs even when no worker
+// does, which is when they matter.
+func newRegistry(rdb redis.UniversalClient, insp *asynq.Inspector, store *requests.Store) (*prometheus.Registry, *metrics.Pipeline) {
+	reg := metrics.NewRegistry()
+	m := metrics.NewPipeline(reg)
+	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(insp),
+		metrics.NewRedisMemory(rdb), metrics.NewOldestOpen(store))
+	return reg, m
+}
+
+// newIntake is the API's intake, as the configuration shapes it.
+func newIntake(cfg config.Config, store *requests.Store, engine *keyed.Engine, notifier *Notifier, log *slog.Logger) *requests.Intake {
+	intake := requests.NewIntake(store, engine, log)
+	intake.SetTimeout(cfg.DependencyTimeout)
+	intake.CommitEach = !cfg.GroupCommit
+	if cfg.AnnouncedViews {
+		intake.Tracker = notifier // it keeps the views of what it tracks for them
+	}
+	return intake
+}
+
+// servePrivate serves what is kept off the public address until ctx ends:
+// /metrics on METRICS_ADDR, Asynqmon (mon, when ownPort) on
+// MONITORING_ADDR.
+func (s *Server) servePrivate(ctx context.Context, reg *prometheus.Registry, mon *asynqmon.HTTPHandler, ownPort bool) error {
+	if s.cfg.MetricsAddr != "" {
+		if err := serveMetrics(ctx, s.cfg.MetricsAddr, reg, s.Log); err != nil {
+			return err
+		}
+	}
+	if mon != nil && ownPort {
+		return s.serveMonitoring(ctx, s.cfg.MonitoringAddr, mon, s.Log)
+	}
+	return nil
 }
 
 // monitoring is Asynqmon, on a Redis connection of its own to the same
