@@ -14,6 +14,7 @@ import (
 
 func TestMain(m *testing.M) {
 	systest.MaybeRunWorkerProcess()
+	systest.MaybeRunServeProcess()
 	os.Exit(m.Run())
 }
 
