@@ -12,7 +12,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
 .DEFAULT_GOAL := help
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## Build bin/api and bin/worker
 	@# -buildvcs=auto: stamp the commit (--version, /healthz) even where the
