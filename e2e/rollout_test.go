@@ -33,15 +33,17 @@ import (
 // as a Deployment rollout with maxSurge 1 and maxUnavailable 0 does — a
 // new one started and ready, then the old one sent SIGTERM and waited for
 // — and the whole fleet is rolled twice. An API told to stop is kept in
-// the rotation until requests the balancer sent after its readiness had
-// failed were answered (the time endpoints take to leave every node's
-// rules, made certain here), so the drain (SHUTDOWN_DRAIN_DELAY) is what
-// answers them. Every write answered 202 (or with its outcome, under
+// the rotation until the balancer has sent it a few requests after its
+// readiness failed (the time endpoints take to leave every node's rules,
+// made certain here), so the drain (SHUTDOWN_DRAIN_DELAY) is what answers
+// them. Held writes that cannot end (a lease the test holds) last until
+// their API stops. Every write answered 202 (or with its outcome, under
 // Prefer: wait) reaches exactly one outcome, read by polling its request;
 // seats sold and the counters equal the successes the clients were told;
 // no answer is a 5xx but 503 with Retry-After; no exchange with a backend
-// fails. Control: the same replacement with SHUTDOWN_DRAIN_DELAY=0s: the
-// requests sent to the stopping API are refused.
+// fails; every process exits with status 0. Control: the same replacement
+// of an API with SHUTDOWN_DRAIN_DELAY=0s: the requests sent to it once it
+// is told to stop are refused.
 func TestRolloutWithoutLoss(t *testing.T) {
 	t.Parallel()
 	t.Run("two rollouts", func(t *testing.T) {

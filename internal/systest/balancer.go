@@ -15,15 +15,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Balancer stands in front of API processes as a Kubernetes Service does:
-// each request goes to the next backend, round robin, among those whose
-// readiness checks (GET /readyz every CheckEvery, as a kubelet's probe)
-// last said ready; a backend leaves the rotation after FailureThreshold
-// checks in a row that were not 200, as an endpoint does. Every exchange
-// with a backend that fails (connection refused, reset, EOF) is recorded
-// as a failure and answered 502: it never retries on a client's behalf,
-// and a request the transport sent again on a new connection, after the
-// one it chose had failed, is recorded as a failure too.
+// Balancer stands in front of API processes as a Kubernetes Service (and
+// the ingress before it) does: each request goes to the next backend,
+// round robin, among those whose readiness checks (GET /readyz every
+// CheckEvery, as a kubelet's probe) last said ready; a backend leaves the
+// rotation after FailureThreshold checks in a row that were not 200, as an
+// endpoint does. It keeps connections of its own to each backend, so an
+// API's Connection: close ends the balancer's connection, not the
+// client's. Every exchange with a backend that fails (connection refused,
+// reset, EOF) is recorded as a failure and answered 502: it never retries
+// on a client's behalf, and a request the transport sent again on a new
+// connection, after the one it chose had failed, is recorded as a failure
+// too.
 type Balancer struct {
 	URL string
 
