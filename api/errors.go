@@ -78,8 +78,9 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		c.Locals(localTrace, uuid.NewString())
 	}
 	switch {
-	case p.Code == domain.CodeUnavailable: // an outage, not a defect: see the stores' own health
-		s.Log.WarnContext(c.UserContext(), "request refused: a store is unavailable", "traceId", traceID(c), "path", c.Path(), "err", err)
+	case p.Code == domain.CodeUnavailable && s.draining.Load(): // told to stop: the drain, not an outage
+	case p.Code == domain.CodeUnavailable: // an outage, not a defect: a store, or the identity provider's keys
+		s.Log.WarnContext(c.UserContext(), "request refused: unavailable", "traceId", traceID(c), "path", c.Path(), "err", err)
 	case p.HTTPStatus >= 500:
 		s.Log.ErrorContext(c.UserContext(), "request failed", "traceId", traceID(c), "path", c.Path(), "err", err)
 	}
