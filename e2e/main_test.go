@@ -13,7 +13,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	systest.MaybeRunWorkerProcess()
 	systest.MaybeRunServeProcess()
 	os.Exit(m.Run())
 }

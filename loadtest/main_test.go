@@ -11,7 +11,7 @@ import (
 // TestMain lets recovery's test run its victim worker as a process of its
 // own: this test binary, re-executed.
 func TestMain(m *testing.M) {
-	systest.MaybeRunWorkerProcess()
+	systest.MaybeRunServeProcess()
 	os.Exit(m.Run())
 }
 

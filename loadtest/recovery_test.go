@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/internal/systest"
-	"github.com/holdfast/holdfast/internal/testenv"
 )
 
 // recovery against a real holdfast whose victim is a worker process of its
@@ -29,18 +28,17 @@ import (
 // advisory lock the test keeps until the victim is dead.
 func TestRecoveryKillsAWorkerMidWork(t *testing.T) {
 	t.Parallel()
-	port := testenv.FreePort(t)
-	s := systest.Start(t, systest.Options{Overrides: []string{"WORKER_ADDR", fmt.Sprintf("127.0.0.1:%d", port), "BATCH_MAX", "16"}})
+	s := systest.Start(t, systest.Options{Overrides: []string{"BATCH_MAX", "16"}})
 	release := gateSeatsAfterTheFirst(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	victim := s.StartWorkerProcess("victim")
+	metrics := victim.URL + "/metrics"
 	opt := Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret, RedisURL: s.Vars["REDIS_URL"], Concurrency: 20,
 		Users: 500, Keys: 10, VictimMetrics: metrics, LeaseTTL: s.Cfg.LeaseTTL}
 	_, err := Run(ctx, "recovery", opt)
 	require.EqualError(t, err, "recovery setup: recovery kills a worker mid-work: give its process id (-kill-pid)")
 
-	victim := s.StartWorkerProcess("victim")
 	opt.KillPID = victim.Cmd.Process.Pid
 	wait := runInBackground(ctx, "recovery", opt)
 	// The survivor comes once the victim is at work, or gone: killed by the

@@ -97,7 +97,8 @@ func (s *System) StartProcess(binary, name string, overrides ...string) *Serving
 	require.NoError(t, err)
 	url := "http://" + ln.Addr().String()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	// The Redis selection comes from s.Vars alone, as in StartWorkerProcess.
+	// The Redis selection comes from s.Vars alone: a REDIS_URL inherited
+	// from the shell next to REDIS_CLUSTER_ADDRS would be refused as ambiguous.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "REDIS_") {
 			cmd.Env = append(cmd.Env, kv)

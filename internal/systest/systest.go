@@ -7,11 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -315,61 +313,16 @@ func (s *System) modules() []worker.Types {
 	return mods
 }
 
-// EnvWorkerProcess is set in a re-executed test binary that must run a worker.
-const EnvWorkerProcess = "HOLDFAST_TEST_WORKER_PROCESS"
-
-// MaybeRunWorkerProcess turns the test binary into a worker process when it
-// was started by StartWorkerProcess. Call it first in TestMain.
-func MaybeRunWorkerProcess() {
-	name := os.Getenv(EnvWorkerProcess)
-	if name == "" {
-		return
-	}
-	cfg, err := config.Load()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := worker.Run(ctx, cfg, log, worker.Options{Name: name}, probe.Types, stays.Worker(cfg.HoldTTL, cfg.HoldLockWait, cfg.HoldWritesTogether), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait, cfg.EventsReconcile, cfg.JWTSecret)); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// Process is a worker running in its own OS process.
+// Process is an API or a worker running in its own OS process.
 type Process struct {
 	Cmd  *exec.Cmd
 	done chan error
 }
 
-// StartWorkerProcess re-executes the test binary as a worker process.
-func (s *System) StartWorkerProcess(name string) *Process {
-	t := s.t
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	// The Redis selection comes from s.Vars alone: a REDIS_URL inherited
-	// from the shell next to REDIS_CLUSTER_ADDRS would be refused as ambiguous.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "REDIS_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, EnvWorkerProcess+"="+name, "WORKER_ADDR=127.0.0.1:0")
-	for k, v := range s.Vars {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Stdout, cmd.Stderr = io.Discard, testLogWriter{t}
-	require.NoError(t, cmd.Start())
-	p := &Process{Cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+// StartWorkerProcess re-executes the test binary as a worker process
+// (StartProcess).
+func (s *System) StartWorkerProcess(name string) *Serving {
+	return s.StartProcess("worker", name)
 }
 
 // Kill sends SIGKILL.
