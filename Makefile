@@ -49,12 +49,14 @@ lint-api: ## Lint api/openapi.yaml with Redocly CLI and Spectral (pinned in api/
 
 lint: lint-tool ## Lint the Go code with golangci-lint (pinned in tools/lint/go.mod; .golangci.yml): the layering, staticcheck, errorlint, unused
 	bin/golangci-lint run ./...
+	cd deploy && ../bin/golangci-lint run ./...
 
 lint-tool:
 	cd tools/lint && $(GO) build -o ../../bin/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 warm: lint-tool ## Compile golangci-lint and every package's tests under -race without running them (.ci/run does it while it installs packages)
 	$(GO) test -race -count=1 -run '^$$' ./... > /dev/null
+	cd deploy && $(GO) test -race -count=1 -run '^$$' ./... > /dev/null
 
 test: lint-api lint ## Lint the OpenAPI document and the Go code, then run every test with -race against real Postgres and Redis (and the pages in headless Chromium)
 	@# go vet runs inside make lint (golangci-lint's standard set).
@@ -74,6 +76,7 @@ test: lint-api lint ## Lint the OpenAPI document and the Go code, then run every
 	HOLDFAST_TEST_SPEEDUPS=off $(GO) test -race -count=1 -timeout 10m -skip Control ./keyed > bin/test-speedups-off.log 2>&1 & offk=$$!; \
 	HOLDFAST_TEST_SPEEDUPS=off $(GO) test -race -count=1 -timeout 10m -parallel 2 -run '$(SPEEDUPS_OFF_E2E)' -skip Control ./e2e > bin/test-speedups-off-e2e.log 2>&1 & offe=$$!; \
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v '/e2e$$'); units=$$?; \
+	$(MAKE) --no-print-directory test-deploy || units=1; \
 	wait $$offk; off=$$?; wait $$offe; off=$$((off + $$?)); cat bin/test-speedups-off-e2e.log >> bin/test-speedups-off.log; \
 	echo "--- the speed-ups-off run (bin/test-speedups-off.log):"; cat bin/test-speedups-off.log; \
 	first=$$SECONDS; \
@@ -128,7 +131,7 @@ fuzz: ## Fuzz the request decoding path, the Prefer header and every documented 
 manifests: ## Write deploy/kubernetes/base/generated/ (PrometheusRule, Grafana dashboard ConfigMap) from dashboards/
 	cd deploy && $(GO) run ./cmd/manifests
 
-test-deploy: ## Build every kustomization in deploy/kubernetes and check it (strict decoding, probes, config names, connection budget); the deploy module's tests
+test-deploy: ## The deploy module's tests: the images built and read back (deploy/image), every kustomization built and checked (deploy/manifests)
 	cd deploy && $(GO) test -race -count=1 ./...
 
 clean: ## Remove build output

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -389,7 +390,7 @@ func unpack(l v1.Layer) (map[string]entry, error) {
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return files, nil
 		}
 		if err != nil {
@@ -503,7 +504,7 @@ func layerOf(t *testing.T, files map[string]string) v1.Layer {
 		require.NoError(t, err)
 	}
 	require.NoError(t, tw.Close())
-	l, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
 	require.NoError(t, err)
 	return l
 }
