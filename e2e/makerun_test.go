@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -39,7 +40,7 @@ func startMakeRun(t *testing.T) *makeRun {
 	// seconds instead of minutes of compiling each dependency again on a
 	// fresh machine; and the race detector watches the real binaries too.
 	for _, c := range []string{"api", "worker"} {
-		out, err := exec.Command("go", "build", "-race", "-o", filepath.Join(bin, c), "../cmd/"+c).CombinedOutput()
+		out, err := exec.Command("go", "build", "-race", "-buildvcs=auto", "-o", filepath.Join(bin, c), "../cmd/"+c).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 	}
 	redisURL, _ := testenv.RedisServer(t)
@@ -90,6 +91,17 @@ func TestMakeRunPrintsWorkingCurlLines(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, exports, "make run printed no token")
+	// Built as make build builds it, the API names the commit it was built
+	// from on /healthz.
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		r, err := http.Get("http://" + m.api + "/healthz")
+		require.NoError(t, err)
+		var health struct{ Version, Revision string }
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&health))
+		_ = r.Body.Close()
+		require.Equal(t, strings.TrimSpace(string(head)), health.Revision)
+		require.NotEmpty(t, health.Version)
+	}
 	require.GreaterOrEqual(t, len(curls), 5)
 	polled := false
 	for _, line := range curls {
