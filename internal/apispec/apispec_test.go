@@ -238,11 +238,17 @@ func TestDocsNameOnlyDocumentedErrorCodes(t *testing.T) {
 		codes[v.(string)] = true
 	}
 	settings := map[string]bool{}
-	for f := range reflect.TypeFor[config.Config]().Fields() {
-		if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" {
-			settings[name] = true
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for f := range t.Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("env"), ","); name != "" {
+				settings[name] = true
+			} else if f.Type.Kind() == reflect.Struct { // a group of settings: Redis, IdentityProvider
+				walk(f.Type)
+			}
 		}
 	}
+	walk(reflect.TypeFor[config.Config]())
 	quoted := map[string]bool{ // SQL and the states of stored rows
 		"UPDATE": true, "TIME": true, "RESERVED": true, "CONFIRMED": true, "EXPIRED": true,
 	}
