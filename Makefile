@@ -68,15 +68,17 @@ test: lint-api lint ## Lint the OpenAPI document and the Go code, then run every
 	@# the protocol alone; both wait on leases and stores more than they use
 	@# the CPU. The matrix's e2e tests run two at a time: four, beside the
 	@# packages and a make run, passed Postgres' 100 connections. Its output
-	@# goes to bin/test-speedups-off.log, printed after. Then e2e alone: its
+	@# goes to bin/test-speedups-off.log, printed after; the deploy module's
+	@# tests (make test-deploy) run beside them too. Then e2e alone: its
 	@# rushes of hundreds of clients need the two cores (all at once, the
 	@# stores answered them 503). Each part runs even when one before it
 	@# failed. Timings: docs/testing.md.
 	@mkdir -p bin; \
 	HOLDFAST_TEST_SPEEDUPS=off $(GO) test -race -count=1 -timeout 10m -skip Control ./keyed > bin/test-speedups-off.log 2>&1 & offk=$$!; \
 	HOLDFAST_TEST_SPEEDUPS=off $(GO) test -race -count=1 -timeout 10m -parallel 2 -run '$(SPEEDUPS_OFF_E2E)' -skip Control ./e2e > bin/test-speedups-off-e2e.log 2>&1 & offe=$$!; \
+	$(MAKE) --no-print-directory test-deploy > bin/test-deploy.log 2>&1 & deploy=$$!; \
 	$(GO) test -race -count=1 -timeout 10m $$($(GO) list ./... | grep -v '/e2e$$'); units=$$?; \
-	$(MAKE) --no-print-directory test-deploy || units=1; \
+	wait $$deploy || units=1; cat bin/test-deploy.log; \
 	wait $$offk; off=$$?; wait $$offe; off=$$((off + $$?)); cat bin/test-speedups-off-e2e.log >> bin/test-speedups-off.log; \
 	echo "--- the speed-ups-off run (bin/test-speedups-off.log):"; cat bin/test-speedups-off.log; \
 	first=$$SECONDS; \
