@@ -359,27 +359,36 @@ func (h *handlers) enterQueue(c *fiber.Ctx) error {
 }
 
 // sealIfDue tries to seal e's pre-queue when st says admissions wait for
-// it. A failure is only logged: the caller's answer stands, and the next
-// poll, stream tick or periodic task tries again.
-func (h *handlers) sealIfDue(ctx context.Context, e Event, st Status) {
+// it, and reports whether it is sealed now: st is then out of date, and the
+// caller reads again. A failure is only logged: the caller's answer stands,
+// and the next poll, stream tick or periodic task tries again.
+func (h *handlers) sealIfDue(ctx context.Context, e Event, st Status) bool {
 	if st.reason != "prequeue" {
-		return
+		return false
 	}
-	if err := h.sealer.TrySeal(ctx, e, time.Now()); err != nil {
+	sealed, err := h.sealer.TrySeal(ctx, e, time.Now())
+	if err != nil {
 		h.s.Log.WarnContext(ctx, "could not seal the pre-queue", "event", e.EventID, "err", err)
 	}
+	return sealed && err == nil
 }
 
+// queueStatus answers where the caller stands. A read that finds the
+// pre-queue's seal due seals it and reads again: from the seal on, every
+// answer carries the caller's place, that read's included.
 func (h *handlers) queueStatus(c *fiber.Ctx) error {
 	e, err := h.event(c)
 	if err != nil {
 		return err
 	}
-	st, err := h.room.Status(c.UserContext(), e, api.Principal(c).UserID)
+	user := api.Principal(c).UserID
+	st, err := h.room.Status(c.UserContext(), e, user)
+	if err == nil && h.sealIfDue(c.UserContext(), e, st) {
+		st, err = h.room.Status(c.UserContext(), e, user)
+	}
 	if err != nil {
 		return err
 	}
-	h.sealIfDue(c.UserContext(), e, st)
 	return c.JSON(st)
 }
 
@@ -388,7 +397,11 @@ func (h *handlers) issueToken(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	a, err := h.room.Issue(c.UserContext(), e, api.Principal(c).UserID)
+	user := api.Principal(c).UserID
+	a, err := h.room.Issue(c.UserContext(), e, user)
+	if err == nil && a.Token == "" && h.sealIfDue(c.UserContext(), e, a.Status) {
+		a, err = h.room.Issue(c.UserContext(), e, user)
+	}
 	var nq ErrNotQueued
 	if errors.As(err, &nq) {
 		msg := "join the queue first"
@@ -401,7 +414,6 @@ func (h *handlers) issueToken(c *fiber.Ctx) error {
 		return err
 	}
 	if a.Token == "" {
-		h.sealIfDue(c.UserContext(), e, a.Status)
 		return notYourTurn(a.Status)
 	}
 	return c.JSON(fiber.Map{"entryToken": a.Token, "expiresAt": a.Expires})
@@ -465,7 +477,7 @@ func (h *handlers) positionStream(c *fiber.Ctx) error {
 		return domain.NewProblem(domain.CodeRateLimited,
 			"at most %d position streams of one user at once; close one", maxStreamsPerUser).WithMeta("retryAfterSeconds", 5)
 	}
-	first, err := h.room.Statuses(c.UserContext(), e, []string{member})
+	first, err := h.positions.statuses(c.UserContext(), e, []string{member})
 	if err != nil {
 		release()
 		return err

@@ -114,7 +114,7 @@ func (w *RoomWrites) event(ctx context.Context, tx pgx.Tx, b *entering, id int64
 	b.events[id] = &ev
 	if ev.SalesStartAt != nil && ev.sealedAt == nil && !b.Now.Before(*ev.SalesStartAt) && w.Sealer != nil {
 		now := b.Now
-		b.AfterCommit(func(ctx context.Context) { _ = w.Sealer.TrySeal(ctx, ev, now) })
+		b.AfterCommit(func(ctx context.Context) { _, _ = w.Sealer.TrySeal(ctx, ev, now) })
 	}
 	return &ev, nil
 }

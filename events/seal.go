@@ -34,12 +34,13 @@ type Sealer struct {
 	pool *pgxpool.Pool
 	room *Room
 
-	mu    sync.Mutex
-	tried map[int64]time.Time // event → last try here, to try at most every sealRetry
+	mu     sync.Mutex
+	failed map[int64]time.Time // event → this process's last try that could not seal it
 }
 
-// sealRetry spaces one process's tries for an event: while entries accepted
-// before the start are still being applied, polls would otherwise each try.
+// sealRetry spaces one process's tries for an event after one that could not
+// seal it: while entries accepted before the start are still being applied,
+// or before the start, polls would otherwise each try.
 const sealRetry = 200 * time.Millisecond
 
 // sealGrace is how long after salesStartAt sealing waits at the least.
@@ -47,12 +48,12 @@ const sealGrace = time.Second
 
 // NewSealer returns a Sealer.
 func NewSealer(pool *pgxpool.Pool, room *Room) *Sealer {
-	return &Sealer{pool: pool, room: room, tried: map[int64]time.Time{}}
+	return &Sealer{pool: pool, room: room, failed: map[int64]time.Time{}}
 }
 
 // Seal seals ev's pre-queue if its time has come; sealed reports whether it
 // is sealed now. An event without a pre-queue is never sealed (it needs
-// no seal).
+// no seal). Whether its time has come is decided by Postgres' clock alone.
 func (s *Sealer) Seal(ctx context.Context, ev int64) (sealed bool, err error) {
 	// Open requests are found through requests_open_by_completion.
 	e, err := scanEvent(s.pool.QueryRow(ctx, `UPDATE events e
@@ -63,9 +64,11 @@ func (s *Sealer) Seal(ctx context.Context, ev int64) (sealed bool, err error) {
 		        AND r.type = $2 AND r.keys = ARRAY[$3])
 		RETURNING `+eventColumns, ev, TypeQueueEnter, QueueKey(ev), sealGrace))
 	if errors.Is(err, pgx.ErrNoRows) {
-		// Not sealed now: too early, entries still open, or sealed before,
-		// in which case Redis may hold settings from before the seal (a
-		// room rebuilt from a cached copy): put the sealed ones back.
+		// Not sealed now: too early, entries still open, or sealed before
+		// (by another process, whose UPDATE this one waited for), in which
+		// case Redis may not hold the sealed settings yet, or hold ones
+		// from before the seal (a room rebuilt from a cached copy): put the
+		// sealed ones there.
 		if e, err = scanEvent(s.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1`, ev)); err != nil {
 			return false, storage.Translate("events: seal", err)
 		}
@@ -79,30 +82,41 @@ func (s *Sealer) Seal(ctx context.Context, ev int64) (sealed bool, err error) {
 	return true, s.room.Configure(ctx, e)
 }
 
-// TrySeal seals e's pre-queue if its sale has started, trying at most every
-// sealRetry in this process. The room's admissions stay closed until it is
-// sealed; a caller that saw them closed after the start calls this.
-func (s *Sealer) TrySeal(ctx context.Context, e Event, now time.Time) error {
-	if e.SalesStartAt == nil || now.Before(e.SalesStartAt.Add(sealGrace)) {
-		return nil
+// TrySeal seals e's pre-queue if its time has come (Seal), and reports
+// whether it is sealed now. A caller whose answer waits for the seal (a
+// status of reason prequeue) calls it, and reads again if it sealed: so the
+// read that seals answers with the place drawn, as every read after it does.
+//
+// Tries are spaced sealRetry apart in this process only after one that
+// could not seal: callers that come while a try is under way try as well,
+// and one whose UPDATE waits for another's seal finds it sealed. Were they
+// turned away instead, they would answer from before a seal that a moment
+// later is done. now is this process's clock, for that spacing only.
+func (s *Sealer) TrySeal(ctx context.Context, e Event, now time.Time) (sealed bool, err error) {
+	if e.SalesStartAt == nil {
+		return false, nil
 	}
 	s.mu.Lock()
-	last, ok := s.tried[e.EventID]
-	due := !ok || now.Sub(last) >= sealRetry
-	if due {
-		s.tried[e.EventID] = now
-		for ev, t := range s.tried { // bounded by events sealing at once
-			if now.Sub(t) > time.Minute {
-				delete(s.tried, ev)
-			}
+	last, failed := s.failed[e.EventID]
+	s.mu.Unlock()
+	if failed && now.Sub(last) < sealRetry {
+		return false, nil
+	}
+	sealed, err = s.Seal(ctx, e.EventID)
+	if errors.Is(err, domain.ErrNotFound) {
+		return false, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sealed {
+		delete(s.failed, e.EventID)
+		return true, err
+	}
+	s.failed[e.EventID] = now
+	for ev, t := range s.failed { // bounded by events sealing at once
+		if now.Sub(t) > time.Minute {
+			delete(s.failed, ev)
 		}
 	}
-	s.mu.Unlock()
-	if !due {
-		return nil
-	}
-	if _, err := s.Seal(ctx, e.EventID); err != nil && !errors.Is(err, domain.ErrNotFound) {
-		return err
-	}
-	return nil
+	return false, err
 }

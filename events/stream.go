@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -135,17 +136,32 @@ func (p *positions) push(ev int64, subs []*subscriber, members []string) error {
 	if err != nil {
 		return err
 	}
-	sts, err := p.room.Statuses(ctx, e, members)
+	sts, err := p.statuses(ctx, e, members)
 	if err != nil {
 		return err
 	}
 	for i, st := range sts {
-		if st.reason == "prequeue" {
-			_ = p.sealer.TrySeal(ctx, e, time.Now())
-		}
 		offer(subs[i].ch, st)
 	}
 	return nil
+}
+
+// statuses reads the statuses of members (Room.Statuses). If one of them
+// waits for the pre-queue's seal and the seal is due, it seals and reads
+// them again, as a status poll does (handlers.queueStatus).
+func (p *positions) statuses(ctx context.Context, e Event, members []string) ([]Status, error) {
+	sts, err := p.room.Statuses(ctx, e, members)
+	if err != nil || !slices.ContainsFunc(sts, func(st Status) bool { return st.reason == "prequeue" }) {
+		return sts, err
+	}
+	sealed, err := p.sealer.TrySeal(ctx, e, time.Now())
+	if err != nil {
+		p.log.Warn("could not seal the pre-queue", "event", e.EventID, "err", err)
+	}
+	if !sealed || err != nil {
+		return sts, nil
+	}
+	return p.room.Statuses(ctx, e, members)
 }
 
 // offer puts st in a one-slot mailbox, replacing what is unread there.
