@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/requests"
 )
 
 func signed(t *testing.T, secret string, method jwt.SigningMethod, claims jwt.MapClaims) string {
@@ -113,6 +114,31 @@ func TestMonitoringMovesOrTurnsOff(t *testing.T) {
 	}
 }
 
+// A replay of a finished write (its Idempotency-Key again, no Prefer)
+// answers 200 with the outcome, the error of a rejected one included, as
+// GET shows it: before, it answered 202 with "status":"rejected" and
+// neither error nor result, and the client had to poll to learn why.
+func TestAReplayOfAFinishedWriteAnswersItsOutcome(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	alice := s.Client("alice", domain.RoleUser)
+	done := alice.Wait(alice.Probe(probe.Payload{Keys: []string{"full"}}), time.Minute)
+	require.Equal(t, domain.StatusSucceeded, done.Status)
+	body := probe.Payload{Keys: []string{"full"}, Limit: 1}
+	id := alice.Probe(body, "Idempotency-Key", "over-the-limit")
+	polled := alice.Wait(id, time.Minute)
+	require.Equal(t, domain.StatusRejected, polled.Status)
+
+	r := alice.Do("POST", "/api/v1/probe", body, "Idempotency-Key", "over-the-limit")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	require.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	require.Equal(t, "/api/v1/requests/"+id, r.Header.Get("Location"))
+	var replayed requests.View
+	r.JSON(t, &replayed)
+	require.Equal(t, polled, replayed, "the outcome, as GET shows it")
+	require.NotNil(t, replayed.Error, "the reason it was rejected")
+}
+
 func TestIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{})
@@ -148,14 +174,16 @@ func TestIdempotencyKey(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM requests`).Scan(&n))
 	require.Equal(t, 4, n)
 
-	// A replay after the request finished returns it with its final status.
+	// A replay after the request finished returns it with its outcome
+	// (TestAReplayOfAFinishedWriteAnswersItsOutcome).
 	s.StartWorker("w")
 	alice.Wait(first, 20*time.Second)
 	r = alice.Do("POST", "/api/v1/probe", body, "Idempotency-Key", "order-1")
-	require.Equal(t, http.StatusAccepted, r.Status)
-	r.JSON(t, &again)
-	require.Equal(t, first, again.RequestID)
-	require.Equal(t, "succeeded", again.Status)
+	require.Equal(t, http.StatusOK, r.Status)
+	var done requests.View
+	r.JSON(t, &done)
+	require.Equal(t, first, done.RequestID)
+	require.Equal(t, domain.StatusSucceeded, done.Status)
 }
 
 // One Idempotency-Key sent many times at once, through two APIs whose group
