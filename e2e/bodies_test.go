@@ -97,3 +97,23 @@ func TestUnreadBodyIsNotTheNextRequest(t *testing.T) {
 	require.Equal(t, http.StatusOK, second.StatusCode, "the next request was not /healthz: %s", b)
 	require.Contains(t, string(b), `"ok"`)
 }
+
+// A header line without a colon is a malformed request: the API answers 400
+// at once (with the error envelope) instead of waiting for more header
+// lines until its read timeout, then 408 — a minute of silence before.
+func TestAHeaderLineWithoutAColonGets400AtOnce(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	// The deadline bounds a hang; a 408 would come only after READ_TIMEOUT (60 s).
+	require.NoError(t, conn.SetDeadline(time.Now().Add(30*time.Second)))
+	_, err = fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no answer: the API waited for more header lines")
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", b)
+	require.Contains(t, string(b), `"error"`)
+}
