@@ -56,11 +56,14 @@
 // why; in short:
 //
 //   - Stock: reserves, confirms, releases and stock reads on one option,
-//     linearizable, with the one allowance docs/shop.md documents (a
-//     confirm committing inside a reserve batch's two reads is counted
-//     twice: the reserve may see less available, never more). A stock read
-//     is one SQL statement and may not lag: it returns the exact counts
-//     at a point between its send and its answer.
+//     linearizable, with the one allowance docs/shop.md documents: a
+//     reserve batch reads the reserved sums and the stock in two
+//     statements, so a confirm or release committing between them makes it
+//     decide on less available than there is (a refusal at the boundary, or
+//     a lower availableStock), never more. The model lets a reserve leave
+//     out the units of reservations ended during it, and no more. A stock
+//     read is one SQL statement and may not lag: it returns the exact
+//     counts at a point between its send and its answer.
 //   - FCFS: grabs take the free seat of lowest id, SOLD_OUT only when none
 //     is free, ALREADY_RESERVED names the user's seat; the seat list is
 //     exact at a point of its interval. The public remainingSeats count, a

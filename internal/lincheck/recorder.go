@@ -1,6 +1,7 @@
 package lincheck
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"math"
@@ -60,9 +61,6 @@ func NotAccepted(code string) Outcome { return Outcome{Status: StatusNotAccepted
 
 // Unknown is an operation whose outcome the client never learnt.
 func Unknown() Outcome { return Outcome{Status: StatusUnknown} }
-
-// hasEffect reports whether the outcome may have changed anything.
-func (o Outcome) hasEffect() bool { return o.Status == StatusOK || o.Status == StatusUnknown }
 
 func (o Outcome) String() string {
 	switch o.Status {
@@ -168,31 +166,51 @@ func (r *Recorder) Check(t testing.TB, m porcupine.Model, name string) {
 		return
 	}
 	_, info := porcupine.CheckOperationsVerbose(m, ops, r.Timeout)
-	file := visualize(t, m, info, name)
-	t.Errorf("%s: operations checked: %d on %d keys, verdict: NOT LINEARIZABLE (%s)\n%s\nvisualization: %s",
-		name, len(ops), keys, took, explain(m, ops, info), file)
+	why, failed := explain(m, ops, info)
+	dir, err := outputDir(t)
+	files := "not written: " + fmt.Sprint(err)
+	if err == nil {
+		files = write(m, info, failed, filepath.Join(dir, fileName(t.Name()+"-"+name)))
+	}
+	t.Errorf("%s: operations checked: %d on %d keys, verdict: NOT LINEARIZABLE (%s)\n%s\n%s",
+		name, len(ops), keys, took, why, files)
 }
 
-// visualize writes Porcupine's HTML view of info and returns its path:
-// under the test's artifact directory when go test runs with -artifacts,
-// else in a directory of its own under os.TempDir that outlives the test.
-func visualize(t testing.TB, m porcupine.Model, info porcupine.LinearizationInfo, name string) string {
-	t.Helper()
-	dir := ""
+// outputDir is the test's artifact directory when go test runs with
+// -artifacts, else a directory of its own under os.TempDir that outlives
+// the test.
+func outputDir(t testing.TB) (string, error) {
 	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
-		dir = t.ArtifactDir()
+		return t.ArtifactDir(), nil
+	}
+	return os.MkdirTemp("", "lincheck-")
+}
+
+// write writes Porcupine's HTML view of info to base.html, and every
+// operation of the keys that failed, in the order they were sent, to
+// base.txt; it says where.
+func write(m porcupine.Model, info porcupine.LinearizationInfo, failed [][]porcupine.Operation, base string) string {
+	var out []string
+	if err := porcupine.VisualizePath(m, info, base+".html"); err != nil {
+		out = append(out, "visualization not written: "+err.Error())
 	} else {
-		d, err := os.MkdirTemp("", "lincheck-")
-		if err != nil {
-			return "not written: " + err.Error()
+		out = append(out, "visualization: "+base+".html")
+	}
+	var b strings.Builder
+	for _, ops := range failed {
+		ops = slices.Clone(ops)
+		slices.SortStableFunc(ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+		fmt.Fprintf(&b, "key %s, %d operations in the order they were sent:\n", ops[0].Input.(Call).Key, len(ops))
+		for _, op := range ops {
+			fmt.Fprintf(&b, "  %s\n", describe(m, op))
 		}
-		dir = d
 	}
-	path := filepath.Join(dir, fileName(t.Name()+"-"+name)+".html")
-	if err := porcupine.VisualizePath(m, info, path); err != nil {
-		return "not written: " + err.Error()
+	if err := os.WriteFile(base+".txt", []byte(b.String()), 0o644); err != nil {
+		out = append(out, "history not written: "+err.Error())
+	} else {
+		out = append(out, "history: "+base+".txt")
 	}
-	return path
+	return strings.Join(out, "\n")
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
@@ -204,8 +222,9 @@ func fileName(s string) string { return unsafeName.ReplaceAllString(s, "_") }
 // next in real time, none of which the model accepts there. Porcupine
 // numbers a partition's operations by their index in it, and partitions
 // as m.Partition does, so parts lines up with info.
-func explain(m porcupine.Model, ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
+func explain(m porcupine.Model, ops []porcupine.Operation, info porcupine.LinearizationInfo) (string, [][]porcupine.Operation) {
 	var b strings.Builder
+	var failed [][]porcupine.Operation
 	parts := m.Partition(ops)
 	for p, partials := range info.PartialLinearizations() {
 		all := parts[p]
@@ -218,6 +237,7 @@ func explain(m porcupine.Model, ops []porcupine.Operation, info porcupine.Linear
 		if len(longest) == len(all) {
 			continue
 		}
+		failed = append(failed, all)
 		state := m.Init()
 		for _, id := range longest {
 			_, state = m.Step(state, all[id].Input, all[id].Output)
@@ -229,7 +249,7 @@ func explain(m porcupine.Model, ops []porcupine.Operation, info porcupine.Linear
 			fmt.Fprintf(&b, "  %s\n", describe(m, op))
 		}
 	}
-	return strings.TrimRight(b.String(), "\n")
+	return strings.TrimRight(b.String(), "\n"), failed
 }
 
 // frontier is the operations of all not in placed that real time allows

@@ -72,6 +72,12 @@ func TestCheckNamesTheOperationsAndWritesTheVisualization(t *testing.T) {
 	page, err := os.ReadFile(path[1])
 	require.NoError(t, err)
 	require.Contains(t, string(page), "u2 grabs")
+	hist, err := os.ReadFile(strings.TrimSuffix(path[1], ".html") + ".txt")
+	require.NoError(t, err)
+	require.Equal(t, "key events:7, 2 operations in the order they were sent:\n"+
+		"  client 0: u1 grabs → 11, sent 09:00:00.000000, answered 09:00:00.010000, request req-a\n"+
+		"  client 1: u2 grabs → 11, sent 09:00:00.020000, answered 09:00:00.030000, request req-b\n", string(hist))
+	require.Contains(t, msg, "history: "+strings.TrimSuffix(path[1], ".html")+".txt")
 	if dir := filepath.Dir(path[1]); strings.HasPrefix(filepath.Base(dir), "lincheck-") {
 		require.NoError(t, os.RemoveAll(dir))
 	}

@@ -1,9 +1,11 @@
 package lincheck
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 
@@ -44,27 +46,25 @@ func (l StockLevel) String() string {
 	return fmt.Sprintf("stock %d reserved %d available %d", l.Stock, l.Reserved, l.Available)
 }
 
-// The two halves of an applied confirm (see Stock).
-type (
-	confirmTake struct{ User string }
-	confirmDone struct{ User string }
-)
-
-func (c confirmTake) String() string { return c.User + " confirms (stock taken)" }
-func (c confirmDone) String() string { return c.User + " confirms (reservation closed)" }
-
-// stockState is an option's stock and its live reservations, by user.
+// stockState is an option's stock, its live reservations by user, and
+// the reservations that ended (released or confirmed).
 type stockState struct {
 	stock int
 	held  []holding // sorted by user
+	ended []ended   // sorted
 }
 
-// holding is a user's live reservation; confirming: its confirm has taken
-// the stock but still counts it as reserved (the first half of a confirm).
+// holding is a user's live reservation.
 type holding struct {
-	user       string
-	units      int
-	confirming bool
+	user  string
+	units int
+}
+
+// ended is a reservation that ended, by the time its client learnt it
+// (UnixNano; the far future if it never did) and its units.
+type ended struct {
+	learnt int64
+	units  int
 }
 
 func (s stockState) find(user string) (int, bool) {
@@ -79,40 +79,40 @@ func (s stockState) reserved() int {
 	return n
 }
 
-// view is the availability a reserve decides on: stock less every live
-// reservation, a confirming one included.
-func (s stockState) view() int { return s.stock - s.reserved() }
-
-func (s stockState) confirming() bool {
-	return slices.ContainsFunc(s.held, func(h holding) bool { return h.confirming })
+func (s stockState) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "stock %d, available %d", s.stock, s.stock-s.reserved())
+	for _, h := range s.held {
+		fmt.Fprintf(&b, "; %s holds %d", h.user, h.units)
+	}
+	return b.String()
 }
 
-func (s stockState) with(i int, h holding) stockState {
-	s.held = slices.Insert(slices.Clone(s.held), i, h)
-	return s
-}
-
-func (s stockState) without(i int) stockState {
+// end ends holding i (released or confirmed), as learnt at learnt.
+func (s stockState) end(i int, learnt time.Time) stockState {
+	e := ended{learnt.UnixNano(), s.held[i].units}
+	j, _ := slices.BinarySearchFunc(s.ended, e, func(a, b ended) int {
+		return cmp.Or(cmp.Compare(a.learnt, b.learnt), cmp.Compare(a.units, b.units))
+	})
+	s.ended = slices.Insert(slices.Clone(s.ended), j, e)
 	s.held = slices.Delete(slices.Clone(s.held), i, i+1)
 	return s
 }
 
-func (s stockState) set(i int, h holding) stockState {
-	s.held = slices.Clone(s.held)
-	s.held[i] = h
-	return s
-}
-
-func (s stockState) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "stock %d, available %d", s.stock, s.view())
-	for _, h := range s.held {
-		fmt.Fprintf(&b, "; %s holds %d", h.user, h.units)
-		if h.confirming {
-			b.WriteString(" (confirming)")
+// overlooked is the units a reserve sent at sent may have left out: those
+// of the ended reservations whose clients learnt so after it was sent.
+// sums reports which totals some of them make (sums[x]), up to limit.
+func (s stockState) overlooked(sent time.Time, limit int) (total int, sums []bool) {
+	sums = make([]bool, max(limit, 0)+1)
+	sums[0] = true
+	from, _ := slices.BinarySearchFunc(s.ended, sent.UnixNano(), func(e ended, t int64) int { return cmp.Compare(e.learnt, t) })
+	for _, e := range s.ended[from:] {
+		total += e.units
+		for x := len(sums) - 1; x >= e.units; x-- {
+			sums[x] = sums[x] || sums[x-e.units]
 		}
 	}
-	return b.String()
+	return total, sums
 }
 
 // Stock is the model of a product option's stock (the shop, docs/shop.md):
@@ -125,125 +125,98 @@ func (s stockState) String() string {
 // refused DUPLICATE_RESERVATION. A confirm deducts the user's reserved
 // units from stock and ends the reservation (available unchanged), or is
 // RESERVATION_NOT_FOUND. A release ends it (released 1) or finds none
-// (released 0). A read returns stock, reserved and available exactly: it
-// is one statement, one snapshot.
+// (released 0). A read returns stock, reserved and available exactly at
+// one point of its interval: it is one statement, one snapshot.
 //
-// One documented allowance (docs/shop.md, shop/reserve.go): a confirm holds
-// only its user's key, and a reserve batch reads the reserved sums before
-// the stock, so a confirm that commits between the two reads is counted
-// twice and the reserve sees less available than there is — it may be
-// refused at the boundary, or report that much less, never more. The model
-// says exactly that: an applied confirm is two steps inside its interval,
-// the stock taken and then the reservation closed, and a reserve placed
-// between them decides on the stock less every live reservation, the
-// confirming one included. Reads and releases of the confirming user may
-// not fall between them (a read is one snapshot; a release holds the same
-// user key), so nothing else gains from the split.
+// One documented allowance (docs/shop.md, shop/reserve.go): confirms and
+// releases hold only their user's key, and a reserve batch reads the
+// options' reserved sums, then, in a second statement, their stock. A
+// confirm or release that commits between the two reads is not seen to
+// lower the reserved sum (a confirm is seen to lower the stock), so the
+// batch decides on less available than there is, by the units those
+// reservations held: it may be refused at the boundary, or report that
+// much less, never more. The model allows exactly that much, read from
+// outside: a reserve may decide on available − x, where x is the units of
+// some of the reservations the order has ended before it whose clients
+// learnt so after the reserve was sent (a reservation that ended between
+// the reserve's two reads was learnt ended after them). Which ones is not
+// pinned to a suffix of the order, so the allowance is a little wider than
+// the batch's: any of them, not only those after one instant. A refusal
+// must hold even with all of them left out; an applied reserve must
+// report available − x − k for some such x.
 //
 // Reservations do not lapse within a history (RESERVATION_TTL is 30 min);
 // expiry is modelled by RoomNight.
 func Stock(stock map[string]int) porcupine.Model {
 	return spec[stockState]{
-		init:   func(key string) stockState { return stockState{stock: stock[key]} },
-		step:   stockStep,
-		equal:  func(a, b stockState) bool { return a.stock == b.stock && slices.Equal(a.held, b.held) },
-		show:   stockState.String,
-		expand: splitConfirms,
+		init: func(key string) stockState { return stockState{stock: stock[key]} },
+		step: stockStep,
+		equal: func(a, b stockState) bool {
+			return a.stock == b.stock && slices.Equal(a.held, b.held) && slices.Equal(a.ended, b.ended)
+		},
+		show: stockState.String,
 	}.model()
-}
-
-// splitConfirms puts each confirm that may have been applied as its two
-// halves, with its times and outcome.
-func splitConfirms(ops []porcupine.Operation) []porcupine.Operation {
-	out := make([]porcupine.Operation, 0, len(ops))
-	for _, op := range ops {
-		c, ok := op.Input.(Call).Op.(Confirm)
-		if !ok || !op.Output.(Outcome).hasEffect() {
-			out = append(out, op)
-			continue
-		}
-		take, done := op, op
-		take.Input = withOp(op.Input.(Call), confirmTake(c))
-		done.Input = withOp(op.Input.(Call), confirmDone(c))
-		out = append(out, take, done)
-	}
-	return out
-}
-
-func withOp(c Call, op any) Call {
-	c.Op = op
-	return c
 }
 
 func stockStep(s stockState, c Call, out Outcome) (bool, stockState) {
 	unknown := out.Status == StatusUnknown
 	switch op := c.Op.(type) {
 	case Reserve:
-		return reserveStep(s, op, out)
-	case confirmTake:
+		return reserveStep(s, c, op, out)
+	case Confirm:
 		i, holds := s.find(op.User)
-		if !holds || s.held[i].confirming {
-			return unknown, s
+		switch {
+		case unknown && holds, out.Status == StatusOK && holds && out.Value == s.held[i].units:
+			s.stock -= s.held[i].units
+			return true, s.end(i, c.Learnt)
+		case unknown:
+			return true, s
 		}
-		h := s.held[i]
-		if !unknown && out.Value != h.units {
-			return false, s
-		}
-		h.confirming = true
-		s = s.set(i, h)
-		s.stock -= h.units
-		return true, s
-	case confirmDone:
-		i, holds := s.find(op.User)
-		if !holds || !s.held[i].confirming {
-			return unknown, s
-		}
-		return true, s.without(i)
-	case Confirm: // refused: only the unapplied ones are not split
-		_, holds := s.find(op.User)
-		return out.Status == StatusRefused && out.Code == domain.CodeReservationNotFound && !holds, s
+		return out.Code == domain.CodeReservationNotFound && !holds, s
 	case Release:
 		i, holds := s.find(op.User)
 		switch {
-		case holds && s.held[i].confirming:
-			return unknown, s
+		case unknown && holds:
+			return true, s.end(i, c.Learnt)
 		case unknown:
-			if holds {
-				return true, s.without(i)
-			}
 			return true, s
 		case out.Status != StatusOK:
 			return false, s
 		case holds:
-			return out.Value == 1, s.without(i)
+			return out.Value == 1, s.end(i, c.Learnt)
 		}
 		return out.Value == 0, s
 	case ReadStock:
 		r := s.reserved()
-		return unknown || (out.Status == StatusOK && !s.confirming() &&
-			out.Value == StockLevel{Stock: s.stock, Reserved: r, Available: s.stock - r}), s
+		return unknown || (out.Status == StatusOK && out.Value == StockLevel{Stock: s.stock, Reserved: r, Available: s.stock - r}), s
 	}
 	return false, s
 }
 
-func reserveStep(s stockState, op Reserve, out Outcome) (bool, stockState) {
+func reserveStep(s stockState, c Call, op Reserve, out Outcome) (bool, stockState) {
 	i, holds := s.find(op.User)
-	fits := !holds && s.view() >= op.Units
+	available := s.stock - s.reserved()
 	switch {
-	case out.Status == StatusUnknown:
+	case holds:
+		return unknown(out) || out.Code == domain.CodeDuplicateReservation, s
+	case unknown(out):
+		if available < op.Units {
+			return true, s
+		}
 	case out.Status == StatusOK:
-		if !fits || out.Value != s.view()-op.Units {
+		v, _ := out.Value.(int)
+		x := available - op.Units - v // the units left out
+		if _, sums := s.overlooked(c.Sent, x); v < 0 || x < 0 || !sums[x] {
 			return false, s
 		}
-	case out.Code == domain.CodeDuplicateReservation:
-		return holds, s
 	case out.Code == domain.CodeInsufficientStock:
-		return !holds && !fits, s
+		all, _ := s.overlooked(c.Sent, 0)
+		return available-all < op.Units, s
 	default:
 		return false, s
 	}
-	if fits {
-		s = s.with(i, holding{user: op.User, units: op.Units})
-	}
+	s.held = slices.Insert(slices.Clone(s.held), i, holding{user: op.User, units: op.Units})
 	return true, s
 }
+
+func unknown(o Outcome) bool { return o.Status == StatusUnknown }

@@ -19,7 +19,7 @@ func level(stock, reserved int) Outcome {
 // checker that accepts everything fails here.
 func TestStockControls(t *testing.T) {
 	insufficient := Refused(domain.CodeInsufficientStock, nil)
-	runControls(t, Stock(map[string]int{opt: 3}), []control{
+	runControls(t, Stock(map[string]int{opt: 3, opt + "b": 6}), []control{
 		{"a correct history", func(h history) {
 			h.op(0, opt, 0, 10, Reserve{"u1", 2}, OK(1)).
 				op(1, opt, 5, 15, Reserve{"u2", 2}, insufficient). // concurrent: placed after u1's
@@ -44,6 +44,23 @@ func TestStockControls(t *testing.T) {
 				op(1, opt, 12, 28, Reserve{"u2", 1}, insufficient)
 		}, porcupine.Ok},
 
+		{"a reserve across two confirms and a read between them", func(h history) {
+			// u3's reserve read the reserved units before both confirms
+			// and the stock after both: it saw 3 − 3 = 0 available of 3.
+			h.op(0, opt+"b", 0, 5, Reserve{"u1", 2}, OK(4)).
+				op(1, opt+"b", 0, 5, Reserve{"u2", 1}, OK(3)).
+				op(0, opt+"b", 10, 20, Confirm{"u1"}, OK(2)).
+				op(2, opt+"b", 21, 22, ReadStock{}, level(4, 1)).
+				op(1, opt+"b", 10, 30, Confirm{"u2"}, OK(1)).
+				op(3, opt+"b", 8, 40, Reserve{"u3", 3}, insufficient).
+				op(2, opt+"b", 45, 50, ReadStock{}, level(3, 0))
+		}, porcupine.Ok},
+
+		{"a reserve seeing less than any confirm around it explains", func(h history) {
+			h.op(0, opt, 0, 5, Reserve{"u1", 2}, OK(1)).
+				op(0, opt, 10, 30, Confirm{"u1"}, OK(2)).
+				op(1, opt, 12, 28, Reserve{"u2", 1}, OK(-1))
+		}, porcupine.Illegal},
 		{"oversold", func(h history) {
 			h.op(0, opt, 0, 10, Reserve{"u1", 2}, OK(1)).
 				op(1, opt, 0, 10, Reserve{"u2", 2}, OK(1))

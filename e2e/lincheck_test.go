@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/events"
+	"github.com/holdfast/holdfast/internal/lincheck"
+	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/shop"
+)
+
+// The histories of this file are recorded against a real system on a quiet
+// machine and checked for linearizability with Porcupine
+// (internal/lincheck): every operation's send and answer times as its
+// client saw them, a few hot keys, each key's history checked against its
+// model. The fault histories (make jepsen) use the same recorder and models.
+
+// runClients runs body for clients 0..n-1 at once and waits for them.
+func runClients(n int, body func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { body(i) })
+	}
+	wg.Wait()
+}
+
+// outcomeTally counts a history's outcomes by status and code, for the log and
+// for the test's own check that the history exercised something.
+type outcomeTally struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (t *outcomeTally) add(o lincheck.Outcome) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil {
+		t.n = map[string]int{}
+	}
+	k := string(o.Status)
+	if o.Code != "" {
+		k += " " + o.Code
+	}
+	t.n[k]++
+}
+
+func (t *outcomeTally) get(k string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n[k]
+}
+
+// recordRead records a synchronous read: GET path decoded into v and turned
+// into the outcome by value; a read that got no 200 is not recorded (it
+// saw nothing).
+func recordRead[V any](t *testing.T, rec *lincheck.Recorder, client int, c *systest.Client, key, path string, op any, value func(V) any) {
+	sent := time.Now()
+	r, err := c.TryDo("GET", path, nil)
+	if err != nil || r.Status != http.StatusOK {
+		return
+	}
+	var v V
+	r.JSON(t, &v)
+	rec.Record(client, key, sent, op, lincheck.OK(value(v)))
+}
+
+// recordWrite sends a write and follows it to its outcome (lincheck.Await),
+// reads a succeeded result with value, and records it.
+func recordWrite(t *testing.T, rec *lincheck.Recorder, tl *outcomeTally, client int, c *systest.Client, key string, op any,
+	method, path string, body any, value func(a lincheck.Answer) any) lincheck.Outcome {
+	sent := time.Now()
+	a := lincheck.Await(c, method, path, body)
+	o := a.Outcome
+	if o.Status == lincheck.StatusOK || o.Status == lincheck.StatusRefused {
+		o.Value = value(a)
+	}
+	rec.Record(client, key, sent, op, o)
+	tl.add(o)
+	return o
+}
+
+// resultAs decodes a succeeded write's result.
+func resultAs[V any](t *testing.T, a lincheck.Answer) V {
+	var v V
+	require.NoError(t, json.Unmarshal(a.Result, &v), "%s", a.Result)
+	return v
+}
+
+// metaID is a refusal's meta number, or nil.
+func metaID(a lincheck.Answer, name string) any {
+	if f, ok := a.Meta[name].(float64); ok {
+		return int64(f)
+	}
+	return nil
+}
+
+// Model 2, FCFS seats: 24 clients on two events of 40 seats, each round a
+// grab by a new user, the same user's grab again, and a seat list.
+func TestLinearizableFCFS(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"RATE_LIMIT_PER_USER", "0", "DUPLICATE_WINDOW", "0s"}})
+	const clients, rounds, seatCount = 24, 8, 40
+	admin := s.Client("admin", domain.RoleAdmin)
+	var evs []int64
+	seats := map[string][]int64{}
+	for range 2 {
+		e := newEvent(t, s, map[string]any{"name": "Linearizable", "seatCount": seatCount})
+		var list struct{ Items []events.Seat }
+		admin.Do("GET", fmt.Sprintf("/api/v1/events/%d/seats", e.EventID), nil).JSON(t, &list)
+		for _, st := range list.Items {
+			seats[events.EventKey(e.EventID)] = append(seats[events.EventKey(e.EventID)], st.SeatID)
+		}
+		evs = append(evs, e.EventID)
+	}
+	rec, tl := lincheck.NewRecorder(), &outcomeTally{}
+	runClients(clients, func(i int) {
+		ev := evs[i%len(evs)]
+		key, path := events.EventKey(ev), fmt.Sprintf("/api/v1/events/%d/seats/fcfs", ev)
+		seat := func(a lincheck.Answer) any {
+			if a.Status == lincheck.StatusRefused {
+				return metaID(a, "seatId")
+			}
+			return resultAs[events.FCFSResult](t, a).SeatID
+		}
+		for r := range rounds {
+			user := fmt.Sprintf("lc%02d-%d", i, r)
+			c := s.Client(user, domain.RoleUser)
+			for range 2 {
+				recordWrite(t, rec, tl, i, c, key, lincheck.Grab{User: user}, "POST", path, nil, seat)
+			}
+			recordRead(t, rec, i, c, key, fmt.Sprintf("/api/v1/events/%d/seats?status=available", ev), lincheck.ListSeats{},
+				func(l struct{ Items []events.Seat }) any {
+					ids := []int64{}
+					for _, st := range l.Items {
+						ids = append(ids, st.SeatID)
+					}
+					return ids
+				})
+		}
+	})
+	t.Logf("outcomes: %v", tl.n)
+	require.Equal(t, 2*seatCount, tl.get("ok"), "every seat given")
+	require.Positive(t, tl.get("refused "+domain.CodeSoldOut))
+	require.Positive(t, tl.get("refused "+domain.CodeAlreadyReserved))
+	rec.Check(t, lincheck.FCFS(seats), "fcfs")
+}
+
+// Model 1, the stock counter: 16 shoppers on two options of 30 units,
+// each round putting 1–3 units in the cart, reserving them, then
+// confirming (every other round) or releasing, and reading the stock;
+// halfway through the stock runs out and reserves are refused.
+func TestLinearizableShopStock(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
+	const clients, rounds, units = 16, 10, 30
+	options := newProduct(t, s, units, units)
+	stock := map[string]int{}
+	for _, o := range options {
+		stock[shop.OptionKey(o)] = units
+	}
+	shoppers := make([]shopper, clients)
+	for i := range shoppers {
+		shoppers[i] = newShopper(t, s, fmt.Sprintf("lc%02d", i))
+	}
+	rec, tl := lincheck.NewRecorder(), &outcomeTally{}
+	runClients(clients, func(i int) {
+		sh, option := shoppers[i], options[i%len(options)]
+		key, user := shop.OptionKey(option), strconv.FormatInt(shoppers[i].id, 10)
+		body := map[string]int64{"userId": sh.id}
+		for r := range rounds {
+			k := 1 + (i+r)%3
+			sh.put(option, k) // the user's own cart: not the option's state
+			o := recordWrite(t, rec, tl, i, sh.Client, key, lincheck.Reserve{User: user, Units: k}, "POST", "/api/v1/orders/reserve", body,
+				func(a lincheck.Answer) any {
+					if a.Status == lincheck.StatusRefused {
+						return nil
+					}
+					return resultAs[struct{ Reservations []shop.Reservation }](t, a).Reservations[0].AvailableStock
+				})
+			if o.Status == lincheck.StatusOK && (i+r)%2 == 0 {
+				recordWrite(t, rec, tl, i, sh.Client, key, lincheck.Confirm{User: user}, "POST", "/api/v1/orders", body,
+					func(a lincheck.Answer) any {
+						if a.Status == lincheck.StatusRefused {
+							return nil
+						}
+						return resultAs[shop.Order](t, a).Lines[0].Quantity
+					})
+			} else {
+				recordWrite(t, rec, tl, i, sh.Client, key, lincheck.Release{User: user}, "DELETE", "/api/v1/orders/reserve", body,
+					func(a lincheck.Answer) any { return resultAs[struct{ Released int }](t, a).Released })
+			}
+			recordRead(t, rec, i, sh.Client, key, fmt.Sprintf("/api/v1/product-options/%d/stock", option), lincheck.ReadStock{},
+				func(st shop.Stock) any {
+					return lincheck.StockLevel{Stock: st.StockQuantity, Reserved: st.ReservedQuantity, Available: st.AvailableStock}
+				})
+		}
+	})
+	t.Logf("outcomes: %v", tl.n)
+	require.Positive(t, tl.get("ok"))
+	require.Positive(t, tl.get("refused "+domain.CodeInsufficientStock), "the stock ran out")
+	rec.Check(t, lincheck.Stock(stock), "stock")
+}
