@@ -17,12 +17,13 @@ import (
 // started and every entry accepted before the start has been applied, so
 // the order is complete before anyone is admitted by it.
 //
-// Membership of the pre-queue is decided by when the API accepted an entry
-// (before salesStartAt, by the API's clock), and an entry is applied a
-// moment after it was accepted; an entry accepted just before the start may
-// still be in its mailbox when the start comes. Sealing waits sealGrace
-// past the start (for inserts still committing, and clocks a little apart)
-// and then until no such entry is open in Postgres: every entry whose 202
+// Membership of the pre-queue is decided by when an entry was accepted
+// (before salesStartAt, by Postgres' clock, which stamps accepted_at as the
+// API stores it), and an entry is applied a moment after it was accepted;
+// an entry accepted just before the start may still be in its mailbox when
+// the start comes. Sealing waits sealGrace past the start by the same clock
+// (for inserts still committing) and then until no such entry is open in
+// Postgres: every entry whose 202
 // reached its client before the start is then in the room, at its place in
 // the draw. An entry the seal could not see (its insert committed later
 // still) is placed by its seq when it is applied, behind the drawn

@@ -163,14 +163,13 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 	if err := fence(ctx, tx, leasesOf(leases, through), e.opt.ForgetAfter); err != nil {
 		return res, err
 	}
-	waiting, err := requests.UndispatchedBefore(ctx, tx, through, picked)
+	waiting, now, err := requests.UndispatchedBefore(ctx, tx, through, picked)
 	if err != nil {
 		return res, err
 	}
 	if waiting {
 		return res, errOvertaking
 	}
-	now := time.Now().UTC()
 	var outs []requests.Outcome
 	var applied []*Batch
 	if failWith != nil {

@@ -134,14 +134,13 @@ func (e *Engine) finish(ctx context.Context, queue string, res result, mboxes ma
 		return
 	}
 	e.m.BatchSize.WithLabelValues(queue).Observe(float64(len(res.applied)))
-	now := time.Now()
 	for i, r := range res.applied {
 		code := metrics.NoCode
 		if p := res.outs[i].Problem; p != nil {
 			code = p.Code
 		}
 		e.m.Completed.WithLabelValues(r.Type, string(res.outs[i].Status), code).Inc()
-		e.m.Latency.WithLabelValues(r.Type).Observe(now.Sub(r.AcceptedAt).Seconds())
+		e.m.Latency.WithLabelValues(r.Type).Observe(r.CompletedAt.Sub(r.AcceptedAt).Seconds()) // both by Postgres' clock
 	}
 }
 

@@ -34,11 +34,10 @@ func (e *Engine) Reconcile(ctx context.Context) error {
 	if err := e.Redispatch(ctx, nil); err != nil {
 		errs = append(errs, err)
 	}
-	cutoff := time.Now().Add(-e.opt.RedriveAfter)
 	bucket := "r" + strconv.FormatInt(time.Now().UnixMilli()/1000, 10)
 	var after requests.OpenKey
 	for read := 0; read < reconcileMaxKeys; read += reconcilePage {
-		keys, err := e.store.OpenKeys(ctx, cutoff, after, reconcilePage)
+		keys, err := e.store.OpenKeys(ctx, e.opt.RedriveAfter, after, reconcilePage)
 		if err != nil {
 			return err
 		}

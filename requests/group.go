@@ -56,7 +56,6 @@ const maxBatch = 256
 type pending struct {
 	sub     *Submission
 	id      uuid.UUID
-	now     time.Time
 	r       *Request
 	created bool // r was stored for sub; false: r is the earlier request of sub's Idempotency-Key
 	err     error
@@ -164,13 +163,13 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 		for i, p := range batch {
 			ids[i] = p.id
 		}
-		stored, _ = seqsByID(s.pool.Query(rctx, `SELECT id, seq FROM requests WHERE id = ANY($1)`, ids))
+		stored, _ = stampsByID(s.pool.Query(rctx, `SELECT id, seq, accepted_at FROM requests WHERE id = ANY($1)`, ids))
 	}
 	var replays []*pending
 	for _, p := range batch {
-		switch seq, ok := stored[p.id]; {
+		switch st, ok := stored[p.id]; {
 		case ok:
-			p.r, p.created = newRequest(p.sub, p.id, p.now, seq), true
+			p.r, p.created = newRequest(p.sub, p.id, st.at, st.seq), true
 		case err == nil: // its Idempotency-Key's row was there (insertMany)
 			replays = append(replays, p)
 		default:
@@ -230,15 +229,21 @@ func (s *Store) replay(ctx context.Context, batch []*pending) {
 	}
 }
 
-// seqsByID reads rows of (id, seq).
-func seqsByID(rows pgx.Rows, err error) (map[uuid.UUID]int64, error) {
+// stamp is where a stored request stands: its seq and when it was accepted.
+type stamp struct {
+	seq int64
+	at  time.Time
+}
+
+// stampsByID reads rows of (id, seq, accepted_at).
+func stampsByID(rows pgx.Rows, err error) (map[uuid.UUID]stamp, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[uuid.UUID]int64{}
+	out := map[uuid.UUID]stamp{}
 	var id uuid.UUID
-	var seq int64
-	_, err = pgx.ForEachRow(rows, []any{&id, &seq}, func() error { out[id] = seq; return nil })
+	var st stamp
+	_, err = pgx.ForEachRow(rows, []any{&id, &st.seq, &st.at}, func() error { st.at = st.at.UTC(); out[id] = st; return nil })
 	return out, err
 }
 
@@ -249,23 +254,26 @@ func newRequest(sub *Submission, id uuid.UUID, now time.Time, seq int64) *Reques
 }
 
 // insertMany stores the submissions of batch in one statement, seq
-// following the batch's order, and returns the seqs of those stored: all
-// but those whose Idempotency-Key their user used on the same route before,
-// in an earlier statement or earlier in this one.
-func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID]int64, error) {
+// following the batch's order, and returns the seqs and acceptance times of
+// those stored: all but those whose Idempotency-Key their user used on the
+// same route before, in an earlier statement or earlier in this one. The
+// acceptance time is Postgres' clock (now()), never the API's: every time
+// compared with it (the reconciler's and the seal's cutoffs, a batch's
+// time, retention) is Postgres' clock too, so no two processes' clocks
+// are ever compared.
+func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID]stamp, error) {
 	n := len(batch)
 	ids := make([]uuid.UUID, n)
 	types, queues, users, traces := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	keys, payloads, routes, idems := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	hashes := make([][]byte, n)
-	at := make([]time.Time, n)
 	for i, p := range batch {
 		k, err := json.Marshal(p.sub.Keys)
 		if err != nil {
 			return nil, fmt.Errorf("requests: encode keys: %w", err)
 		}
 		ids[i], types[i], queues[i], users[i], traces[i] = p.id, p.sub.Type, p.sub.Queue, p.sub.UserID, p.sub.TraceID
-		keys[i], payloads[i], at[i] = string(k), string(p.sub.Payload), p.now
+		keys[i], payloads[i] = string(k), string(p.sub.Payload)
 		if p.sub.IdempotencyKey != "" {
 			routes[i], idems[i], hashes[i] = &p.sub.Route, &p.sub.IdempotencyKey, bodyHash(p.sub)
 		}
@@ -275,16 +283,16 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID
 		return nil, storage.Translate("requests: insert batch", err)
 	}
 	defer conn.Release()
-	seqs, err := seqsByID(conn.Query(ctx, `
+	seqs, err := stampsByID(conn.Query(ctx, `
 		INSERT INTO requests (id, type, queue, user_id, keys, payload, trace_id, accepted_at, idem_route, idem_key, body_hash)
-		SELECT u.id, u.type, u.queue, u.user_id, ARRAY(SELECT jsonb_array_elements_text(u.keys)), u.payload, u.trace_id, u.at,
+		SELECT u.id, u.type, u.queue, u.user_id, ARRAY(SELECT jsonb_array_elements_text(u.keys)), u.payload, u.trace_id, now(),
 			u.route, u.idem, u.hash
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[], $8::timestamptz[],
-			$9::text[], $10::text[], $11::bytea[])
-			WITH ORDINALITY AS u(id, type, queue, user_id, keys, payload, trace_id, at, route, idem, hash, ord)
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::jsonb[], $7::text[],
+			$8::text[], $9::text[], $10::bytea[])
+			WITH ORDINALITY AS u(id, type, queue, user_id, keys, payload, trace_id, route, idem, hash, ord)
 		ORDER BY u.ord
 		ON CONFLICT (user_id, idem_route, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
-		RETURNING id, seq`, ids, types, queues, users, keys, payloads, traces, at, routes, idems, hashes))
+		RETURNING id, seq, accepted_at`, ids, types, queues, users, keys, payloads, traces, routes, idems, hashes))
 	if pg := conn.Conn().PgConn(); err != nil && pg.IsClosed() {
 		s.endBackend(ctx, pg.PID())
 	}

@@ -25,7 +25,7 @@ func pendingBatch(t *testing.T, n int, payload string) []*pending {
 	for i := range batch {
 		id, err := uuid.NewV7()
 		require.NoError(t, err)
-		batch[i] = &pending{id: id, now: time.Now().UTC(), sub: &Submission{
+		batch[i] = &pending{id: id, sub: &Submission{
 			Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"}, Payload: json.RawMessage(payload)}}
 	}
 	return batch
@@ -50,7 +50,8 @@ func TestGroupFlushResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	for _, p := range stored {
 		<-p.done
 		require.NoError(t, p.err)
-		require.Equal(t, first[p.id], p.r.Seq)
+		require.Equal(t, first[p.id].seq, p.r.Seq)
+		require.Equal(t, first[p.id].at, p.r.AcceptedAt, "read back, the stamp Postgres gave it")
 		require.True(t, p.created)
 	}
 
@@ -154,7 +155,8 @@ func TestStoreBatchOfOneResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	require.Error(t, err, "the same id again: the INSERT fails although the row is there")
 	s.storeBatch(ctx, []*pending{p}, time.Minute)
 	require.NoError(t, p.err)
-	require.Equal(t, first[p.id], p.r.Seq)
+	require.Equal(t, first[p.id].seq, p.r.Seq)
+	require.Equal(t, first[p.id].at, p.r.AcceptedAt, "read back, the stamp Postgres gave it")
 	require.True(t, p.created)
 
 	lost := pendingBatch(t, 1, `{`)[0] // not JSON: the INSERT fails and stores nothing

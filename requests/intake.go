@@ -138,7 +138,7 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	if err != nil {
 		return nil, false, fmt.Errorf("requests: new id: %w", err)
 	}
-	p := &pending{sub: &sub, id: id, now: time.Now().UTC()}
+	p := &pending{sub: &sub, id: id}
 	if in.CommitEach {
 		in.store.storeBatch(ctx, []*pending{p}, in.group.timeout)
 		if p.created && in.Tracker != nil {

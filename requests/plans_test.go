@@ -114,7 +114,7 @@ func TestBatchStatementsDoNotGrowWithTheTable(t *testing.T) {
 		// Writes with Idempotency-Keys, then each again: the replays.
 		idem := make([]*pending, batch)
 		for i := range idem {
-			idem[i] = &pending{id: uuid.New(), now: time.Now().UTC(), sub: &Submission{Type: "t", Queue: "q", UserID: "u",
+			idem[i] = &pending{id: uuid.New(), sub: &Submission{Type: "t", Queue: "q", UserID: "u",
 				Keys: []string{"k"}, Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: uuid.NewString()}}
 		}
 		store.storeBatch(ctx, idem, time.Minute)
@@ -149,10 +149,10 @@ func insertOpen(t *testing.T, pool *pgxpool.Pool, n int) ([]uuid.UUID, int64) {
 		id, err := uuid.NewV7()
 		require.NoError(t, err)
 		ids[i] = id
-		batch[i] = &pending{id: id, now: time.Now().UTC(), sub: &Submission{
+		batch[i] = &pending{id: id, sub: &Submission{
 			Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"}, Payload: json.RawMessage(`{}`)}}
 	}
 	seqs, err := NewStore(pool).insertMany(context.Background(), batch)
 	require.NoError(t, err)
-	return ids, seqs[ids[n-1]]
+	return ids, seqs[ids[n-1]].seq
 }

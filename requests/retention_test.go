@@ -27,14 +27,16 @@ func newRetentionRig(t *testing.T) *retentionRig {
 	return &retentionRig{t: t, pool: pool, store: NewStore(pool)}
 }
 
-// insert stores a request accepted at at; completed, when not zero, makes
-// it terminal then.
+// insert stores a request and moves its acceptance to at (intake stamps
+// Postgres' clock); completed, when not zero, makes it terminal then.
 func (r *retentionRig) insert(at, completed time.Time, idemKey string) *Request {
 	r.t.Helper()
 	req, created, err := storeOne(context.Background(), r.store, &Submission{Type: "t", Queue: "q", UserID: "u",
-		Keys: []string{"k"}, Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: idemKey}, uuid.New(), at)
+		Keys: []string{"k"}, Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: idemKey}, uuid.New())
 	require.NoError(r.t, err)
 	require.True(r.t, created)
+	_, err = r.pool.Exec(context.Background(), `UPDATE requests SET accepted_at = $2 WHERE id = $1`, req.ID, at)
+	require.NoError(r.t, err)
 	if !completed.IsZero() {
 		_, err := r.pool.Exec(context.Background(), `UPDATE requests SET status = 'succeeded', result = '{}',
 			completed_at = $2 WHERE id = $1`, req.ID, completed)
@@ -60,7 +62,8 @@ func TestRetentionDeletesOnlyTerminalRequestsPastIt(t *testing.T) {
 	r := newRetentionRig(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
-	old, cutoff, recently := now.Add(-10*24*time.Hour), now.Add(-7*24*time.Hour), now.Add(-time.Hour)
+	const keep = 7 * 24 * time.Hour
+	old, recently := now.Add(-10*24*time.Hour), now.Add(-time.Hour)
 
 	stuck := r.insert(old, time.Time{}, "") // open for ten days: the reconciler's, never retention's
 	var expired []*Request
@@ -73,7 +76,7 @@ func TestRetentionDeletesOnlyTerminalRequestsPastIt(t *testing.T) {
 	recent := r.insert(recently, recently.Add(time.Second), "")
 	open := r.insert(recently, time.Time{}, "")
 
-	n, err := r.store.DeleteExpired(ctx, cutoff, 2) // four statements' worth
+	n, err := r.store.DeleteExpired(ctx, keep, 2) // four statements' worth
 	require.NoError(t, err)
 	require.EqualValues(t, len(expired), n)
 	for _, e := range expired {
@@ -86,12 +89,12 @@ func TestRetentionDeletesOnlyTerminalRequestsPastIt(t *testing.T) {
 	require.Error(t, err, "its outcome is gone")
 
 	again, created, err := storeOne(ctx, r.store, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"},
-		Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: "idem-old"}, uuid.New(), now)
+		Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: "idem-old"}, uuid.New())
 	require.NoError(t, err)
 	require.True(t, created, "after retention a replay is a new request")
 	require.NotEqual(t, replayed.ID, again.ID)
 
-	n, err = r.store.DeleteExpired(ctx, cutoff, 2)
+	n, err = r.store.DeleteExpired(ctx, keep, 2)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing left to delete")
 }
@@ -117,14 +120,14 @@ func TestRetentionBesideIntake(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			req, _, err := storeOne(ctx, r.store, &Submission{Type: "t", Queue: "q", UserID: fmt.Sprintf("new%d", i),
-				Keys: []string{"k"}, Payload: json.RawMessage(`{}`)}, uuid.New(), time.Now().UTC())
+				Keys: []string{"k"}, Payload: json.RawMessage(`{}`)}, uuid.New())
 			if err == nil {
 				newIDs[i] = req.ID
 			}
 			errs[i] = err
 		}()
 	}
-	n, err := r.store.DeleteExpired(ctx, time.Now().Add(-7*24*time.Hour), 100)
+	n, err := r.store.DeleteExpired(ctx, 7*24*time.Hour, 100)
 	wg.Wait()
 	require.NoError(t, err)
 	require.EqualValues(t, 3000, n)

@@ -208,16 +208,18 @@ func (s *Store) Undispatched(ctx context.Context, keys []string, afterSeq int64,
 // batch's own is marked undispatched on a key of through with a seq below
 // the one through maps that key to (the batch's last request on it): applying the batch would overtake it on that key (K3 is
 // per key; one on another key of the batch, or later, is not overtaken).
-func UndispatchedBefore(ctx context.Context, tx pgx.Tx, through map[string]int64, batch []uuid.UUID) (bool, error) {
+// In the same statement, which every apply transaction makes after its
+// waits for row locks, it reads Postgres' clock: now, the batch's time, the
+// clock accepted_at is stamped with, the same for every worker.
+func UndispatchedBefore(ctx context.Context, tx pgx.Tx, through map[string]int64, batch []uuid.UUID) (found bool, now time.Time, err error) {
 	keys, seqs := make([]string, 0, len(through)), make([]int64, 0, len(through))
 	for k, seq := range through {
 		keys, seqs = append(keys, k), append(seqs, seq)
 	}
-	var found bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests r JOIN unnest($1::text[], $2::bigint[]) AS b(key, seq)
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM requests r JOIN unnest($1::text[], $2::bigint[]) AS b(key, seq)
 		ON b.key = ANY (r.keys) AND r.seq < b.seq
-		WHERE r.undispatched AND r.status IN ('queued', 'processing') AND r.id <> ALL($3))`, keys, seqs, batch).Scan(&found)
-	return found, storage.Translate("requests: undispatched before", err)
+		WHERE r.undispatched AND r.status IN ('queued', 'processing') AND r.id <> ALL($3)), clock_timestamp()`, keys, seqs, batch).Scan(&found, &now)
+	return found, now.UTC(), storage.Translate("requests: undispatched before", err)
 }
 
 // OldestOpenAge is how long the oldest non-terminal request has waited, by
@@ -243,15 +245,16 @@ type OpenKey struct {
 	MaxSeq int64 // the highest
 }
 
-// OpenKeys lists keys with non-terminal requests accepted before cutoff, in
-// the order of their oldest request, after the key after (the last of the
-// page before; the zero OpenKey for the first). Paging by key rather than
-// by count, a key that completes between two pages moves no other key onto
-// the page already read.
-func (s *Store) OpenKeys(ctx context.Context, cutoff time.Time, after OpenKey, limit int) ([]OpenKey, error) {
+// OpenKeys lists keys with non-terminal requests accepted more than age
+// ago by Postgres' clock (the one accepted_at is stamped with), in the order
+// of their oldest request, after the key after (the last of the page before;
+// the zero OpenKey for the first). Paging by key rather than by count, a key
+// that completes between two pages moves no other key onto the page already
+// read.
+func (s *Store) OpenKeys(ctx context.Context, age time.Duration, after OpenKey, limit int) ([]OpenKey, error) {
 	rows, err := s.pool.Query(ctx, `SELECT k, min(queue), count(*), min(seq), max(seq) FROM requests, unnest(keys) AS k
-		WHERE completed_at IS NULL AND accepted_at < $1
-		GROUP BY k HAVING (min(seq), k) > ($2, $3) ORDER BY min(seq), k LIMIT $4`, cutoff, after.MinSeq, after.Key, limit)
+		WHERE completed_at IS NULL AND accepted_at < now() - $1::interval
+		GROUP BY k HAVING (min(seq), k) > ($2, $3) ORDER BY min(seq), k LIMIT $4`, age, after.MinSeq, after.Key, limit)
 	if err != nil {
 		return nil, storage.Translate("requests: open keys", err)
 	}
@@ -279,13 +282,14 @@ func (s *Store) OpenOnKey(ctx context.Context, key string, after int64, limit in
 // never blocks intake, which only inserts.
 const DeleteBatch = 1000
 
-// DeleteExpired deletes the terminal requests accepted and completed before
-// cutoff, batch at a time, walking the table in seq order from its oldest
-// row. accepted_at rises with seq but for the skew of the APIs' clocks and
-// the wait for an INSERT, so it stops at the first batch that reaches a
-// request accepted at or after cutoff (one behind it waits for a later
-// pass). It returns how many it deleted. An open request on the way is stepped over, never deleted.
-func (s *Store) DeleteExpired(ctx context.Context, cutoff time.Time, batch int) (int64, error) {
+// DeleteExpired deletes the terminal requests accepted and completed more
+// than keep ago by Postgres' clock (the one both are stamped with), batch at
+// a time, walking the table in seq order from its oldest row. accepted_at
+// rises with seq but for the wait for an INSERT, so it stops at the first
+// batch that reaches a request accepted at or after the cutoff (one behind
+// it waits for a later pass). It returns how many it deleted. An open
+// request on the way is stepped over, never deleted.
+func (s *Store) DeleteExpired(ctx context.Context, keep time.Duration, batch int) (int64, error) {
 	var total int64
 	after := int64(0)
 	for {
@@ -293,14 +297,14 @@ func (s *Store) DeleteExpired(ctx context.Context, cutoff time.Time, batch int) 
 		var last *int64
 		var reachedCutoff *bool
 		err := s.pool.QueryRow(ctx, `WITH head AS (
-				SELECT id, seq, accepted_at, completed_at FROM requests WHERE seq > $1 ORDER BY seq LIMIT $3
+				SELECT id, seq, accepted_at, completed_at, now() - $2::interval AS cutoff FROM requests WHERE seq > $1 ORDER BY seq LIMIT $3
 			), gone AS (
 				DELETE FROM requests r USING head h
-				WHERE r.id = h.id AND h.completed_at < $2 AND h.accepted_at < $2
+				WHERE r.id = h.id AND h.completed_at < h.cutoff AND h.accepted_at < h.cutoff
 				RETURNING 1
 			)
 			SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM head), (SELECT max(seq) FROM head),
-				(SELECT bool_or(accepted_at >= $2) FROM head)`, after, cutoff, batch).
+				(SELECT bool_or(accepted_at >= cutoff) FROM head)`, after, keep, batch).
 			Scan(&deleted, &scanned, &last, &reachedCutoff)
 		if err != nil {
 			return total, storage.Translate("requests: delete expired", err)

@@ -30,7 +30,7 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 		id, err := uuid.NewV7()
 		require.NoError(t, err)
 		r, created, err := storeOne(ctx, store, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: keys,
-			Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: idemKey}, id, time.Now().UTC())
+			Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: idemKey}, id)
 		require.NoError(t, err)
 		require.True(t, created)
 		return r
@@ -57,7 +57,7 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 	require.Equal(t, domain.StatusQueued, status(multi))
 
 	replay, created, err := storeOne(ctx, store, &Submission{Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"},
-		Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: "idem-1"}, uuid.New(), time.Now().UTC())
+		Payload: json.RawMessage(`{}`), Route: "POST /t", IdempotencyKey: "idem-1"}, uuid.New())
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, second.ID, replay.ID)
@@ -90,8 +90,8 @@ func TestColumnListsAgree(t *testing.T) {
 
 // storeOne stores sub under id as intake does with GROUP_COMMIT=false, and
 // returns the request stored, or the one its Idempotency-Key replays.
-func storeOne(ctx context.Context, s *Store, sub *Submission, id uuid.UUID, now time.Time) (*Request, bool, error) {
-	p := &pending{sub: sub, id: id, now: now}
+func storeOne(ctx context.Context, s *Store, sub *Submission, id uuid.UUID) (*Request, bool, error) {
+	p := &pending{sub: sub, id: id}
 	s.storeBatch(ctx, []*pending{p}, time.Minute)
 	return p.r, p.created, p.err
 }

@@ -320,7 +320,7 @@ func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)); os.Exi
 func retention(store *requests.Store, keep time.Duration, log *slog.Logger) Periodic {
 	return Periodic{Type: tasks.TypeRetention, Every: min(time.Minute, max(keep/4, time.Second)),
 		Handle: func(ctx context.Context) error {
-			n, err := store.DeleteExpired(ctx, time.Now().Add(-keep), requests.DeleteBatch)
+			n, err := store.DeleteExpired(ctx, keep, requests.DeleteBatch)
 			if n > 0 {
 				log.Info("requests past retention deleted", "deleted", n, "retention", keep)
 			}
