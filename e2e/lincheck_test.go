@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
@@ -16,6 +17,7 @@ import (
 	"github.com/holdfast/holdfast/internal/lincheck"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/shop"
+	"github.com/holdfast/holdfast/stays"
 )
 
 // The histories of this file are recorded against a real system on a quiet
@@ -208,4 +210,77 @@ func TestLinearizableShopStock(t *testing.T) {
 	require.Positive(t, tl.get("ok"))
 	require.Positive(t, tl.get("refused "+domain.CodeInsufficientStock), "the stock ran out")
 	rec.Check(t, lincheck.Stock(stock), "stock")
+}
+
+// Model 3, a room type's night: 8 clients on two room types of 4 rooms,
+// one night, HOLD_TTL 1 s; each round a hold, then a reuse and a cancel, a
+// confirm (two stays a room type) or a cancel, or a confirm once the hold
+// has lapsed, and a read of the night's availability.
+func TestLinearizableRoomNight(t *testing.T) {
+	t.Parallel()
+	const clients, rounds, rooms, ttl = 8, 6, 4, time.Second
+	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"RATE_LIMIT_PER_USER", "0", "HOLD_TTL", ttl.String()}})
+	staff := s.Client("staff", domain.RoleStaff)
+	var hotel stays.Hotel
+	staff.Do("POST", "/api/v1/hotels", map[string]string{"name": "Linearizable", "timezone": "UTC", "currency": "KRW"}).JSON(t, &hotel)
+	in, out := stayDates(1)
+	var types []int64
+	counts := map[string]int{}
+	for n := range 2 {
+		var rt stays.RoomType
+		staff.Do("POST", fmt.Sprintf("/api/v1/hotels/%d/room-types", hotel.HotelID), map[string]string{"name": fmt.Sprint("Type ", n)}).JSON(t, &rt)
+		for i := range rooms {
+			r := staff.Do("POST", fmt.Sprintf("/api/v1/hotels/%d/rooms", hotel.HotelID), map[string]any{"roomTypeId": rt.RoomTypeID, "number": fmt.Sprint(n, i)})
+			require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+		}
+		types = append(types, rt.RoomTypeID)
+		counts[stays.SerialKey(rt.RoomTypeID)+":"+in] = rooms
+	}
+	rec, tl := lincheck.NewRecorder(), &outcomeTally{}
+	runClients(clients, func(i int) {
+		rt := types[i%len(types)]
+		key, user := stays.SerialKey(rt)+":"+in, fmt.Sprintf("lc-stay%02d", i)
+		c, reader := s.Client(user, domain.RoleUser), s.Client("staff", domain.RoleStaff)
+		nothing := func(lincheck.Answer) any { return nil }
+		holdFor := func(clientKey string) lincheck.Outcome {
+			return recordWrite(t, rec, tl, i, c, key, lincheck.PlaceHold{User: user}, "POST", "/api/v1/holds",
+				stays.CreatePayload{RoomTypeID: rt, CheckIn: in, CheckOut: out, ClientHoldKey: clientKey},
+				func(a lincheck.Answer) any {
+					if a.Status == lincheck.StatusRefused {
+						return nil
+					}
+					h := resultAs[stays.Hold](t, a)
+					return lincheck.HoldGrant{ID: h.HoldID, ExpiresAt: h.ExpiresAt, Reused: h.Reused}
+				})
+		}
+		for r := range rounds {
+			clientKey := uuid.NewString()
+			o := holdFor(clientKey)
+			if g, ok := o.Value.(lincheck.HoldGrant); ok {
+				path := "/api/v1/holds/" + g.ID
+				switch {
+				case r%3 == 0:
+					holdFor(clientKey) // the same hold again: reused, its expiry pushed back
+					recordWrite(t, rec, tl, i, c, key, lincheck.CancelHold{User: user, Hold: g.ID}, "DELETE", path, nil, nothing)
+				case r == 1 && i < 4:
+					recordWrite(t, rec, tl, i, c, key, lincheck.ConfirmHold{User: user, Hold: g.ID}, "POST", path+"/confirm", nil, nothing)
+				case r%3 == 1:
+					recordWrite(t, rec, tl, i, c, key, lincheck.CancelHold{User: user, Hold: g.ID}, "DELETE", path, nil, nothing)
+				default:
+					// Only the clock passing the expiry can show the hold lapse.
+					time.Sleep(time.Until(g.ExpiresAt) + 5*time.Millisecond)
+					recordWrite(t, rec, tl, i, c, key, lincheck.ConfirmHold{User: user, Hold: g.ID}, "POST", path+"/confirm", nil, nothing)
+				}
+			}
+			recordRead(t, rec, i, reader, key, fmt.Sprintf("/api/v1/hotels/%d/availability?from=%s&to=%s&roomTypeId=%d", hotel.HotelID, in, out, rt),
+				lincheck.ReadNight{}, func(a stays.HotelAvailability) any {
+					it := a.Items[0]
+					return lincheck.NightCounts{Reserved: int(it.UnavailableRooms), Held: int(it.HeldRooms), Available: int(it.AvailableRooms)}
+				})
+		}
+	})
+	t.Logf("outcomes: %v", tl.n)
+	require.Positive(t, tl.get("refused "+domain.CodeNotAvailable))
+	require.Positive(t, tl.get("refused "+domain.CodeHoldExpired))
+	rec.Check(t, lincheck.RoomNight(counts, ttl), "room night")
 }

@@ -119,8 +119,10 @@ func (r *Recorder) RecordAt(client int, key string, sent, learnt time.Time, op a
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Wall-clock readings only (Round(0)), as Porcupine's order and the
+	// times the system reports are.
 	r.ops = append(r.ops, porcupine.Operation{ClientId: client, Call: sent.UnixNano(), Return: ret,
-		Input: Call{Key: key, Op: op, Sent: sent, Learnt: learnt}, Output: out, Metadata: out.RequestID})
+		Input: Call{Key: key, Op: op, Sent: sent.Round(0), Learnt: learnt.Round(0)}, Output: out, Metadata: out.RequestID})
 }
 
 // Len is the number of operations recorded.
