@@ -23,6 +23,7 @@ type PGServer struct {
 	t    testing.TB
 	dir  string
 	port int
+	env  []string // added to the server's environment (SkewedPostgresServer)
 	// URL is the server's URL without a database, as HOLDFAST_TEST_POSTGRES.
 	URL string
 }
@@ -52,6 +53,13 @@ func asPostgres(t testing.TB, name string, args ...string) *exec.Cmd {
 // extra `name=value` server settings (max_connections=20).
 func PostgresServer(t testing.TB, settings ...string) *PGServer {
 	t.Helper()
+	return postgresServer(t, nil, settings...)
+}
+
+// postgresServer is PostgresServer with env added to the server's
+// environment.
+func postgresServer(t testing.TB, env []string, settings ...string) *PGServer {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "holdfast-pg-")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
@@ -64,7 +72,7 @@ func PostgresServer(t testing.TB, settings ...string) *PGServer {
 	}
 	out, err := asPostgres(t, "initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "-A", "trust", "--no-sync").CombinedOutput()
 	require.NoError(t, err, "initdb: %s", out)
-	s := &PGServer{t: t, dir: dir, port: FreePort(t)}
+	s := &PGServer{t: t, dir: dir, port: FreePort(t), env: env}
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d", s.port)
 	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off", s.port, dir)
 	for _, kv := range settings {
@@ -83,8 +91,10 @@ func (s *PGServer) Start() {
 	s.t.Helper()
 	opts, err := os.ReadFile(filepath.Join(s.dir, "opts"))
 	require.NoError(s.t, err)
-	out, err := asPostgres(s.t, "pg_ctl", "-D", filepath.Join(s.dir, "data"), "-o", string(opts),
-		"-l", filepath.Join(s.dir, "log"), "-w", "-t", "60", "start").CombinedOutput()
+	cmd := asPostgres(s.t, "pg_ctl", "-D", filepath.Join(s.dir, "data"), "-o", string(opts),
+		"-l", filepath.Join(s.dir, "log"), "-w", "-t", "60", "start")
+	cmd.Env = append(os.Environ(), s.env...)
+	out, err := cmd.CombinedOutput()
 	require.NoError(s.t, err, "pg_ctl start: %s", out)
 	require.Eventually(s.t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
