@@ -284,3 +284,113 @@ func TestLinearizableRoomNight(t *testing.T) {
 	require.Positive(t, tl.get("refused "+domain.CodeHoldExpired))
 	rec.Check(t, lincheck.RoomNight(counts, ttl), "room night")
 }
+
+// recordCall records a synchronous write or read: its answer turned into
+// an outcome by outcome; a transport error is an unknown outcome.
+func recordCall(rec *lincheck.Recorder, tl *outcomeTally, client int, c *systest.Client, key string, op any,
+	method, path string, outcome func(systest.Response) lincheck.Outcome) lincheck.Outcome {
+	sent := time.Now()
+	o := lincheck.Unknown()
+	if r, err := c.TryDo(method, path, nil); err == nil {
+		o = outcome(r)
+	}
+	rec.Record(client, key, sent, op, o)
+	tl.add(o)
+	return o
+}
+
+// placeOf is the waiting room's status as the model reads it.
+func placeOf(st events.Status) lincheck.Place {
+	p := lincheck.Place{Status: st.Status, Rank: -1}
+	if st.Rank != nil {
+		p.Rank = int(*st.Rank)
+	}
+	return p
+}
+
+// Model 4, the waiting room: 10 clients on two events of maxConcurrent 2;
+// each enters, polls its status, takes a token when ready (and asks once
+// while waiting, mostly to be refused), leaves once entered, and enters
+// again at the back, until they have made 300 operations.
+func TestLinearizableWaitingRoom(t *testing.T) {
+	t.Parallel()
+	const clients, budget, slots = 10, 30, 2
+	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
+	var evs []int64
+	max := map[string]int{}
+	for range 2 {
+		e := newEvent(t, s, map[string]any{"name": "Linearizable", "seatCount": 1, "maxConcurrent": slots,
+			"tokenTtlSeconds": 3600, "presenceTimeoutSeconds": 3600, "claimWindowSeconds": 3600})
+		evs = append(evs, e.EventID)
+		max[events.QueueKey(e.EventID)] = slots
+	}
+	rec, tl := lincheck.NewRecorder(), &outcomeTally{}
+	runClients(clients, func(i int) {
+		ev := evs[i%len(evs)]
+		key, user := events.QueueKey(ev), fmt.Sprintf("lc-room%02d", i)
+		c, base := s.Client(user, domain.RoleUser), fmt.Sprintf("/api/v1/events/%d/queue", ev)
+		enter := func() {
+			recordWrite(t, rec, tl, i, c, key, lincheck.Enter{User: user}, "POST", base, nil,
+				func(a lincheck.Answer) any { return placeOf(resultAs[events.Status](t, a)) })
+		}
+		status := func() lincheck.Place {
+			o := recordCall(rec, tl, i, c, key, lincheck.QueueStatus{User: user}, "GET", base+"/status", func(r systest.Response) lincheck.Outcome {
+				if r.Status != http.StatusOK {
+					return lincheck.NotAccepted(r.ErrorCode(t))
+				}
+				var st events.Status
+				r.JSON(t, &st)
+				return lincheck.OK(placeOf(st))
+			})
+			p, _ := o.Value.(lincheck.Place)
+			return p
+		}
+		token := func() {
+			recordCall(rec, tl, i, c, key, lincheck.TakeToken{User: user}, "POST", base+"/token", func(r systest.Response) lincheck.Outcome {
+				var e systest.Envelope
+				switch r.JSON(t, &e); {
+				case r.Status == http.StatusOK:
+					return lincheck.OK(nil)
+				case e.Error.Code != domain.CodeNotYourTurn:
+					return lincheck.NotAccepted(e.Error.Code)
+				}
+				p := lincheck.Place{Status: fmt.Sprint(e.Error.Meta["status"]), Rank: -1}
+				if r, ok := e.Error.Meta["rank"].(float64); ok {
+					p.Rank = int(r)
+				}
+				return lincheck.Refused(e.Error.Code, p)
+			})
+		}
+		enter()
+		asked := false // for a token while waiting
+		for rec.Len() < clients*budget {
+			switch p := status(); p.Status {
+			case "ready":
+				token()
+			case "waiting":
+				if !asked {
+					token()
+					asked = true
+					continue
+				}
+				// A waiting client's polling pace.
+				time.Sleep(10 * time.Millisecond)
+			case "entered":
+				recordCall(rec, tl, i, c, key, lincheck.LeaveRoom{User: user}, "DELETE", base+"/token", func(r systest.Response) lincheck.Outcome {
+					if r.Status != http.StatusOK {
+						return lincheck.NotAccepted(r.ErrorCode(t))
+					}
+					return lincheck.OK(nil)
+				})
+				enter()
+				asked = false
+			default:
+				t.Errorf("%s: status %s", user, p)
+				return
+			}
+		}
+	})
+	t.Logf("outcomes: %v", tl.n)
+	require.Positive(t, tl.get("refused "+domain.CodeNotYourTurn))
+	rec.Check(t, lincheck.WaitingRoom(max), "waiting room")
+}

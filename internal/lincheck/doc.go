@@ -52,8 +52,9 @@
 //
 // Each model is a porcupine.Model over one key, built from the key's state
 // when the history began: Stock (a product option's units), FCFS (an
-// event's seats). The type's documentation says exactly what it allows and
-// why; in short:
+// event's seats), RoomNight (a room type's rooms on one night),
+// WaitingRoom (an event's line). Each function's documentation says
+// exactly what it allows and why; in short:
 //
 //   - Stock: reserves, confirms, releases and stock reads on one option,
 //     linearizable, with the one allowance docs/shop.md documents: a
@@ -68,4 +69,16 @@
 //     is free, ALREADY_RESERVED names the user's seat; the seat list is
 //     exact at a point of its interval. The public remainingSeats count, a
 //     Redis copy, is not modelled.
+//   - RoomNight: holds, confirms, cancels and availability reads, with
+//     time: each write is decided at a time inside its interval, later
+//     than the write before it (a hold's result pins it), and a hold counts
+//     until its expiry, so a hold applied after its expiry counts for
+//     nothing and confirming it is HOLD_EXPIRED. A read is exact at some
+//     time of its own interval.
+//   - WaitingRoom: entries join the back of the line, a status read gives
+//     the exact rank and ready/waiting against maxConcurrent − tokens held,
+//     a token goes only to a ready user, leaving frees the slot: positions
+//     never move backwards, admissions follow the line, counts are exact.
+//     Presence, claim windows and token expiry are not modelled (the
+//     histories set them longer than the run).
 package lincheck
