@@ -107,6 +107,15 @@ SPEEDUPS_OFF_E2E := ^Test(K[2-6]|MultiKey|DurableAcrossRedisFlushall|Idempotency
 cluster: ## Run holdfast on a private 3-master Redis Cluster and via a Sentinel (also part of make test)
 	$(GO) test -race -count=1 -run '^TestRedis(Cluster|Sentinel)$$' -v ./e2e/
 
+jepsen: ## Run the fault histories (kill -9 of workers and APIs, Redis flushed and killed, Postgres restarted and frozen, a worker paused past its lease), each checked for linearizability, and their control; one line per history (make test skips them)
+	@# HOLDFAST_JEPSEN=1 turns them on; one history at a time. The whole
+	@# output, with the checker's account of any failure, is bin/jepsen.log.
+	@mkdir -p bin; \
+	HOLDFAST_JEPSEN=1 $(GO) test -race -count=1 -timeout 60m -run '^TestJepsen' -v ./e2e > bin/jepsen.log 2>&1; rc=$$?; \
+	sed -n 's/^ *jepsen_test\.go:[0-9]*: jepsen: /jepsen: /p' bin/jepsen.log; \
+	grep -E '^ *--- (FAIL|PASS)|^(ok|FAIL)\s' bin/jepsen.log; \
+	echo "make jepsen: whole output in bin/jepsen.log"; exit $$rc
+
 bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart and hold designs (those three at local and at 1 ms commits); print the table (~8 min; BENCH_ONLY=drop|cart|hold|keys for one part)
 	$(GO) build -o bin/load ./cmd/load
 	$(GO) build -o bin/baseline ./cmd/baseline
@@ -139,4 +148,4 @@ test-deploy: ## The deploy module's tests: the images built and read back (deplo
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build image run migrate lint-api lint lint-tool warm test check cluster bench streams soak benchgo fuzz manifests test-deploy clean
+.PHONY: help build image run migrate lint-api lint lint-tool warm test check cluster jepsen bench streams soak benchgo fuzz manifests test-deploy clean
