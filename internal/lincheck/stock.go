@@ -47,11 +47,56 @@ func (l StockLevel) String() string {
 }
 
 // stockState is an option's stock, its live reservations by user, and
-// the reservations that ended (released or confirmed).
+// the reservations that ended (released or confirmed) recently enough to
+// matter.
 type stockState struct {
 	stock int
 	held  []holding // sorted by user
 	ended []ended   // sorted
+	// latest is the latest send (UnixNano) of the operations placed: a
+	// function of which, not of their order, so states stay comparable.
+	latest int64
+}
+
+// horizoned is an operation of a key whose reserves all lasted at most
+// horizon (from send to answer): a reservation whose end was learnt more
+// than horizon before the latest send placed can be left out by no reserve
+// still to come, which was answered after that send and so sent after the
+// horizon. The state forgets it.
+type horizoned struct {
+	op      any
+	horizon int64
+}
+
+func (h horizoned) String() string { return fmt.Sprint(h.op) }
+
+// withHorizon wraps a key's operations with its reserves' longest
+// duration (no limit if one was never answered).
+func withHorizon(ops []porcupine.Operation) []porcupine.Operation {
+	horizon := int64(0)
+	for _, op := range ops {
+		if _, ok := op.Input.(Call).Op.(Reserve); ok {
+			horizon = max(horizon, op.Return-op.Call) // never - Call when unknown
+		}
+	}
+	out := make([]porcupine.Operation, len(ops))
+	for i, op := range ops {
+		c := op.Input.(Call)
+		c.Op = horizoned{c.Op, horizon}
+		op.Input = c
+		out[i] = op
+	}
+	return out
+}
+
+// placed notes c's send and forgets what no reserve to come can use.
+func (s stockState) placed(c Call, horizon int64) stockState {
+	s.latest = max(s.latest, c.Sent.UnixNano())
+	from, _ := slices.BinarySearchFunc(s.ended, s.latest-horizon, func(e ended, t int64) int { return cmp.Compare(e.learnt, t) })
+	if from > 0 {
+		s.ended = slices.Clone(s.ended[from:])
+	}
+	return s
 }
 
 // holding is a user's live reservation.
@@ -99,20 +144,26 @@ func (s stockState) end(i int, learnt time.Time) stockState {
 	return s
 }
 
-// overlooked is the units a reserve sent at sent may have left out: those
-// of the ended reservations whose clients learnt so after it was sent.
-// sums reports which totals some of them make (sums[x]), up to limit.
-func (s stockState) overlooked(sent time.Time, limit int) (total int, sums []bool) {
-	sums = make([]bool, max(limit, 0)+1)
-	sums[0] = true
+// overlooked reports whether a reserve sent at sent may have left out
+// exactly x units: those of some of the ended reservations whose clients
+// learnt so after it was sent. all is the most it may leave out.
+func (s stockState) overlooked(sent time.Time, x int) (ok bool, all int) {
 	from, _ := slices.BinarySearchFunc(s.ended, sent.UnixNano(), func(e ended, t int64) int { return cmp.Compare(e.learnt, t) })
-	for _, e := range s.ended[from:] {
-		total += e.units
-		for x := len(sums) - 1; x >= e.units; x-- {
-			sums[x] = sums[x] || sums[x-e.units]
+	eligible := s.ended[from:]
+	for _, e := range eligible {
+		all += e.units
+	}
+	if x < 0 || x > all {
+		return false, all
+	}
+	sums := make([]bool, x+1) // sums[y]: some of them make y
+	sums[0] = true
+	for _, e := range eligible {
+		for y := x; y >= e.units; y-- {
+			sums[y] = sums[y] || sums[y-e.units]
 		}
 	}
-	return total, sums
+	return sums[x], all
 }
 
 // Stock is the model of a product option's stock (the shop, docs/shop.md):
@@ -152,13 +203,21 @@ func Stock(stock map[string]int) porcupine.Model {
 		init: func(key string) stockState { return stockState{stock: stock[key]} },
 		step: stockStep,
 		equal: func(a, b stockState) bool {
-			return a.stock == b.stock && slices.Equal(a.held, b.held) && slices.Equal(a.ended, b.ended)
+			return a.stock == b.stock && a.latest == b.latest && slices.Equal(a.held, b.held) && slices.Equal(a.ended, b.ended)
 		},
-		show: stockState.String,
+		show:   stockState.String,
+		expand: withHorizon,
 	}.model()
 }
 
 func stockStep(s stockState, c Call, out Outcome) (bool, stockState) {
+	h := c.Op.(horizoned)
+	c.Op = h.op
+	ok, s := stockStepOf(s, c, out)
+	return ok, s.placed(c, h.horizon)
+}
+
+func stockStepOf(s stockState, c Call, out Outcome) (bool, stockState) {
 	unknown := out.Status == StatusUnknown
 	switch op := c.Op.(type) {
 	case Reserve:
@@ -205,12 +264,12 @@ func reserveStep(s stockState, c Call, op Reserve, out Outcome) (bool, stockStat
 		}
 	case out.Status == StatusOK:
 		v, _ := out.Value.(int)
-		x := available - op.Units - v // the units left out
-		if _, sums := s.overlooked(c.Sent, x); v < 0 || x < 0 || !sums[x] {
+		// The units left out: none when the reserve saw everything.
+		if ok, _ := s.overlooked(c.Sent, available-op.Units-v); v < 0 || !ok {
 			return false, s
 		}
 	case out.Code == domain.CodeInsufficientStock:
-		all, _ := s.overlooked(c.Sent, 0)
+		_, all := s.overlooked(c.Sent, 0)
 		return available-all < op.Units, s
 	default:
 		return false, s
