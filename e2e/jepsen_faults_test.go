@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -126,9 +128,29 @@ func waitReady(t *testing.T, p *systest.Serving) {
 	}, rigStep, 20*time.Millisecond, "%s ready", p.Name)
 }
 
+// requireRunning fails the test if a process of the rig that no fault
+// killed has ended: a data race ends a process (GORACE halt_on_error), as
+// would a crash.
+func (r *rig) requireRunning() {
+	for _, p := range append(slices.Clone(r.apis), r.workers...) {
+		err := p.Exited(100 * time.Millisecond)
+		require.Error(r.t, err, "%s ended by itself", p.Name)
+		var exit *exec.ExitError
+		require.False(r.t, errors.As(err, &exit), "%s ended by itself: %v", p.Name, err)
+	}
+}
+
 // killWorker kills worker i with SIGKILL and waits for it to be gone.
 func (r *rig) killWorker(i int) string {
 	return kill9(r.t, r.workers[i])
+}
+
+// open is how many requests are accepted and not yet terminal.
+func (r *rig) open() int {
+	var n int
+	require.NoError(r.t, r.s.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM requests WHERE status IN ('queued', 'processing')`).Scan(&n))
+	return n
 }
 
 func kill9(t *testing.T, p *systest.Serving) string {

@@ -60,7 +60,7 @@ type jepsenLoad struct {
 	counts     map[lincheck.Status]int
 	codes      map[string]int  // refusals and answers at the door, by code
 	unanswered int             // reads that got no answer, not recorded
-	doors      []doorAnswer    // writes answered 4xx or 5xx at the door
+	unseen     []unseenWrite   // writes answered at the door, or never
 	known      map[string]bool // request ids some client learnt
 	changed    chan struct{}   // closed, and replaced, on each operation recorded
 }
@@ -73,15 +73,17 @@ type jepsenFixtures struct {
 	stock   map[string]int // option key → its stock
 }
 
-// doorAnswer is a write the API answered without accepting it: the client
-// was told it was not stored.
-type doorAnswer struct {
+// unseenWrite is a write whose request, if one was stored, no client
+// knows of: answered at the door (the client was told it was not stored),
+// or never answered however often it was sent (an unknown outcome).
+type unseenWrite struct {
 	client  int
 	key     string
 	user    string
 	reqType string
 	op      any
-	code    string
+	told    lincheck.Status // not accepted, or unknown
+	code    string          // the answer's error code, if it had one
 	sent    time.Time
 	learnt  time.Time
 }
@@ -408,8 +410,9 @@ func (l *jepsenLoad) record(rec *lincheck.Recorder, client int, key string, sent
 	if out.RequestID != "" {
 		l.known[out.RequestID] = true
 	}
-	if reqType != "" && out.Status == lincheck.StatusNotAccepted {
-		l.doors = append(l.doors, doorAnswer{client: client, key: key, user: user, reqType: reqType, op: op, code: out.Code, sent: sent, learnt: now})
+	if reqType != "" && (out.Status == lincheck.StatusNotAccepted || (out.Status == lincheck.StatusUnknown && out.RequestID == "")) {
+		l.unseen = append(l.unseen, unseenWrite{client: client, key: key, user: user, reqType: reqType, op: op,
+			told: out.Status, code: out.Code, sent: sent, learnt: now})
 	}
 	close(l.changed)
 	l.changed = make(chan struct{})
@@ -446,47 +449,87 @@ func (l *jepsenLoad) waitOps(n int, timeout time.Duration) {
 	}
 }
 
-// ghostWrite is a write its client was told was not stored, found in Postgres.
+// ghostWrite is a write its client was told was not stored, found in
+// Postgres.
 type ghostWrite struct {
-	doorAnswer
-	id                      string
-	status                  string
-	acceptedAt, completedAt *time.Time
-	outcome                 string // result or error, as stored
+	unseenWrite
+	stored
+}
+
+// stored is a request as Postgres holds it.
+type stored struct {
+	id, user, reqType, status string
+	acceptedAt                time.Time
+	completedAt               *time.Time
+	outcome                   string // result or error, as stored
+}
+
+func (s stored) String() string {
+	done := "not yet"
+	if s.completedAt != nil {
+		done = s.completedAt.UTC().Format("15:04:05.000")
+	}
+	return fmt.Sprintf("request %s (%s of user %s), accepted %s by Postgres' clock, %s %s: %s",
+		s.id, s.reqType, s.user, s.acceptedAt.UTC().Format("15:04:05.000"), s.status, done, s.outcome)
 }
 
 func (g ghostWrite) String() string {
-	at := func(p *time.Time) string {
-		if p == nil {
-			return "never"
-		}
-		return p.UTC().Format("15:04:05.000")
-	}
-	return fmt.Sprintf("%v on %s: sent %s, answered %s at %s (%s later); yet stored as request %s, accepted %s, %s %s: %s",
+	return fmt.Sprintf("%v on %s: sent %s, answered %s at %s (%s later); yet stored: %s",
 		g.op, g.key, g.sent.UTC().Format("15:04:05.000"), g.code, g.learnt.UTC().Format("15:04:05.000"),
-		g.learnt.Sub(g.sent).Round(time.Millisecond), g.id, at(g.acceptedAt), g.status, at(g.completedAt), g.outcome)
+		g.learnt.Sub(g.sent).Round(time.Millisecond), g.stored)
 }
 
-// ghosts finds, for each write answered at the door, a request of its
-// user and type that the API stamped accepted between the write's send and
-// its answer and that no client learnt of: the write the client was told
-// was not stored.
-func (l *jepsenLoad) ghosts() []ghostWrite {
+// jepsenTypes are the write types of the workload.
+var jepsenTypes = []string{events.TypeFCFS, shop.TypeReserve, shop.TypeConfirm, shop.TypeRelease}
+
+// ghosts reads the workload's requests that no client learnt of and
+// accounts for each by the write it came from: the last write of its user
+// and type sent before Postgres stamped it accepted among those answered
+// at the door (a ghost: its client was told it was not stored) or never
+// answered (an unknown outcome, which may have taken effect). The stamp is
+// Postgres' clock when the INSERT ran, which for a write held up by a
+// frozen server is after its client's answer. A request no such write
+// accounts for is an orphan, described.
+func (l *jepsenLoad) ghosts() (ghosts []ghostWrite, orphans []string) {
 	t := l.t
-	ctx := context.Background()
-	var found []ghostWrite
-	for _, d := range l.doors {
-		rows, err := l.r.s.Pool.Query(ctx, `SELECT id::text, status, accepted_at, completed_at, coalesce(result::text, error::text, '')
-			FROM requests WHERE user_id = $1 AND type = $2 AND accepted_at BETWEEN $3 AND $4`, d.user, d.reqType, d.sent, d.learnt)
-		require.NoError(t, err)
-		for rows.Next() {
-			g := ghostWrite{doorAnswer: d}
-			require.NoError(t, rows.Scan(&g.id, &g.status, &g.acceptedAt, &g.completedAt, &g.outcome))
-			if !l.known[g.id] {
-				found = append(found, g)
-			}
-		}
-		require.NoError(t, rows.Err())
+	known := make([]string, 0, len(l.known))
+	for id := range l.known {
+		known = append(known, id)
 	}
-	return found
+	rows, err := l.r.s.Pool.Query(context.Background(), `SELECT id::text, user_id, type, status, accepted_at, completed_at,
+			coalesce(result::text, error::text, '')
+		FROM requests WHERE type = ANY($1) AND NOT (id::text = ANY($2)) ORDER BY seq`, jepsenTypes, known)
+	require.NoError(t, err)
+	var unknown []stored
+	for rows.Next() {
+		var s stored
+		require.NoError(t, rows.Scan(&s.id, &s.user, &s.reqType, &s.status, &s.acceptedAt, &s.completedAt, &s.outcome))
+		unknown = append(unknown, s)
+	}
+	require.NoError(t, rows.Err())
+	for _, s := range unknown {
+		w, ok := l.sourceOf(s)
+		switch {
+		case !ok:
+			orphans = append(orphans, s.String())
+		case w.told == lincheck.StatusNotAccepted:
+			ghosts = append(ghosts, ghostWrite{unseenWrite: w, stored: s})
+		}
+	}
+	return ghosts, orphans
+}
+
+// sourceOf is the write stored became: the last unseen write of its user
+// and type sent before it was stamped accepted (a second's leeway for the
+// two clocks).
+func (l *jepsenLoad) sourceOf(s stored) (unseenWrite, bool) {
+	var best unseenWrite
+	found := false
+	for _, w := range l.unseen {
+		if w.user == s.user && w.reqType == s.reqType && !w.sent.After(s.acceptedAt.Add(time.Second)) &&
+			(!found || w.sent.After(best.sent)) {
+			best, found = w, true
+		}
+	}
+	return best, found
 }
