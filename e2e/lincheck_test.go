@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -393,4 +394,78 @@ func TestLinearizableWaitingRoom(t *testing.T) {
 	t.Logf("outcomes: %v", tl.n)
 	require.Positive(t, tl.get("refused "+domain.CodeNotYourTurn))
 	rec.Check(t, lincheck.WaitingRoom(max), "waiting room")
+}
+
+// envProbes runs the histories that reproduce violations the checker found
+// and no one has fixed yet: each fails while its violation stands.
+const envProbes = "HOLDFAST_LINCHECK_PROBES"
+
+// A violation the room-night model finds (SPEC §4.2, docs/stays.md: counts
+// exact at every instant): the availability read takes the stays from
+// Postgres, then the holds from Redis, and a confirm commits its stays in
+// between and removes their holds once committed, so the read counts a
+// confirmed room as neither stayed nor held and shows it free (seen:
+// "reserved 4 held 0 available 76" while 72 were free). Four clients hold
+// and confirm rooms one after another while four read the night in a loop.
+// HOLDFAST_LINCHECK_PROBES=1 runs it; it failed in each of 4 runs on a
+// quiet machine (2026-11-29).
+func TestLinearizableProbeStaysReadAcrossConfirm(t *testing.T) {
+	if os.Getenv(envProbes) == "" {
+		t.Skipf("a reproduction of a standing violation; %s=1 runs it", envProbes)
+	}
+	t.Parallel()
+	const writers, readers, rooms, ttl = 4, 4, 80, time.Minute
+	s := systest.Start(t, systest.Options{Workers: 2, Overrides: []string{"RATE_LIMIT_PER_USER", "0", "HOLD_TTL", ttl.String()}})
+	staff := s.Client("staff", domain.RoleStaff)
+	var hotel stays.Hotel
+	staff.Do("POST", "/api/v1/hotels", map[string]string{"name": "Probe", "timezone": "UTC", "currency": "KRW"}).JSON(t, &hotel)
+	in, out := stayDates(1)
+	var rt stays.RoomType
+	staff.Do("POST", fmt.Sprintf("/api/v1/hotels/%d/room-types", hotel.HotelID), map[string]string{"name": "Probe"}).JSON(t, &rt)
+	for i := range rooms {
+		r := staff.Do("POST", fmt.Sprintf("/api/v1/hotels/%d/rooms", hotel.HotelID), map[string]any{"roomTypeId": rt.RoomTypeID, "number": fmt.Sprint(i)})
+		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
+	}
+	key := stays.SerialKey(rt.RoomTypeID) + ":" + in
+	availability := fmt.Sprintf("/api/v1/hotels/%d/availability?from=%s&to=%s&roomTypeId=%d", hotel.HotelID, in, out, rt.RoomTypeID)
+	rec, tl := lincheck.NewRecorder(), &outcomeTally{}
+	done := make(chan struct{})
+	reading := make(chan struct{})
+	go func() {
+		defer close(reading)
+		runClients(readers, func(i int) {
+			reader := s.Client("staff", domain.RoleStaff)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				recordRead(t, rec, writers+i, reader, key, availability, lincheck.ReadNight{}, func(a stays.HotelAvailability) any {
+					it := a.Items[0]
+					return lincheck.NightCounts{Reserved: int(it.UnavailableRooms), Held: int(it.HeldRooms), Available: int(it.AvailableRooms)}
+				})
+			}
+		})
+	}()
+	runClients(writers, func(i int) {
+		for r := range rooms / writers {
+			user := fmt.Sprintf("probe%d-%d", i, r)
+			c := s.Client(user, domain.RoleUser)
+			o := recordWrite(t, rec, tl, i, c, key, lincheck.PlaceHold{User: user}, "POST", "/api/v1/holds",
+				stays.CreatePayload{RoomTypeID: rt.RoomTypeID, CheckIn: in, CheckOut: out, ClientHoldKey: uuid.NewString()},
+				func(a lincheck.Answer) any {
+					h := resultAs[stays.Hold](t, a)
+					return lincheck.HoldGrant{ID: h.HoldID, ExpiresAt: h.ExpiresAt, Reused: h.Reused}
+				})
+			if g, ok := o.Value.(lincheck.HoldGrant); ok {
+				recordWrite(t, rec, tl, i, c, key, lincheck.ConfirmHold{User: user, Hold: g.ID}, "POST", "/api/v1/holds/"+g.ID+"/confirm", nil,
+					func(lincheck.Answer) any { return nil })
+			}
+		}
+	})
+	close(done)
+	<-reading
+	t.Logf("outcomes: %v", tl.n)
+	rec.Check(t, lincheck.RoomNight(map[string]int{key: rooms}, ttl), "stays read across confirm")
 }

@@ -21,9 +21,10 @@
 // (RecordAt gives it, for hand-made histories). An async write's interval
 // runs from its send to the moment its client learnt the outcome, by
 // Prefer: wait or by polling GET /api/v1/requests/{id} (Await does both).
-// Times are the wall clock of the test process, which is the clock of
-// in-process workers too (the stays model compares them with the hold
-// expiry the worker reports).
+// Times are the wall clock of the test process. The stays model compares
+// them with the hold expiry the worker reports, which counts from the
+// batch's time, Postgres' clock: the histories run Postgres on the test's
+// machine, with its clock.
 //
 // Outcomes: OK (applied, with the model's reading of the result), Refused
 // (a business "no", with its code), NotAccepted (a synchronous 4xx or 5xx:

@@ -121,8 +121,9 @@ func (s nightState) String() string {
 // or hold on the night when the history began); ttl is HOLD_TTL.
 //
 // Time is part of it. Each write is decided at its batch's time, which
-// the worker takes after the request was accepted and before its outcome
-// is published: a point in the write's interval, later than the last
+// the apply transaction reads from Postgres' clock after the request was
+// accepted, before its outcome is published: a point in the write's
+// interval (Postgres runs on the test's machine), later than the last
 // write's. A hold's result pins it (createdAt = expiresAt − ttl, for a
 // reused hold too); for the others the model takes the earliest time that
 // explains the answer. A hold counts against the night until it expires —
