@@ -132,7 +132,7 @@ type PublicEvent struct {
 	TotalSeats     int    `json:"totalSeats"`
 	RemainingSeats int    `json:"remainingSeats"`
 	RoomSettings
-	ShuffleSeed *string `json:"shuffleSeed"` // once the sale has started
+	ShuffleSeed *string `json:"shuffleSeed"` // once the pre-queue is sealed
 }
 
 // PrequeuePage is one page of an event's pre-queue entrants (pseudonyms, in

@@ -68,7 +68,7 @@ func TestEventsReconcileRepairs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			require.NoError(t, c.Reconcile(ctx, now))
+			require.NoError(t, c.Reconcile(ctx))
 		}()
 	}
 	wg.Wait()

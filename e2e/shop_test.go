@@ -390,7 +390,7 @@ func TestShopConfirmEdges(t *testing.T) {
 	// Past the 1 s RESERVATION_TTL, which confirms the first order in time
 	// on a busy machine; a lapse changes no row, so only the clock shows it.
 	time.Sleep(1100 * time.Millisecond)
-	_, err := shop.NewCatalog(s.Pool).ExpireReservations(context.Background(), time.Now())
+	_, err := shop.NewCatalog(s.Pool).ExpireReservations(context.Background())
 	require.NoError(t, err)
 	rejected(t, u.order("POST", "/api/v1/orders"), domain.CodeReservationExpired, 410)
 

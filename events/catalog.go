@@ -43,12 +43,6 @@ type RoomSettings struct {
 	ShuffleCommitment      string     `json:"shuffleCommitment"`
 }
 
-// started reports whether the sale has started at now: always, for an
-// event without a pre-queue.
-func (e Event) started(now time.Time) bool {
-	return e.SalesStartAt == nil || !now.Before(*e.SalesStartAt)
-}
-
 // inPrequeue reports whether an entry accepted at t joins the pre-queue.
 func (e Event) inPrequeue(t time.Time) bool {
 	return e.SalesStartAt != nil && t.Before(*e.SalesStartAt)
@@ -64,7 +58,9 @@ func (e Event) member(user string) string { return Pseudonym(e.seed, user) }
 
 // Public is the unauthenticated view of an event: its seats, and the
 // waiting-room settings a visitor plans by. ShuffleSeed is null until the
-// sale starts.
+// pre-queue is sealed: by then the sale has started by Postgres' clock,
+// which closed the pre-queue, so no API whose clock runs ahead shows the
+// seed while entries may still join the draw it decides.
 type Public struct {
 	EventID        int64  `json:"eventId"`
 	Name           string `json:"name"`
@@ -74,11 +70,11 @@ type Public struct {
 	ShuffleSeed *string `json:"shuffleSeed"`
 }
 
-// public is e's public view at now with remaining seats.
-func (e Event) public(remaining int, now time.Time) Public {
+// public is e's public view with remaining seats.
+func (e Event) public(remaining int) Public {
 	p := Public{EventID: e.EventID, Name: e.Name, TotalSeats: e.TotalSeats, RemainingSeats: remaining,
 		RoomSettings: e.RoomSettings}
-	if e.SalesStartAt != nil && e.started(now) {
+	if e.SalesStartAt != nil && e.sealedAt != nil {
 		seed := hex.EncodeToString(e.seed)
 		p.ShuffleSeed = &seed
 	}
@@ -180,15 +176,22 @@ func eventIn(ctx context.Context, tx pgx.Tx, id int64) (Event, error) {
 }
 
 // UpdateSettings changes an event's settings with change, which sees them
-// as they stand (the row locked) and returns them changed or an error.
-func (c *Catalog) UpdateSettings(ctx context.Context, id int64, change func(Event) (Event, error)) (Event, error) {
+// as they stand (the row locked) and Postgres' clock, and returns them
+// changed or an error. Whether the queue has opened or the sale started is
+// decided by the clock that decides who joins the pre-queue and when it is
+// sealed, not by the API's.
+func (c *Catalog) UpdateSettings(ctx context.Context, id int64, change func(cur Event, now time.Time) (Event, error)) (Event, error) {
 	var e Event
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		cur, err := scanEvent(tx.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE id = $1 FOR UPDATE`, id))
 		if err != nil {
 			return err
 		}
-		if e, err = change(cur); err != nil {
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		if e, err = change(cur, now); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `UPDATE events SET max_concurrent = $2, token_ttl_seconds = $3, entry_token_required = $4,

@@ -146,8 +146,8 @@ func (h *handlers) patch(c *fiber.Ctx) error {
 	if err := api.Decode(c, &in); err != nil {
 		return err
 	}
-	e, err := h.catalog.UpdateSettings(c.UserContext(), id, func(cur Event) (Event, error) {
-		return in.apply(cur, time.Now(), false)
+	e, err := h.catalog.UpdateSettings(c.UserContext(), id, func(cur Event, now time.Time) (Event, error) {
+		return in.apply(cur, now, false)
 	})
 	if err != nil {
 		return err
@@ -165,6 +165,14 @@ func (h *handlers) public(c *fiber.Ctx) error {
 		return err
 	}
 	e, err := h.eventByID(c.UserContext(), id)
+	if err == nil && e.SalesStartAt != nil && e.sealedAt == nil {
+		// The seed is shown once sealed (Event.public), which the cached
+		// copy may not know yet; the room's settings know it at once.
+		var sealed bool
+		if sealed, err = h.room.Sealed(c.UserContext(), id); sealed {
+			e, err = h.loadEvent(c.UserContext(), id)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -172,7 +180,7 @@ func (h *handlers) public(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(e.public(int(n), time.Now()))
+	return c.JSON(e.public(int(n)))
 }
 
 // prequeue lists the pre-queue's entrants in entry order, a page at a time,
@@ -205,7 +213,7 @@ func (h *handlers) prequeue(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	pub := e.public(0, time.Now())
+	pub := e.public(0)
 	out := PrequeuePage{EventID: id, SalesStartAt: e.SalesStartAt, Sealed: sealed,
 		ShuffleCommitment: e.ShuffleCommitment, ShuffleSeed: pub.ShuffleSeed, Total: total, Entrants: page}
 	if next := offset + len(page); sealed && next < total {
@@ -322,6 +330,11 @@ func (h *handlers) eventByID(ctx context.Context, id int64) (Event, error) {
 	if v, ok := h.events.Load(id); ok && time.Since(v.(cachedEvent).at) < eventCacheTTL {
 		return v.(cachedEvent).e, nil
 	}
+	return h.loadEvent(ctx, id)
+}
+
+// loadEvent reads an event's settings from Postgres into the cache.
+func (h *handlers) loadEvent(ctx context.Context, id int64) (Event, error) {
 	e, err := h.catalog.Event(ctx, id)
 	if err == nil {
 		now := time.Now()

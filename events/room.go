@@ -106,7 +106,9 @@ local v = redis.call('HMGET', KEYS[1], 'max', 'rate', 'presence', 'claim', 'paus
 if not v[1] then return redis.error_reply('NOCFG the room has no settings') end
 local max, rate, presence, claimw = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
 local paused, start, sealed = v[5] == '1', tonumber(v[6]), v[7] == '1'
-local open = start == 0 or (now >= start and sealed)
+-- sealed only once the sale has started by Postgres' clock (Sealer), which
+-- also decides who joins the pre-queue: Redis's clock is not asked
+local open = start == 0 or sealed
 
 local function out(m)
   redis.call('ZREM', KEYS[2], m)
@@ -487,6 +489,17 @@ func (r *Room) Leave(ctx context.Context, e Event, user string) error {
 	}
 	_, err := pipe.Exec(ctx)
 	return err
+}
+
+// Sealed reports whether ev's pre-queue is sealed, as the room's settings
+// say: they hold the seal from the moment it is made (Sealer.Seal), before
+// any cached copy of the event does.
+func (r *Room) Sealed(ctx context.Context, ev int64) (bool, error) {
+	v, err := r.rdb.HGet(ctx, roomKey(ev, "cfg"), "sealed").Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	return v == "1", err
 }
 
 // Valid reports whether user holds an unexpired token slot.

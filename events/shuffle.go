@@ -23,7 +23,7 @@ import (
 //     order. Keyed by a uniformly random secret seed, HMAC output is
 //     indistinguishable from random, so this order is a uniformly random
 //     permutation of the entrants, independent of when each entered.
-//   - Once the sale has started the public event shows the seed as
+//   - Once the pre-queue is sealed the public event shows the seed as
 //     shuffleSeed, and GET /api/v1/public/events/{id}/prequeue lists the
 //     entrants' pseudonyms in entry order. Anyone checks SHA-256(seed)
 //     against the commitment and sorts the list; a user finds its own
@@ -74,7 +74,7 @@ func AdmissionOrder(entrants []string) []string {
 // Prequeue is what the public endpoints publish about an event's pre-queue.
 type Prequeue struct {
 	Commitment string   // shuffleCommitment, from creation
-	Seed       string   // shuffleSeed in hex, once the sale has started
+	Seed       string   // shuffleSeed in hex, once the pre-queue is sealed
 	Entrants   []string // pseudonyms in entry order
 }
 

@@ -27,7 +27,7 @@ func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Ty
 			Types:      append([]keyed.Type{f.Type()}, rw.Types()...),
 			Collectors: slices.Concat([]prometheus.Collector{f.Outcomes}, room.Collectors(), rooms.Collectors()),
 			Periodic: []worker.Periodic{{Type: TypeReconcile, Every: reconcileEvery,
-				Handle: func(ctx context.Context) error { return rooms.Reconcile(ctx, time.Now()) }}},
+				Handle: func(ctx context.Context) error { return rooms.Reconcile(ctx) }}},
 		}
 	}
 }

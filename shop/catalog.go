@@ -116,12 +116,13 @@ func (c *Catalog) PatchOption(ctx context.Context, id int64, active *bool, stock
 	return o, storage.Translate("shop: patch option", err)
 }
 
-// Stock reads an option's stock, reserved and available quantities at now.
-func (c *Catalog) Stock(ctx context.Context, id int64, now time.Time) (Stock, error) {
+// Stock reads an option's stock, reserved and available quantities now, by
+// Postgres' clock (the one reservations' expiries are stamped with).
+func (c *Catalog) Stock(ctx context.Context, id int64) (Stock, error) {
 	s := Stock{ProductOptionID: id}
 	err := c.pool.QueryRow(ctx, `SELECT i.stock_quantity, coalesce((SELECT sum(quantity) FROM inventory_reservations r
-			WHERE r.product_option_id = i.product_option_id AND r.status = 'RESERVED' AND r.expires_at > $2), 0)
-		FROM inventory i WHERE i.product_option_id = $1`, id, now).Scan(&s.StockQuantity, &s.ReservedQuantity)
+			WHERE r.product_option_id = i.product_option_id AND r.status = 'RESERVED' AND r.expires_at > now()), 0)
+		FROM inventory i WHERE i.product_option_id = $1`, id).Scan(&s.StockQuantity, &s.ReservedQuantity)
 	s.AvailableStock = domain.AvailableStock(s.StockQuantity, s.ReservedQuantity)
 	return s, storage.Translate("shop: stock", err)
 }
@@ -212,10 +213,13 @@ func (c *Catalog) cartSnapshots(ctx context.Context, users []int64) (map[int64][
 }
 
 // ExpireReservations marks RESERVED rows past their expiry EXPIRED: state
-// tidy-up only, since availability already ignores them (SPEC §7).
-func (c *Catalog) ExpireReservations(ctx context.Context, now time.Time) (int64, error) {
-	tag, err := c.pool.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = $1
-		WHERE status = 'RESERVED' AND expires_at <= $1`, now)
+// tidy-up only, since availability already ignores them (SPEC §7). Past
+// their expiry by Postgres' clock, the one a reserve's batch stamped it
+// with: a worker whose clock ran ahead would otherwise take a reservation
+// away that its owner may still confirm.
+func (c *Catalog) ExpireReservations(ctx context.Context) (int64, error) {
+	tag, err := c.pool.Exec(ctx, `UPDATE inventory_reservations SET status = 'EXPIRED', updated_at = now()
+		WHERE status = 'RESERVED' AND expires_at <= now()`)
 	if err != nil {
 		return 0, fmt.Errorf("shop: expire reservations: %w", err)
 	}

@@ -32,13 +32,13 @@ func TestExpireReservationsAndDemo(t *testing.T) {
 		require.NoError(t, err)
 	}
 	c := NewCatalog(pool)
-	before, err := c.Stock(ctx, d.OptionID, now)
+	before, err := c.Stock(ctx, d.OptionID)
 	require.NoError(t, err)
 	require.Equal(t, 1, before.ReservedQuantity, "the lapsed row already stopped counting")
-	n, err := c.ExpireReservations(ctx, now)
+	n, err := c.ExpireReservations(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	n, err = c.ExpireReservations(ctx, now)
+	n, err = c.ExpireReservations(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "running it twice is harmless")
 	var statuses []string
@@ -50,7 +50,7 @@ func TestExpireReservationsAndDemo(t *testing.T) {
 		statuses = append(statuses, s)
 	}
 	require.Equal(t, []string{"EXPIRED", "RESERVED", "CONFIRMED"}, statuses)
-	after, err := c.Stock(ctx, d.OptionID, now)
+	after, err := c.Stock(ctx, d.OptionID)
 	require.NoError(t, err)
 	require.Equal(t, before, after)
 }

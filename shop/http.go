@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -139,7 +138,7 @@ func (h *handlers) stock(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	st, err := h.catalog.Stock(c.UserContext(), id, time.Now())
+	st, err := h.catalog.Stock(c.UserContext(), id)
 	if err != nil {
 		return err
 	}

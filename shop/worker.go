@@ -19,7 +19,7 @@ func Worker(ttl time.Duration) worker.Types {
 		return worker.Module{
 			Types: w.Types(),
 			Periodic: []worker.Periodic{{Type: TypeExpire, Every: 30 * time.Second, Handle: func(ctx context.Context) error {
-				_, err := c.ExpireReservations(ctx, time.Now())
+				_, err := c.ExpireReservations(ctx)
 				return err
 			}}},
 		}

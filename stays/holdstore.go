@@ -138,17 +138,20 @@ func (s *HoldStore) HeldCounts(ctx context.Context, roomTypes []int64, dates []t
 // the result of the request that did it, if the caller still holds the room
 // type's lease. KEYS: lease, hold, idx, snap, done, held per night. ARGV:
 // token ("0": unguarded control case), hold JSON, holdId, expiry ms, ttl ms,
-// result JSON, now ms, done ttl ms.
+// result JSON, now ms, done ttl ms. Expiries and now are the batch's clock
+// (Postgres'); Redis is given only durations, never told a time of its own
+// clock, so a night's count outlives its last hold whatever Redis's clock
+// says.
 var putScript = redis.NewScript(keyed.FenceCheck(1) + `
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[5])
 redis.call('SET', KEYS[4], ARGV[3], 'PX', ARGV[5])
 redis.call('SET', KEYS[5], ARGV[6], 'PX', ARGV[8])
-local exp = tonumber(ARGV[4])
+local exp, now = tonumber(ARGV[4]), tonumber(ARGV[7])
 for i = 6, #KEYS do
   redis.call('ZADD', KEYS[i], exp, ARGV[3])
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[7])
-  if redis.call('PEXPIRETIME', KEYS[i]) < exp then redis.call('PEXPIREAT', KEYS[i], exp) end
+  if redis.call('PTTL', KEYS[i]) < exp - now then redis.call('PEXPIRE', KEYS[i], exp - now) end
 end
 return 1`)
 
