@@ -114,6 +114,10 @@ jepsen: ## Run the fault histories (kill -9 of workers and APIs, Redis flushed a
 	HOLDFAST_JEPSEN=1 $(GO) test -race -count=1 -timeout 60m -run '^TestJepsen' -v ./e2e > bin/jepsen.log 2>&1; rc=$$?; \
 	sed -n 's/^ *jepsen_test\.go:[0-9]*: jepsen: /jepsen: /p' bin/jepsen.log; \
 	grep -E '^ *--- (FAIL|PASS)|^(ok|FAIL)\s|^vet: |^[^ ]+\.go:[0-9]+:[0-9]+: ' bin/jepsen.log; \
+	[ $$rc = 0 ] || { echo "--- the failures (bin/jepsen.log without the processes' own logs):"; \
+		awk '/^ *--- (FAIL|SKIP)/ {print; next} /^ *--- PASS/ || /^=== / {next} \
+			/^ +[A-Za-z0-9_]+\.go:[0-9]+: / {keep = !/^ +systest\.go:/ && !/\.go:[0-9]+: jepsen: /} \
+			/^ / {if (keep) print; next} {print}' bin/jepsen.log; }; \
 	echo "make jepsen: whole output in bin/jepsen.log"; exit $$rc
 
 bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart and hold designs (those three at local and at 1 ms commits); print the table (~8 min; BENCH_ONLY=drop|cart|hold|keys for one part)
