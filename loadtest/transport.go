@@ -148,7 +148,9 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	h := make(http.Header)
-	resp.Header.VisitAll(func(k, v []byte) { h.Add(string(k), string(v)) })
+	for k, v := range resp.Header.All() {
+		h.Add(string(k), string(v))
+	}
 	body := bytes.Clone(resp.Body())
 	code := resp.StatusCode()
 	return &http.Response{
