@@ -79,7 +79,9 @@ func TestFastTransportCarriesWhatTheClientSendsAndReads(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	require.ErrorIs(t, c.Do(short, http.MethodGet, "/api/v1/slow", nil, nil), context.DeadlineExceeded)
-	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+	// Not long before it: fasthttp's own timer, set from the deadline, may
+	// fire a little early (198.9 ms was seen).
+	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
 	require.Less(t, time.Since(start), 5*time.Second, "an exchange outlived its deadline")
 
 	long, cancelLong := context.WithTimeout(ctx, time.Hour)
