@@ -323,17 +323,14 @@ func (r *rush) waitOutcomes(t *testing.T, n int) {
 }
 
 // unavailableFollowed reports whether resp is a 503 with Retry-After, and
-// if it is waits as long as it asks, as a client following the contract
-// does before it sends the request again.
+// if it is counts it and waits as long as it asks (FollowRetryAfter).
 func (r *rush) unavailableFollowed(resp systest.Response) bool {
-	wait, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-	if resp.Status != http.StatusServiceUnavailable || err != nil {
+	if !resp.FollowRetryAfter() {
 		return false
 	}
 	r.mu.Lock()
 	r.unavailable++
 	r.mu.Unlock()
-	time.Sleep(time.Duration(wait) * time.Second) // the wait the server asked for
 	return true
 }
 

@@ -54,9 +54,12 @@ func Await(c *systest.Client, method, path string, body any, headers ...string) 
 			}
 			continue
 		}
-		// A client's pace after a failed poll (a store down): the
-		// outcome is durable and will be there.
-		time.Sleep(100 * time.Millisecond)
+		// After a failed poll (a store down) the outcome is durable and
+		// will be there: a 503 says when to look again; after a transport
+		// error, a client's pace.
+		if err != nil || !r.FollowRetryAfter() {
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	return Answer{Outcome: Outcome{Status: StatusUnknown, RequestID: a.RequestID}}
 }

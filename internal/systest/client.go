@@ -109,14 +109,23 @@ func (c *Client) DoPatiently(method, path string, body any, headers ...string) R
 	c.t.Helper()
 	for try := 1; ; try++ {
 		r := c.Do(method, path, body, headers...)
-		wait, err := strconv.Atoi(r.Header.Get("Retry-After"))
-		if r.Status != http.StatusServiceUnavailable || err != nil || try == 10 {
+		if try == 10 || !r.FollowRetryAfter() {
 			return r
 		}
-		// The server asked for this wait (Retry-After); sooner breaks the
-		// contract this client follows.
-		time.Sleep(time.Duration(wait) * time.Second)
 	}
+}
+
+// FollowRetryAfter reports whether r is a 503 with Retry-After and, if it
+// is, waits as long as it asks, as a client following the contract does
+// before it sends the request again: the server asked for this wait, and
+// sooner breaks the contract.
+func (r Response) FollowRetryAfter() bool {
+	wait, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	if r.Status != http.StatusServiceUnavailable || err != nil {
+		return false
+	}
+	time.Sleep(time.Duration(wait) * time.Second)
+	return true
 }
 
 // TryDo is Do returning transport errors instead of failing.
