@@ -82,13 +82,23 @@ func hold(t *testing.T, v requests.View) stays.Hold {
 	return h
 }
 
+// heldCounts is the held rooms of room type rt on each night, as the
+// availability read counts them.
 func heldCounts(t *testing.T, s *systest.System, rt int64, in, out string) []int64 {
 	t.Helper()
 	dr, err := domain.ParseDateRange(in, out)
 	require.NoError(t, err)
-	counts, err := stays.NewHoldStore(s.Redis).HeldCounts(context.Background(), []int64{rt}, dr.Dates(), time.Now())
+	ctx := context.Background()
+	var hotelID int64
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT hotel_id FROM room_types WHERE id = $1`, rt).Scan(&hotelID))
+	av, err := stays.NewAvailability(s.Pool, stays.NewHoldStore(s.Redis)).Hotel(ctx,
+		stays.AvailabilityQuery{HotelID: hotelID, RoomTypeID: rt, Range: dr}, time.Now())
 	require.NoError(t, err)
-	return counts[rt]
+	counts := make([]int64, len(av.Items))
+	for i, it := range av.Items {
+		counts[i] = it.HeldRooms
+	}
+	return counts
 }
 
 // Seed 000 T1–T3 and T5–T6: create, reuse with TTL extension, key conflict,

@@ -163,7 +163,8 @@ changes_by_type AS (
 )
 SELECT h.currency, h.status, h.type_status, t.id, t.name,
 	coalesce(c.total, 0), coalesce(c.dirty, 0),
-	coalesce(o.nights, '{}'), coalesce(o.n, '{}'), coalesce(o.n_dirty, '{}')
+	coalesce(o.nights, '{}'), coalesce(o.n, '{}'), coalesce(o.n_dirty, '{}'),
+	(SELECT coalesce(array_agg(s.hold_id), '{}') FROM stay_reservations s WHERE s.hold_id = ANY($5::text[]))
 FROM h
 LEFT JOIN types t ON true
 LEFT JOIN totals c ON c.room_type_id = t.id
@@ -206,51 +207,141 @@ func scope(q AvailabilityQuery, hotelStatus string, typeStatus *string) error {
 
 var errNoHotel = domain.NewProblem(domain.CodeNotFound, "no such hotel")
 
+// readTries bounds how often Hotel reads again when a batch on a room type
+// changed its holds while it read.
+const readTries = 10
+
+// errBusyRoomType is Hotel's answer when every try met a batch.
+var errBusyRoomType = domain.NewProblem(domain.CodeUnavailable,
+	"the room type's holds changed too often to read; try again").WithMeta("retryAfterSeconds", 1)
+
 // Hotel returns the availability of every active room type of a hotel (or
-// of one) on each night of the range: one Postgres query and one Redis
-// pipeline for the live holds.
+// of one) on each night of the range.
+//
+// Holds live in Redis and stays in Postgres. A batch of a room type's hold
+// writes writes its holds to Redis (and bumps the room type's batch
+// counter, in the same transaction), then commits its stays, then removes
+// the confirmed holds. So Hotel reads Redis first (each room type's live
+// hold ids and counter, atomically), then Postgres in one statement (the
+// stays, and which of those holds already have a stay: they count as
+// stays, not holds), then the counters again. If no batch wrote between
+// the two counter reads, the answer is the room type's state at one
+// instant: every batch's holds before its stays, as a reader between the
+// two writes sees them. If one did, the stays read may be a later batch's
+// than the holds (a room taken by a confirm and its hold gone, or a
+// confirm shown without a hold placed before it), so it reads again, up to
+// readTries times, and then answers 503. A try is short: Redis and
+// Postgres are each read in one round trip, on a connection taken before
+// the first. Staff transitions of stays and edits of rooms bypass the
+// batches; the read takes them at its Postgres snapshot.
 func (a *Availability) Hotel(ctx context.Context, q AvailabilityQuery, now time.Time) (HotelAvailability, error) {
 	const op = "stays: availability"
+	conn, err := a.pool.Acquire(ctx)
+	if err != nil {
+		return HotelAvailability{}, storage.Translate(op, err)
+	}
+	defer conn.Release()
+	types := []int64{q.RoomTypeID}
+	if q.RoomTypeID == 0 {
+		rows, err := conn.Query(ctx, `SELECT id FROM room_types WHERE hotel_id = $1 AND status = 'Active'`, q.HotelID)
+		if err == nil {
+			types, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		}
+		if err != nil {
+			return HotelAvailability{}, storage.Translate(op, err)
+		}
+	}
+	for range readTries {
+		out, ok, err := a.hotelOnce(ctx, conn, q, types, now)
+		if err != nil || ok {
+			return out, err
+		}
+	}
+	return HotelAvailability{}, errBusyRoomType
+}
+
+// hotelOnce is one try of Hotel on conn for the room types read before;
+// false if a batch or the room types changed while it read.
+func (a *Availability) hotelOnce(ctx context.Context, conn *pgxpool.Conn, q AvailabilityQuery, types []int64, now time.Time) (HotelAvailability, bool, error) {
+	const op = "stays: availability"
+	dates := q.Range.Dates()
+	held, err := a.holds.liveHolds(ctx, types, dates, now)
+	if err != nil {
+		return HotelAvailability{}, false, fmt.Errorf("%s: live holds: %w", op, err)
+	}
 	sql := aggregateSQL
 	if q.RoomTypeID != 0 {
 		sql = aggregateOfTypeSQL
 	}
-	rows, err := a.pool.Query(ctx, sql, q.HotelID, q.RoomTypeID,
-		q.Range.From.Format(domain.DateLayout), q.Range.To.Format(domain.DateLayout))
+	rows, err := conn.Query(ctx, sql, q.HotelID, q.RoomTypeID,
+		q.Range.From.Format(domain.DateLayout), q.Range.To.Format(domain.DateLayout), distinctIDs(held))
 	if err != nil {
-		return HotelAvailability{}, storage.Translate(op, err)
+		return HotelAvailability{}, false, storage.Translate(op, err)
 	}
 	h, err := scanHotel(rows, q)
 	if err != nil {
-		return HotelAvailability{}, err
+		return HotelAvailability{}, false, err
 	}
 	if !h.found {
-		return HotelAvailability{}, errNoHotel
+		return HotelAvailability{}, false, errNoHotel
 	}
 	if err := scope(q, h.status, h.typeStatus); err != nil {
-		return HotelAvailability{}, err
+		return HotelAvailability{}, false, err
 	}
-	ids := make([]int64, len(h.types))
-	for i, t := range h.types {
-		ids[i] = t.id
-	}
-	dates := q.Range.Dates()
-	held, err := a.holds.HeldCounts(ctx, ids, dates, now)
+	after, err := a.holds.versions(ctx, types)
 	if err != nil {
-		return HotelAvailability{}, fmt.Errorf("%s: held counts: %w", op, err)
+		return HotelAvailability{}, false, fmt.Errorf("%s: hold versions: %w", op, err)
 	}
+	for _, rt := range types {
+		if after[rt] != held[rt].version {
+			return HotelAvailability{}, false, nil
+		}
+	}
+	for _, t := range h.types {
+		if _, ok := held[t.id]; !ok { // a room type made active since the list was read
+			return HotelAvailability{}, false, nil
+		}
+	}
+	return h.availability(q, dates, held), true, nil
+}
+
+// distinctIDs is each live hold once (a hold has an id on each night).
+func distinctIDs(held map[int64]heldNights) []string {
+	var ids []string
+	seen := map[string]bool{}
+	for _, h := range held {
+		for _, night := range h.ids {
+			for _, id := range night {
+				if !seen[id] {
+					seen[id] = true
+					ids = append(ids, id)
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// availability is the answer: each type's counts on each date, its live
+// holds held but for those that have a stay.
+func (h hotelRows) availability(q AvailabilityQuery, dates []time.Time, held map[int64]heldNights) HotelAvailability {
 	out := HotelAvailability{HotelID: q.HotelID, Currency: h.currency,
 		Items: make([]AvailabilityItem, 0, len(dates)*len(h.types))}
 	for i, d := range dates {
 		date := d.Format(domain.DateLayout)
 		for _, t := range h.types {
 			it := AvailabilityItem{Date: date, RoomTypeID: t.id, RoomTypeName: t.name, TotalRooms: t.total,
-				UnavailableRooms: t.occupied[i] + t.excluded[i], HeldRooms: held[t.id][i]}
+				UnavailableRooms: t.occupied[i] + t.excluded[i]}
+			for _, id := range held[t.id].ids[i] {
+				if !h.confirmed[id] {
+					it.HeldRooms++
+				}
+			}
 			it.AvailableRooms = domain.AvailableRooms(it.TotalRooms, it.UnavailableRooms, it.HeldRooms)
 			out.Items = append(out.Items, it)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // hotelRows is what the availability query says of a hotel: its statuses
@@ -260,6 +351,7 @@ type hotelRows struct {
 	currency, status string
 	typeStatus       *string // the asked room type's, if it exists
 	types            []typeNights
+	confirmed        map[string]bool // the ids asked about that have a stay
 }
 
 // scanHotel reads the availability query's rows (one per room type, or one
@@ -277,9 +369,16 @@ func scanHotel(rows pgx.Rows, q AvailabilityQuery) (hotelRows, error) {
 		var total, dirty int64
 		var offsets []int32
 		var changes, dirtyChanges []int64
+		var confirmed []string
 		if err := rows.Scan(&h.currency, &h.status, &h.typeStatus, &id, &name, &total, &dirty,
-			&offsets, &changes, &dirtyChanges); err != nil {
+			&offsets, &changes, &dirtyChanges, &confirmed); err != nil {
 			return hotelRows{}, storage.Translate(op, err)
+		}
+		if h.confirmed == nil {
+			h.confirmed = make(map[string]bool, len(confirmed))
+			for _, c := range confirmed {
+				h.confirmed[c] = true
+			}
 		}
 		if id == nil { // the hotel has no active room type
 			continue

@@ -128,7 +128,7 @@ func (hb *holdBatch) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch, outs 
 	for _, p := range hb.pending {
 		outs[p.i] = requests.Succeeded(p.s.res)
 	}
-	if err := hb.w.Holds.run(ctx, hb.token, hb.writes); err != nil {
+	if err := hb.w.Holds.run(ctx, hb.token, hb.writes, hb.rt); err != nil {
 		return err
 	}
 	if len(hb.removed) > 0 {
@@ -140,7 +140,7 @@ func (hb *holdBatch) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch, outs 
 			for i, h := range removed {
 				ws[i] = holdWrite{hold: h}
 			}
-			_ = hb.w.Holds.run(ctx, token, ws)
+			_ = hb.w.Holds.run(ctx, token, ws, 0)
 		})
 	}
 	return nil

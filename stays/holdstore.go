@@ -62,6 +62,7 @@ func ParseHoldID(id string) (roomTypeID int64, ok bool) {
 //	hf:{stays:rt:7}:snap:{clientKey}:{in}:{out} holdId: clientHoldKey binding
 //	hf:{stays:rt:7}:held:{date}                sorted set holdId → expiry (ms): live holds of a night
 //	hf:{stays:rt:7}:done:{requestId}           the result of an applied create, for re-application
+//	hf:{stays:rt:7}:v                          how many batches have changed the holds (see liveHolds)
 type HoldStore struct {
 	rdb redis.UniversalClient
 }
@@ -79,6 +80,7 @@ func snapKey(rt int64, clientKey, in, out string) string {
 }
 func heldKey(rt int64, date string) string    { return tag(rt) + ":held:" + date }
 func doneKey(rt int64, request string) string { return tag(rt) + ":done:" + request }
+func versionKey(rt int64) string              { return tag(rt) + ":v" }
 
 // Get returns a live hold, or nil if it does not exist or has expired.
 func (s *HoldStore) Get(ctx context.Context, holdID string, now time.Time) (*Hold, error) {
@@ -107,29 +109,66 @@ func (s *HoldStore) get(ctx context.Context, rt int64, holdID string, now time.T
 	return &h, nil
 }
 
-// HeldCounts returns, for each room type, the number of live holds on each
-// date: exact at now, with no sweeper involved.
-func (s *HoldStore) HeldCounts(ctx context.Context, roomTypes []int64, dates []time.Time, now time.Time) (map[int64][]int64, error) {
-	pipe := s.rdb.Pipeline()
+// versionTTL bounds the life of a room type's batch counter: it is read
+// twice within one availability read, milliseconds apart, so a counter that
+// lapses a day after the room type's last hold write has long done its job.
+const versionTTL = 24 * time.Hour
+
+// heldNights is one room type's live holds as one read saw them: the ids on
+// each night of the range, and the room type's batch counter.
+type heldNights struct {
+	version int64
+	ids     [][]string // per date
+}
+
+// liveHolds reads, for each room type, the ids of the live holds of each
+// date at now and the room type's batch counter, as one atomic snapshot per
+// room type (MULTI: the room type's keys share a hash slot, and a batch
+// writes its holds and bumps the counter in one transaction as well).
+func (s *HoldStore) liveHolds(ctx context.Context, roomTypes []int64, dates []time.Time, now time.Time) (map[int64]heldNights, error) {
+	pipe := s.rdb.TxPipeline()
 	min := "(" + strconv.FormatInt(now.UnixMilli(), 10)
-	cmds := make(map[int64][]*redis.IntCmd, len(roomTypes))
+	versions := make(map[int64]*redis.StringCmd, len(roomTypes))
+	ids := make(map[int64][]*redis.StringSliceCmd, len(roomTypes))
 	for _, rt := range roomTypes {
+		versions[rt] = pipe.Get(ctx, versionKey(rt))
 		for _, d := range dates {
-			cmds[rt] = append(cmds[rt], pipe.ZCount(ctx, heldKey(rt, d.Format(domain.DateLayout)), min, "+inf"))
+			ids[rt] = append(ids[rt], pipe.ZRangeByScore(ctx, heldKey(rt, d.Format(domain.DateLayout)),
+				&redis.ZRangeBy{Min: min, Max: "+inf"}))
 		}
 	}
-	if len(roomTypes) > 0 && len(dates) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil {
+	if len(roomTypes) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
 	}
-	out := make(map[int64][]int64, len(roomTypes))
-	for rt, cs := range cmds {
-		counts := make([]int64, len(cs))
-		for i, c := range cs {
-			counts[i] = c.Val()
+	out := make(map[int64]heldNights, len(roomTypes))
+	for _, rt := range roomTypes {
+		h := heldNights{ids: make([][]string, len(dates))}
+		h.version, _ = versions[rt].Int64() // absent: no batch wrote in a day
+		for i, c := range ids[rt] {
+			h.ids[i] = c.Val()
 		}
-		out[rt] = counts
+		out[rt] = h
+	}
+	return out, nil
+}
+
+// versions reads each room type's batch counter.
+func (s *HoldStore) versions(ctx context.Context, roomTypes []int64) (map[int64]int64, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make(map[int64]*redis.StringCmd, len(roomTypes))
+	for _, rt := range roomTypes {
+		cmds[rt] = pipe.Get(ctx, versionKey(rt))
+	}
+	if len(roomTypes) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+	}
+	out := make(map[int64]int64, len(roomTypes))
+	for rt, c := range cmds {
+		out[rt], _ = c.Int64()
 	}
 	return out, nil
 }
@@ -202,16 +241,21 @@ type holdWrite struct {
 	now     time.Time
 }
 
-// run makes writes in order, in one round trip, each fenced by token: a
-// batch's holds, as put and remove would one at a time. The scripts go as
-// EVAL, so a Redis that lost its script cache (a restart) runs them all the
-// same; a fenced one is ErrLeaseLost, and stops nothing after it (the
-// lease is lost, so every later one is refused as well).
-func (s *HoldStore) run(ctx context.Context, token int64, writes []holdWrite) error {
-	if len(writes) == 0 {
+// run makes writes in order, in one round trip and one transaction, each
+// fenced by token: a batch's holds, as put and remove would one at a time.
+// A batch of room type bump (0: none) also bumps its counter in the same
+// transaction, before it commits its stays, so a reader that sees a
+// batch's holds or stays sees its count too (see Availability.Hotel); the
+// removal of holds whose stays are committed does not, as it changes no
+// availability (a read takes a hold with a stay for the stay). The scripts
+// go as EVAL, so a Redis that lost its script cache (a restart) runs them
+// all the same; a fenced one is ErrLeaseLost, and so is every later one
+// (the lease is lost).
+func (s *HoldStore) run(ctx context.Context, token int64, writes []holdWrite, bump int64) error {
+	if len(writes) == 0 && bump == 0 {
 		return nil
 	}
-	pipe := s.rdb.Pipeline()
+	pipe := s.rdb.TxPipeline()
 	for _, w := range writes {
 		if !w.put {
 			removeScript.Eval(ctx, pipe, removeKeys(w.hold), token, w.hold.HoldID)
@@ -222,6 +266,11 @@ func (s *HoldStore) run(ctx context.Context, token int64, writes []holdWrite) er
 			return err
 		}
 		putScript.Eval(ctx, pipe, putKeys(w.hold, w.request), args...)
+	}
+	if bump != 0 {
+		v := versionKey(bump)
+		pipe.Incr(ctx, v)
+		pipe.PExpire(ctx, v, versionTTL)
 	}
 	_, err := pipe.Exec(ctx)
 	return keyed.FencedErr(err)
