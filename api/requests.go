@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -47,6 +48,15 @@ func (s *Server) Accept(c *fiber.Ctx, sub requests.Submission) error {
 	}
 	sub.TraceID = traceID(c)
 	r, created, err := s.Intake.Accept(c.UserContext(), sub)
+	var unsettled *requests.Unsettled
+	if errors.As(err, &unsettled) {
+		// Postgres did not say whether the write is stored: not "failed",
+		// but where to learn its fate (a read settles it).
+		c.Set(fiber.HeaderLocation, "/api/v1/requests/"+unsettled.ID.String())
+		return domain.NewProblem(domain.CodeUnavailable,
+			"the database did not confirm this write in time: it may or may not be stored; its Location tells which").
+			WithMeta("requestId", unsettled.ID.String()).WithMeta("retryAfterSeconds", unavailableRetryAfter)
+	}
 	if err != nil {
 		return err
 	}
@@ -172,7 +182,7 @@ func (s *Server) await(ctx context.Context, stop <-chan struct{}, p auth.Princip
 	}
 	if !open {
 		var err error
-		if r, err = s.Store.Get(ctx, id); err != nil {
+		if r, err = s.settledGet(ctx, p, id); err != nil {
 			return nil, nil, err
 		}
 		if !p.CanActFor(r.UserID) {
@@ -184,6 +194,31 @@ func (s *Server) await(ctx context.Context, stop <-chan struct{}, p auth.Princip
 		return s.waitTerminal(ctx, stop, id, r, done, wait)
 	}
 	return nil, r, nil
+}
+
+// settleWithin is how old an id may be for a read to settle it: a write
+// answered Unsettled is read within minutes, after an outage within hours;
+// an unknown id older than this is answered not found, as before, and
+// leaves no tombstone.
+const settleWithin = 24 * time.Hour
+
+// settledGet reads request id. An id that is not stored and that this
+// service may have minted lately (UUIDv7, within settleWithin) may be a
+// write whose client was told its storing was in doubt: the read settles
+// it (a tombstone for p, unless the write is stored by now) and reads
+// again, so it finds the request or that it was not stored, for good.
+func (s *Server) settledGet(ctx context.Context, p auth.Principal, id uuid.UUID) (*requests.Request, error) {
+	r, err := s.Store.Get(ctx, id)
+	if !errors.Is(err, domain.ErrNotFound) || id.Version() != 7 {
+		return r, err
+	}
+	if minted := time.Unix(id.Time().UnixTime()); time.Since(minted) > settleWithin || time.Until(minted) > time.Minute {
+		return r, err
+	}
+	if err := s.Store.Settle(ctx, []uuid.UUID{id}, []string{p.UserID}); err != nil {
+		return nil, err
+	}
+	return s.Store.Get(ctx, id)
 }
 
 // announced answers from what this process knows of request id: its

@@ -22,6 +22,7 @@ const (
 	CodeContention           = "CONTENTION"
 	CodeInternal             = "INTERNAL"
 	CodeUnavailable          = "UNAVAILABLE"
+	CodeNotStored            = "NOT_STORED" // a write whose storing was in doubt, settled as never stored
 )
 
 // Problem is an error a client may see: a stable code, a human message, the
@@ -65,6 +66,7 @@ var statuses = map[string]int{
 	CodeContention:           http.StatusConflict,
 	CodeInternal:             http.StatusInternalServerError,
 	CodeUnavailable:          http.StatusServiceUnavailable,
+	CodeNotStored:            http.StatusServiceUnavailable,
 
 	CodeUserNotFound:         http.StatusNotFound,
 	CodeCartEmpty:            http.StatusBadRequest,

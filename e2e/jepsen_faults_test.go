@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -203,16 +202,11 @@ func (r *rig) restartPostgres(down time.Duration) {
 // open and nothing answers. It thaws them with SIGCONT after d, and returns
 // how many processes it froze.
 func (r *rig) freezePostgres(d time.Duration) int {
-	t := r.t
-	var backend int
-	require.NoError(t, r.s.Pool.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&backend))
-	postmaster, _, err := procStat(backend)
-	require.NoError(t, err)
-	f := freezeTree(t, postmaster)
-	defer f.thaw()
+	f := r.pg.Freeze()
+	defer f.Thaw()
 	// How long Postgres stays frozen is the scenario.
 	time.Sleep(d)
-	return len(f.pids)
+	return len(f.Pids)
 }
 
 // pauseWorker stops worker i with SIGSTOP for d (past its leases), then
@@ -224,7 +218,7 @@ func (r *rig) pauseWorker(i int, d time.Duration) (lost float64) {
 	before := leaseLosses(t, p)
 	pid := p.Cmd.Process.Pid
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	waitStopped(t, pid)
+	testenv.WaitStopped(t, pid)
 	// The pause's length is the scenario: past the lease's TTL.
 	time.Sleep(d)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
@@ -262,97 +256,6 @@ func leaseLosses(t *testing.T, p *systest.Serving) float64 {
 	}
 	require.NoError(t, sc.Err())
 	return sum
-}
-
-// frozen is a process tree stopped with SIGSTOP.
-type frozen struct {
-	pids []int
-	done bool
-}
-
-// thaw sends SIGCONT to every frozen process, once.
-func (f *frozen) thaw() {
-	if f.done {
-		return
-	}
-	f.done = true
-	for _, pid := range f.pids {
-		_ = syscall.Kill(pid, syscall.SIGCONT)
-	}
-}
-
-// freezeTree stops root with SIGSTOP, then each of its children as /proc
-// lists them (a stopped postmaster forks no more; the loop catches one it
-// forked just before), and waits until every one is stopped. The test's
-// end thaws them, should it fail in between.
-func freezeTree(t *testing.T, root int) *frozen {
-	t.Helper()
-	f := &frozen{pids: []int{root}}
-	t.Cleanup(f.thaw)
-	require.NoError(t, syscall.Kill(root, syscall.SIGSTOP))
-	seen := map[int]bool{root: true}
-	for fresh := true; fresh; {
-		fresh = false
-		for _, pid := range childrenOf(t, root) {
-			if !seen[pid] {
-				seen[pid], fresh = true, true
-				if syscall.Kill(pid, syscall.SIGSTOP) == nil {
-					f.pids = append(f.pids, pid)
-				}
-			}
-		}
-	}
-	for _, pid := range f.pids {
-		waitStopped(t, pid)
-	}
-	return f
-}
-
-// childrenOf lists the processes whose parent is pid, from /proc.
-func childrenOf(t *testing.T, pid int) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	var kids []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if parent, _, err := procStat(child); err == nil && parent == pid {
-			kids = append(kids, child)
-		}
-	}
-	return kids
-}
-
-// procStat reads a process's parent and state (R, S, T for stopped…) from
-// /proc/<pid>/stat, whose second field, the command in parentheses, may
-// hold spaces: the fields after its closing parenthesis are counted.
-func procStat(pid int) (parent int, state byte, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	end := bytes.LastIndexByte(b, ')')
-	if end < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
-	}
-	f := strings.Fields(string(b[end+1:]))
-	if len(f) < 2 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
-	}
-	parent, err = strconv.Atoi(f[1])
-	return parent, f[0][0], err
-}
-
-// waitStopped waits until pid is stopped (state T), or gone.
-func waitStopped(t *testing.T, pid int) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		_, state, err := procStat(pid)
-		return err != nil || state == 'T'
-	}, 10*time.Second, time.Millisecond, "process %d stopped", pid)
 }
 
 // viaBalancer is the transport of clients behind the balancer: the

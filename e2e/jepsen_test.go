@@ -54,10 +54,6 @@ type faultHistory struct {
 	// warmOps and minOps, when set, stand for jepsenWarmOps and
 	// jepsenMinOps (the control's shorter history).
 	warmOps, minOps int
-	// until48 marks the history that issue 48 (a write answered 503 was
-	// stored and applied all the same) is known to break: a failure of
-	// that kind, and only that kind, is reported as expected.
-	until48 bool
 }
 
 var faultHistories = []faultHistory{
@@ -93,7 +89,7 @@ var faultHistories = []faultHistory{
 		r.restartPostgres(down)
 		return fmt.Sprintf("Postgres stopped (fast shutdown) under load, started again after %s", down)
 	}},
-	{name: "postgres-freeze", rig: rigSpec{apis: 1, workers: 2}, until48: true, fault: func(r *rig, _ *jepsenLoad) string {
+	{name: "postgres-freeze", rig: rigSpec{apis: 1, workers: 2}, fault: func(r *rig, _ *jepsenLoad) string {
 		const frozenFor = 10 * time.Second
 		n := r.freezePostgres(frozenFor)
 		return fmt.Sprintf("Postgres frozen under load: SIGSTOP of the postmaster and its %d children for %s, then SIGCONT", n-1, frozenFor)
@@ -125,7 +121,7 @@ func TestJepsen(t *testing.T) {
 	for _, h := range faultHistories {
 		t.Run(h.name, func(t *testing.T) {
 			run := runHistory(t, h)
-			run.judge(t, h)
+			run.judge(t)
 		})
 	}
 }
@@ -255,74 +251,22 @@ func (run *historyRun) line(verdicts []porcupine.CheckResult, verdict string) st
 // judge checks the history and logs its summary line ("jepsen: …", which
 // make jepsen prints). Every history must be linearizable under both
 // models, and no write a client was told was not stored may be stored.
-// The history marked until48 may fail, as expected, only in the way issue
-// 48 describes: with the writes answered 503 but stored taken as unknown
-// outcomes (they may have taken effect), it must be linearizable.
-func (run *historyRun) judge(t *testing.T, h faultHistory) {
+func (run *historyRun) judge(t *testing.T) {
 	verdicts := run.verdicts()
 	ok := !slices.ContainsFunc(verdicts, func(v porcupine.CheckResult) bool { return v != porcupine.Ok })
-	for _, g := range run.ghosts {
-		t.Logf("jepsen: %s: told not stored, yet stored: %s", run.name, g)
-	}
 	for _, o := range run.orphans {
 		t.Errorf("jepsen: %s: stored, and no client's write accounts for it: %s", run.name, o)
 	}
-	switch {
-	case ok && len(run.ghosts) == 0:
-		t.Logf("jepsen: %s", run.line(verdicts, ""))
-	case h.until48 && len(run.orphans) == 0 && run.explainedBy48(t):
-		t.Logf("jepsen: %s", run.line(verdicts, "EXPECTED FAILURE until issue 48: "+run.issue48()))
-	default:
-		t.Logf("jepsen: %s", run.line(verdicts, ""))
-		for _, m := range run.models() {
-			m.rec.Check(t, m.m, m.name) // fails t, naming the operations and writing the visualization
-		}
-		for _, g := range run.ghosts {
-			t.Errorf("a write answered %s (not stored) was stored: %s", g.code, g)
-		}
-	}
-	if h.until48 && ok && len(run.ghosts) == 0 {
-		t.Logf("jepsen: %s: expected to fail until issue 48, passed this run: the freeze caught no write between its commit and its answer", run.name)
-	}
-}
-
-// issue48 says what the writes told not stored became.
-func (run *historyRun) issue48() string {
-	applied := 0
-	for _, g := range run.ghosts {
-		if g.status == "succeeded" {
-			applied++
-		}
-	}
-	return fmt.Sprintf("%d writes answered 503 (not stored) were stored, %d of them applied (each on a line above); linearizable once those are taken as unknown outcomes",
-		len(run.ghosts), applied)
-}
-
-// explainedBy48 reports whether the history's only faults are writes
-// answered at the door that were stored: it has some, and with them taken
-// as unknown outcomes every model accepts the history. The checker's own
-// account of the failure is logged.
-func (run *historyRun) explainedBy48(t *testing.T) bool {
-	if len(run.ghosts) == 0 {
-		return false
-	}
-	stored := map[opAt]bool{}
-	for _, g := range run.ghosts {
-		stored[opAt{g.client, g.key, g.sent.UnixNano()}] = true
+	t.Logf("jepsen: %s", run.line(verdicts, ""))
+	if ok && len(run.ghosts) == 0 {
+		return
 	}
 	for _, m := range run.models() {
-		switch m.rec.Verdict(m.m) {
-		case porcupine.Ok:
-			continue
-		case porcupine.Unknown:
-			return false
-		}
-		logAccount(t, m)
-		if asUnknown(m.rec, stored).Verdict(m.m) != porcupine.Ok {
-			return false
-		}
+		m.rec.Check(t, m.m, m.name) // fails t, naming the operations and writing the visualization
 	}
-	return true
+	for _, g := range run.ghosts {
+		t.Errorf("a write answered %s (not stored) was stored: %s", g.code, g)
+	}
 }
 
 // logAccount logs the checker's account of m's failure (the operations no
@@ -331,27 +275,6 @@ func logAccount(t *testing.T, m checkedModel) {
 	spy := &quietTB{TB: t}
 	m.rec.Check(spy, m.m, m.name)
 	t.Logf("%s, as the checker found it:\n%s", m.name, strings.Join(spy.errs, "\n"))
-}
-
-// opAt names a recorded operation: its client, key and send time.
-type opAt struct {
-	client int
-	key    string
-	sent   int64
-}
-
-// asUnknown is rec's history with the operations in ops given unknown
-// outcomes.
-func asUnknown(rec *lincheck.Recorder, ops map[opAt]bool) *lincheck.Recorder {
-	out := lincheck.NewRecorder()
-	for _, op := range rec.Operations() {
-		c, o := op.Input.(lincheck.Call), op.Output.(lincheck.Outcome)
-		if ops[opAt{op.ClientId, c.Key, op.Call}] {
-			o = lincheck.Outcome{Status: lincheck.StatusUnknown, RequestID: o.RequestID}
-		}
-		out.RecordAt(op.ClientId, c.Key, c.Sent, c.Learnt, c.Op, o)
-	}
-	return out
 }
 
 // quietTB is a testing.TB that keeps the errors reported to it instead of

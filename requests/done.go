@@ -21,10 +21,7 @@ func DoneMessage(reqs []*Request) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("requests: announce %s: %w", r.ID, err)
 		}
-		b.WriteString(r.ID.String())
-		b.WriteByte(' ')
-		b.Write(v)
-		b.WriteByte('\n')
+		fmt.Fprintf(&b, "%s %s\n", r.ID, v)
 	}
 	return b.String(), nil
 }

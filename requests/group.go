@@ -139,12 +139,10 @@ func (g *groupCommit) postAll(ctx context.Context, batch []*pending) {
 
 // storeBatch stores batch in one INSERT, bounded by timeout, and sets each
 // one's r, with created, or its err. A submission whose Idempotency-Key was
-// used before gets the earlier request instead (replay). The INSERT may
-// have committed although its answer was lost (a connection dropped during
-// the commit): whatever is stored under the batch's fresh ids is accepted,
-// so no caller is told to retry a write that will be applied anyway. Only
-// the rest get the error. A statement whose connection dropped is ended
-// before that read (insertMany): it could otherwise still commit.
+// used before gets the earlier request instead (replay). An INSERT that
+// failed once sent may have committed although its answer was lost, or may
+// yet commit (Postgres goes on with a statement until it hears of a dropped
+// connection, and a frozen server runs it when it wakes): settle decides.
 func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.Duration) {
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -156,29 +154,56 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 		// there now, to be replayed.
 		stored, err = s.insertMany(ictx, batch)
 	}
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		defer cancel()
-		ids := make([]uuid.UUID, len(batch))
-		for i, p := range batch {
-			ids[i] = p.id
-		}
-		stored, _ = stampsByID(s.pool.Query(rctx, `SELECT id, seq, accepted_at FROM requests WHERE id = ANY($1)`, ids))
+	insertErr := err
+	if err != nil && !errors.Is(err, errNotSent) {
+		stored, err = s.settle(ctx, batch, timeout)
 	}
 	var replays []*pending
 	for _, p := range batch {
 		switch st, ok := stored[p.id]; {
 		case ok:
 			p.r, p.created = newRequest(p.sub, p.id, st.at, st.seq), true
-		case err == nil: // its Idempotency-Key's row was there (insertMany)
+		case insertErr == nil: // its Idempotency-Key's row was there (insertMany)
 			replays = append(replays, p)
-		default:
-			p.err = err
+		case err != nil:
+			p.err = &Unsettled{ID: p.id, Err: err}
+		default: // never sent, or a tombstone stands in its place
+			p.err = insertErr
 		}
 	}
 	if len(replays) > 0 {
 		s.replay(ictx, replays)
 	}
+}
+
+// Unsettled is a write whose INSERT may or may not have committed, as
+// Postgres answered neither it nor settle in time (frozen, say). Its client
+// is told so, with the id: a read of the request settles it (Store.Settle),
+// and finds its outcome or that it was not stored.
+type Unsettled struct {
+	ID  uuid.UUID
+	Err error
+}
+
+func (u *Unsettled) Error() string { return "requests: not known whether stored: " + u.Err.Error() }
+func (u *Unsettled) Unwrap() error { return u.Err }
+
+// settle makes the fate of batch's ids certain after an INSERT of unknown
+// outcome, and returns the stamps of those stored. Each id gets a
+// tombstone unless stored (Settle): of the tombstone and the write
+// whichever comes first stands, whenever the other arrives, so a write
+// answered as not stored is never applied afterwards.
+func (s *Store) settle(ctx context.Context, batch []*pending, timeout time.Duration) (map[uuid.UUID]stamp, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	ids, users := make([]uuid.UUID, len(batch)), make([]string, len(batch))
+	for i, p := range batch {
+		ids[i], users[i] = p.id, p.sub.UserID
+	}
+	if err := s.Settle(ctx, ids, users); err != nil {
+		return nil, err
+	}
+	return stampsByID(s.pool.Query(ctx, `SELECT id, seq, accepted_at FROM requests WHERE id = ANY($1) AND type <> $2`, ids, TypeNotStored))
 }
 
 // idemKey is what an Idempotency-Key is unique within: its user and route.
@@ -280,7 +305,7 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, storage.Translate("requests: insert batch", err)
+		return nil, fmt.Errorf("%w: %w", errNotSent, storage.Translate("requests: insert batch", err))
 	}
 	defer conn.Release()
 	seqs, err := stampsByID(conn.Query(ctx, `
@@ -293,25 +318,8 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID
 		ORDER BY u.ord
 		ON CONFLICT (user_id, idem_route, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
 		RETURNING id, seq, accepted_at`, ids, types, queues, users, keys, payloads, traces, routes, idems, hashes))
-	if pg := conn.Conn().PgConn(); err != nil && pg.IsClosed() {
-		s.endBackend(ctx, pg.PID())
-	}
 	return seqs, storage.Translate("requests: insert batch", err)
 }
 
-// endWait bounds how long endBackend waits for a backend to exit.
-const endWait = time.Second
-
-// endBackend ends the backend pid, whose connection was dropped in the
-// middle of its INSERT (the statement outlived its bound, or the network
-// failed): Postgres goes on with a statement until it hears of that, and
-// would store writes that storeBatch, reading back what is stored, is
-// about to answer as failed (their clients retry them, and they would be
-// applied twice). pg_terminate_backend waits for the backend to exit, up
-// to endWait; a pid that has exited already is no error. Postgres 14 or
-// later, and a role that may end its own sessions, which every role may.
-func (s *Store) endBackend(ctx context.Context, pid uint32) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endWait)
-	defer cancel()
-	_, _ = s.pool.Exec(ctx, `SELECT pg_terminate_backend($1, $2)`, int64(pid), endWait.Milliseconds())
-}
+// errNotSent marks an INSERT that never reached Postgres.
+var errNotSent = errors.New("requests: not sent")

@@ -63,15 +63,8 @@ type View struct {
 
 // View renders r for clients.
 func (r *Request) View() View {
-	v := View{
-		RequestID:   r.ID.String(),
-		Type:        r.Type,
-		Status:      r.Status,
-		AcceptedAt:  r.AcceptedAt.UTC(),
-		CompletedAt: r.CompletedAt,
-		Result:      r.Result,
-		Error:       r.Problem,
-	}
+	v := View{RequestID: r.ID.String(), Type: r.Type, Status: r.Status, AcceptedAt: r.AcceptedAt.UTC(),
+		CompletedAt: r.CompletedAt, Result: r.Result, Error: r.Problem}
 	if v.CompletedAt != nil {
 		t := v.CompletedAt.UTC()
 		v.CompletedAt = &t

@@ -98,6 +98,25 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (*Request, error) {
 	return r, storage.Translate("requests: get", err)
 }
 
+// Settle fixes the fate of requests ids, each of whose client (users, in
+// order) was told it may or may not be stored (Unsettled): each that is not
+// stored by now gets a tombstone, a terminal request that was never a
+// write (TypeNotStored), which Get reads as failed NOT_STORED, no worker ever
+// sees, and retention deletes with the other terminal requests. The id is
+// the primary key: a late INSERT of the write finds it taken.
+func (s *Store) Settle(ctx context.Context, ids []uuid.UUID, users []string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO requests (id, type, queue, user_id, keys, payload, status, error, accepted_at, completed_at)
+		SELECT t.id, $3, '', t.u, '{""}', 'null', 'failed', $4::jsonb, now(), now() FROM unnest($1::uuid[], $2::text[]) AS t(id, u)
+		ON CONFLICT (id) DO NOTHING`, ids, users, TypeNotStored, notStored)
+	return storage.Translate("requests: settle", err)
+}
+
+// TypeNotStored is a tombstone's type.
+const TypeNotStored = "not_stored"
+
+// notStored is a tombstone's outcome.
+var notStored = domain.NewProblem(domain.CodeNotStored, "this write was not stored; send it again")
+
 // MarkProcessing records that each key's drain has read its mailbox as far
 // as the seq through maps it to, and is about to apply what it can of it:
 // those still queued read as processing (viewColumns) until they are

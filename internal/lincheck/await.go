@@ -3,6 +3,7 @@ package lincheck
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/holdfast/holdfast/domain"
@@ -27,8 +28,10 @@ const Patience = 60 * time.Second
 // wait=10, and, when that is answered 202 before the outcome, by long
 // polls of GET /api/v1/requests/{id} until the request is terminal, for up
 // to Patience. A transport error on the write, or no terminal answer in
-// time, is an unknown outcome; any answer but 200 or 202 to the write is
-// not accepted.
+// time, is an unknown outcome; any other answer to the write is not
+// accepted, but a 503 with Location (Postgres did not confirm whether it
+// stored the write), which is followed as a 202 is, to its outcome or to
+// NOT_STORED (not accepted).
 func Await(c *systest.Client, method, path string, body any, headers ...string) Answer {
 	deadline := time.Now().Add(Patience)
 	r, err := c.TryDo(method, path, body, append([]string{"Prefer", "wait=10"}, headers...)...)
@@ -37,13 +40,15 @@ func Await(c *systest.Client, method, path string, body any, headers ...string) 
 		return Answer{Outcome: Unknown()}
 	case r.Status == http.StatusOK:
 		return fromBody(r.Body)
-	case r.Status != http.StatusAccepted:
+	case r.Status != http.StatusAccepted && r.Header.Get("Location") == "":
 		var e systest.Envelope
 		_ = json.Unmarshal(r.Body, &e)
 		return Answer{Outcome: NotAccepted(e.Error.Code)}
 	}
-	var a systest.Accepted
-	if json.Unmarshal(r.Body, &a) != nil {
+	// A 202, or a 503 whose write may or may not be stored: its Location
+	// tells which, once read.
+	a := systest.Accepted{RequestID: strings.TrimPrefix(r.Header.Get("Location"), "/api/v1/requests/")}
+	if r.Status == http.StatusAccepted && json.Unmarshal(r.Body, &a) != nil {
 		return Answer{Outcome: Unknown()}
 	}
 	for time.Now().Before(deadline) {
@@ -82,6 +87,10 @@ func fromBody(body []byte) Answer {
 		}
 	case domain.StatusFailed:
 		ans.Status = StatusFailed
+		if v.Error != nil && v.Error.Code == domain.CodeNotStored { // settled as never stored
+			ans.Outcome = NotAccepted(domain.CodeNotStored)
+			ans.RequestID = v.RequestID
+		}
 	}
 	return ans
 }
