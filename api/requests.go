@@ -197,9 +197,10 @@ func (s *Server) await(ctx context.Context, stop <-chan struct{}, p auth.Princip
 }
 
 // settleWithin is how old an id may be for a read to settle it: a write
-// answered Unsettled is read within minutes, after an outage within hours;
-// an unknown id older than this is answered not found, as before, and
-// leaves no tombstone.
+// answered Unsettled is read within minutes, after an outage within hours.
+// An unknown id older than this, or than half of REQUEST_RETENTION (it may
+// be a request retention deleted, which must not read as not stored), is
+// answered not found, as before, and leaves no tombstone.
 const settleWithin = 24 * time.Hour
 
 // settledGet reads request id. An id that is not stored and that this
@@ -212,7 +213,11 @@ func (s *Server) settledGet(ctx context.Context, p auth.Principal, id uuid.UUID)
 	if !errors.Is(err, domain.ErrNotFound) || id.Version() != 7 {
 		return r, err
 	}
-	if minted := time.Unix(id.Time().UnixTime()); time.Since(minted) > settleWithin || time.Until(minted) > time.Minute {
+	within := settleWithin
+	if keep := s.cfg.RequestRetention / 2; keep > 0 && keep < within {
+		within = keep
+	}
+	if minted := time.Unix(id.Time().UnixTime()); time.Since(minted) > within || time.Until(minted) > time.Minute {
 		return r, err
 	}
 	if err := s.Store.Settle(ctx, []uuid.UUID{id}, []string{p.UserID}); err != nil {
