@@ -18,6 +18,7 @@ const (
 	CodeContention                 = "CONTENTION"
 	CodeInternal                   = "INTERNAL"
 	CodeUnavailable                = "UNAVAILABLE"
+	CodeNotStored                  = "NOT_STORED"
 	CodeInvalidDateRange           = "INVALID_DATE_RANGE"
 	CodeDateRangeTooLong           = "DATE_RANGE_TOO_LONG"
 	CodeRoomTypeInactive           = "ROOM_TYPE_INACTIVE"

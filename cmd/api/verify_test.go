@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -47,9 +48,18 @@ func TestVerifyPrequeueCommand(t *testing.T) {
 			u.Do("GET", base+"/status", nil).JSON(t, &st)
 			return st.Status == "ready" || st.Status == "waiting"
 		}, 10*time.Second, 50*time.Millisecond)
-		out.Reset()
-		require.NoError(t, verifyPrequeue(context.Background(),
-			[]string{"-url", s.URL, "-event", fmt.Sprint(e.EventID), "-user", u.User}, &out))
+		// A status read during the seal has its place already; the seed is
+		// published once the seal commits.
+		require.Eventually(t, func() bool {
+			out.Reset()
+			err := verifyPrequeue(context.Background(),
+				[]string{"-url", s.URL, "-event", fmt.Sprint(e.EventID), "-user", u.User}, &out)
+			if errors.Is(err, events.ErrSeedNotRevealed) {
+				return false
+			}
+			require.NoError(t, err)
+			return true
+		}, 10*time.Second, 20*time.Millisecond)
 		require.Contains(t, out.String(), "matches the commitment")
 		require.Contains(t, out.String(), fmt.Sprintf("place %d of 20", *st.Rank), out.String())
 	}

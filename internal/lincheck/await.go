@@ -18,6 +18,11 @@ type Answer struct {
 	Outcome
 	Result json.RawMessage
 	Meta   map[string]any
+	// Door is the HTTP status the write itself was answered with (0: no
+	// answer), and Located whether that answer named the request's
+	// Location.
+	Door    int
+	Located bool
 }
 
 // Patience is how long Await follows a write before it calls the outcome
@@ -35,6 +40,15 @@ const Patience = 60 * time.Second
 func Await(c *systest.Client, method, path string, body any, headers ...string) Answer {
 	deadline := time.Now().Add(Patience)
 	r, err := c.TryDo(method, path, body, append([]string{"Prefer", "wait=10"}, headers...)...)
+	ans := await(c, r, err, deadline)
+	if err == nil {
+		ans.Door, ans.Located = r.Status, r.Header.Get("Location") != ""
+	}
+	return ans
+}
+
+// await follows the write's answer r (or its error) to an Answer.
+func await(c *systest.Client, r systest.Response, err error, deadline time.Time) Answer {
 	switch {
 	case err != nil:
 		return Answer{Outcome: Unknown()}
