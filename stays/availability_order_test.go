@@ -2,6 +2,8 @@ package stays
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +19,7 @@ import (
 )
 
 // betweenReads runs its batches once, right after an availability read's
-// first Redis read (the transaction that reads the nights' live holds)
+// first Redis read (the script that reads the nights' live holds)
 // returns and before the read goes to Postgres: the window in which a
 // worker's batch can land between the two stores' reads.
 type betweenReads struct {
@@ -35,8 +37,17 @@ func (b *betweenReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		err := next(ctx, cmds)
 		var nights [][]string
 		for _, c := range cmds {
-			if z, ok := c.(*redis.StringSliceCmd); ok && c.Name() == "zrangebyscore" {
-				nights = append(nights, z.Val())
+			args := c.Args()
+			if c.Name() != "eval" || len(args) < 4 || !strings.HasSuffix(fmt.Sprint(args[3]), ":v") {
+				continue // not the live holds' script, whose first key is the batch counter
+			}
+			vals, _ := c.(*redis.Cmd).Slice()
+			for _, v := range vals[1:] {
+				var ids []string
+				for _, m := range v.([]any) {
+					ids = append(ids, fmt.Sprint(m))
+				}
+				nights = append(nights, ids)
 			}
 		}
 		if nights == nil {

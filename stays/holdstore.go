@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -121,33 +122,51 @@ type heldNights struct {
 	ids     [][]string // per date
 }
 
+// liveHoldsScript reads one room type's batch counter and the live holds of
+// each night, atomically (a script runs alone), so the counter goes with
+// the holds it counted. KEYS: the counter, then each night's set; ARGV: the
+// lowest live expiry, exclusive ("(ms").
+var liveHoldsScript = redis.NewScript(`
+local out = {redis.call('GET', KEYS[1]) or '0'}
+for i = 2, #KEYS do out[i] = redis.call('ZRANGEBYSCORE', KEYS[i], ARGV[1], '+inf') end
+return out`)
+
 // liveHolds reads, for each room type, the ids of the live holds of each
 // date at now and the room type's batch counter, as one atomic snapshot per
-// room type (MULTI: the room type's keys share a hash slot, and a batch
-// writes its holds and bumps the counter in one transaction as well).
+// room type (liveHoldsScript: its keys share the room type's hash slot, and
+// a batch writes its holds and bumps the counter in one transaction), all
+// in one round trip.
 func (s *HoldStore) liveHolds(ctx context.Context, roomTypes []int64, dates []time.Time, now time.Time) (map[int64]heldNights, error) {
-	pipe := s.rdb.TxPipeline()
+	pipe := s.rdb.Pipeline()
 	min := "(" + strconv.FormatInt(now.UnixMilli(), 10)
-	versions := make(map[int64]*redis.StringCmd, len(roomTypes))
-	ids := make(map[int64][]*redis.StringSliceCmd, len(roomTypes))
+	cmds := make(map[int64]*redis.Cmd, len(roomTypes))
 	for _, rt := range roomTypes {
-		versions[rt] = pipe.Get(ctx, versionKey(rt))
+		keys := []string{versionKey(rt)}
 		for _, d := range dates {
-			ids[rt] = append(ids[rt], pipe.ZRangeByScore(ctx, heldKey(rt, d.Format(domain.DateLayout)),
-				&redis.ZRangeBy{Min: min, Max: "+inf"}))
+			keys = append(keys, heldKey(rt, d.Format(domain.DateLayout)))
 		}
+		cmds[rt] = liveHoldsScript.Eval(ctx, pipe, keys, min)
 	}
 	if len(roomTypes) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, err
 		}
 	}
 	out := make(map[int64]heldNights, len(roomTypes))
-	for _, rt := range roomTypes {
+	for rt, c := range cmds {
+		vals, err := c.Slice()
+		if err != nil || len(vals) != len(dates)+1 {
+			return nil, fmt.Errorf("stays: live holds of room type %d: %v %w", rt, vals, err)
+		}
 		h := heldNights{ids: make([][]string, len(dates))}
-		h.version, _ = versions[rt].Int64() // absent: no batch wrote in a day
-		for i, c := range ids[rt] {
-			h.ids[i] = c.Val()
+		if h.version, err = strconv.ParseInt(fmt.Sprint(vals[0]), 10, 64); err != nil {
+			return nil, fmt.Errorf("stays: batch counter of room type %d: %w", rt, err)
+		}
+		for i, v := range vals[1:] {
+			members, _ := v.([]any)
+			for _, m := range members {
+				h.ids[i] = append(h.ids[i], fmt.Sprint(m))
+			}
 		}
 		out[rt] = h
 	}
