@@ -107,7 +107,7 @@ SPEEDUPS_OFF_E2E := ^Test(K[2-6]|MultiKey|DurableAcrossRedisFlushall|Idempotency
 cluster: ## Run holdfast on a private 3-master Redis Cluster and via a Sentinel (also part of make test)
 	$(GO) test -race -count=1 -run '^TestRedis(Cluster|Sentinel)$$' -v ./e2e/
 
-jepsen: ## Run the fault histories (kill -9 of workers and APIs, Redis flushed and killed, Postgres restarted and frozen, a worker paused past its lease), each checked for linearizability, and their control; one line per history (~3 min; make test skips them)
+jepsen: ## Run the fault histories (kill -9 of workers and APIs, Redis flushed, killed and frozen, Postgres restarted and frozen, a worker paused past its lease), each checked for linearizability, and their control; one line per history (~3 min; make test skips them)
 	@# HOLDFAST_JEPSEN=1 turns them on; one history at a time. The whole
 	@# output, with the checker's account of any failure, is bin/jepsen.log.
 	@mkdir -p bin; \

@@ -209,6 +209,27 @@ func (r *rig) freezePostgres(d time.Duration) int {
 	return len(f.Pids)
 }
 
+// freezeRedis stops the private Redis with SIGSTOP, as a paused VM or a
+// partition that drops packets freezes it: connections stay open and
+// nothing answers. It thaws it with SIGCONT after d.
+func (r *rig) freezeRedis(d time.Duration) {
+	t := r.t
+	info, err := r.s.Redis.Info(context.Background(), "server").Result()
+	require.NoError(t, err)
+	var pid int
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, err = strconv.Atoi(v)
+			require.NoError(t, err)
+		}
+	}
+	require.Positive(t, pid, "Redis' process id in INFO server")
+	f := testenv.FreezeTree(t, pid)
+	defer f.Thaw()
+	// How long Redis stays frozen is the scenario.
+	time.Sleep(d)
+}
+
 // pauseWorker stops worker i with SIGSTOP for d (past its leases), then
 // lets it go on with SIGCONT, and returns how many lease losses it
 // counted once resumed (holdfast_keyed_lease_lost_total): a holder that

@@ -84,6 +84,11 @@ var faultHistories = []faultHistory{
 		r.restartRedis(down)
 		return fmt.Sprintf("Redis killed (SIGKILL) under load, back empty after %s", down)
 	}},
+	{name: "redis-freeze", rig: rigSpec{apis: 1, workers: 2}, fault: func(r *rig, _ *jepsenLoad) string {
+		const frozenFor = 10 * time.Second
+		r.freezeRedis(frozenFor)
+		return fmt.Sprintf("Redis frozen under load: SIGSTOP for %s, then SIGCONT", frozenFor)
+	}},
 	{name: "postgres-restart", rig: rigSpec{apis: 1, workers: 2}, fault: func(r *rig, _ *jepsenLoad) string {
 		const down = 5 * time.Second
 		r.restartPostgres(down)
