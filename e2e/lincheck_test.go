@@ -262,7 +262,7 @@ func TestLinearizableRoomNight(t *testing.T) {
 				case r%3 == 0:
 					holdFor(clientKey) // the same hold again: reused, its expiry pushed back
 					recordWrite(t, rec, tl, i, c, key, lincheck.CancelHold{User: user, Hold: g.ID}, "DELETE", path, nil, nothing)
-				case r == 1 && i < 4:
+				case r == 1 && i < 6: // three stays a room type: its last room is held for
 					recordWrite(t, rec, tl, i, c, key, lincheck.ConfirmHold{User: user, Hold: g.ID}, "POST", path+"/confirm", nil, nothing)
 				case r%3 == 1:
 					recordWrite(t, rec, tl, i, c, key, lincheck.CancelHold{User: user, Hold: g.ID}, "DELETE", path, nil, nothing)

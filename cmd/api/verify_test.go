@@ -21,7 +21,9 @@ import (
 func TestVerifyPrequeueCommand(t *testing.T) {
 	s := systest.Start(t, systest.Options{Workers: 1})
 	admin := s.Client("admin", domain.RoleAdmin)
-	start := time.Now().Add(3 * time.Second).Truncate(time.Second).Add(time.Second)
+	// Time for the 20 entries to be applied before the start on a busy
+	// machine: one applied after it joins the line, not the pre-queue.
+	start := time.Now().Add(10 * time.Second).Truncate(time.Second).Add(time.Second)
 	r := admin.Do("POST", "/api/v1/events", map[string]any{"name": "Verify", "seatCount": 5,
 		"salesStartAt": start.Format(time.RFC3339), "presenceTimeoutSeconds": 3600})
 	require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
@@ -34,6 +36,7 @@ func TestVerifyPrequeueCommand(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, users[i].Do("POST", base, nil).Status)
 	}
 	s.WaitAllTerminal(30 * time.Second)
+	require.True(t, time.Now().Before(start), "the 20 entries were applied before the start")
 
 	var out bytes.Buffer
 	err := verifyPrequeue(context.Background(), []string{"-url", s.URL, "-event", fmt.Sprint(e.EventID)}, &out)
