@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -176,10 +175,16 @@ func (r *rig) leaseTTL() time.Duration { return r.s.Cfg.LeaseTTL }
 // restartRedis kills Redis and starts an empty one on the same port after
 // down.
 func (r *rig) restartRedis(down time.Duration) {
-	r.stopRedis()
-	// How long Redis is away is the scenario, not a wait for anything.
-	time.Sleep(down)
-	r.stopRedis = redisAt(r.t, r.redisPort)
+	outage(down, r.stopRedis, func() { r.stopRedis = redisAt(r.t, r.redisPort) })
+}
+
+// outage strikes, lets the fault last d, then heals: how long a store or a
+// process is away is the scenario, the one wait of a fault that is not for
+// an event.
+func outage(d time.Duration, strike, heal func()) {
+	strike()
+	time.Sleep(d)
+	heal()
 }
 
 // flushRedis empties Redis: every mailbox, lease, task and queue is lost.
@@ -190,10 +195,7 @@ func (r *rig) flushRedis() {
 // restartPostgres stops Postgres (fast shutdown: sessions cut, open
 // transactions rolled back) and starts it again after down.
 func (r *rig) restartPostgres(down time.Duration) {
-	r.pg.Stop()
-	// How long Postgres is away is the scenario, not a wait for anything.
-	time.Sleep(down)
-	r.pg.Start()
+	outage(down, r.pg.Stop, r.pg.Start)
 }
 
 // freezePostgres stops the private server's postmaster and every process
@@ -202,10 +204,8 @@ func (r *rig) restartPostgres(down time.Duration) {
 // open and nothing answers. It thaws them with SIGCONT after d, and returns
 // how many processes it froze.
 func (r *rig) freezePostgres(d time.Duration) int {
-	f := r.pg.Freeze()
-	defer f.Thaw()
-	// How long Postgres stays frozen is the scenario.
-	time.Sleep(d)
+	var f *testenv.Frozen
+	outage(d, func() { f = r.pg.Freeze() }, func() { f.Thaw() })
 	return len(f.Pids)
 }
 
@@ -224,10 +224,8 @@ func (r *rig) freezeRedis(d time.Duration) {
 		}
 	}
 	require.Positive(t, pid, "Redis' process id in INFO server")
-	f := testenv.FreezeTree(t, pid)
-	defer f.Thaw()
-	// How long Redis stays frozen is the scenario.
-	time.Sleep(d)
+	var f *testenv.Frozen
+	outage(d, func() { f = testenv.FreezeTree(t, pid) }, func() { f.Thaw() })
 }
 
 // pauseWorker stops worker i with SIGSTOP for d (past its leases), then
@@ -237,12 +235,8 @@ func (r *rig) freezeRedis(d time.Duration) {
 func (r *rig) pauseWorker(i int, d time.Duration) (lost float64) {
 	t, p := r.t, r.workers[i]
 	before := leaseLosses(t, p)
-	pid := p.Cmd.Process.Pid
-	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	testenv.WaitStopped(t, pid)
-	// The pause's length is the scenario: past the lease's TTL.
-	time.Sleep(d)
-	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
+	var f *testenv.Frozen // for d, past the lease's TTL
+	outage(d, func() { f = testenv.FreezeTree(t, p.Cmd.Process.Pid) }, func() { f.Thaw() })
 	// The resumed holder learns its lease is gone at its next extend or
 	// commit, at the latest a lease's TTL after it wakes; a worker that held
 	// no lease when it was paused counts nothing.

@@ -65,7 +65,7 @@ func FreezeTree(t testing.TB, root int) *Frozen {
 		}
 	}
 	for _, pid := range f.Pids {
-		WaitStopped(t, pid)
+		waitStopped(t, pid)
 	}
 	return f
 }
@@ -107,8 +107,8 @@ func procStat(pid int) (parent int, state byte, err error) {
 	return parent, f[0][0], err
 }
 
-// WaitStopped waits until pid is stopped (state T), or gone.
-func WaitStopped(t testing.TB, pid int) {
+// waitStopped waits until pid is stopped (state T), or gone.
+func waitStopped(t testing.TB, pid int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		_, state, err := procStat(pid)
