@@ -84,6 +84,14 @@ const (
 	claimUnknown                   // Redis did not answer for the claim
 )
 
+// redisWithin bounds the guard's wait on Redis, past which the limits fail
+// open: a frozen Redis costs the request that much of its
+// DEPENDENCY_TIMEOUT, not all of it (the API's breaker then skips Redis
+// for everyone, storage.Breaker). It bounds the give-back of a claim whose
+// request was not accepted too; one Redis does not answer that soon is left
+// to the claim's expiry (the window).
+const redisWithin = 250 * time.Millisecond
+
 // Guard is RateLimit and a duplicate window, checked in one Redis round
 // trip: the window's claim rides in the limits' pipeline. A request over a
 // limit is answered RATE_LIMITED whether or not it is also a duplicate.
@@ -131,7 +139,9 @@ func (gd *guard) serve(c *fiber.Ctx) error {
 			cl.token, cl.ttl = strconv.FormatUint(rand.Uint64(), 36), gd.w.Duration
 		}
 	}
-	wait, st, err := gd.check(ctx, keys, gd.args, cl)
+	cctx, cancel := context.WithTimeout(ctx, redisWithin)
+	wait, st, err := gd.check(cctx, keys, gd.args, cl)
+	cancel()
 	if err != nil {
 		// Limits that cannot count fail open: refusing every write
 		// because Redis blinked would be worse than a moment unlimited.
@@ -143,7 +153,12 @@ func (gd *guard) serve(c *fiber.Ctx) error {
 	}
 	giveBack := func() {
 		if st == claimFresh || st == claimUnknown {
-			releaseScript.Run(context.WithoutCancel(ctx), gd.rdb, []string{cl.key}, cl.token)
+			// Before the answer, so that a corrected request sent at once
+			// finds the claim gone; but within redisWithin, past the
+			// request's own deadline: Redis may be what failed it.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), redisWithin)
+			defer cancel()
+			releaseScript.Run(rctx, gd.rdb, []string{cl.key}, cl.token)
 		}
 	}
 	if wait > 0 {

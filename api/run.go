@@ -20,6 +20,7 @@ import (
 
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
@@ -46,12 +47,16 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	storage.ServePprof(ctx, cfg.PprofAddr, log)
 	pool, rdb := st.Pool, st.Redis
 	go storage.WatchPool(ctx, pool, "api", storage.PoolWatchInterval, log)
+	away := prometheus.NewGauge(prometheus.GaugeOpts{Name: "holdfast_redis_breaker_open",
+		Help: "1 while the API's calls to Redis fail at once, Redis having failed the calls before (storage.Breaker); else 0."})
+	rdb.AddHook(storage.NewBreaker(log, func(open bool) { away.Set(map[bool]float64{true: 1}[open]) }))
 
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	store := requests.NewStore(pool)
 	reg, m := newRegistry(rdb, insp, store)
+	reg.MustRegister(away)
 
-	engine := keyed.New(pool, rdb, insp, log, m, keyed.OptionsFrom(cfg, "api"))
+	engine := keyed.New(pool, rdb, insp, log, m, wiring.KeyedOptions(cfg, "api"))
 	defer engine.Close()
 	notifier := NewNotifier(rdb)
 	nctx, stopNotifier := context.WithCancel(ctx)

@@ -14,10 +14,13 @@ import (
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/lincheck"
+	"github.com/holdfast/holdfast/internal/testenv"
 )
 
 // An FCFS rush on a Postgres that freezes (SIGSTOP of the postmaster and
-// its backends, 5 s, then SIGCONT) 150 answers in, from clients that send
+// its backends, 5 s, then SIGCONT) 150 answers in, with 8 fans more
+// writing into the frozen server (the rush's senders are mostly waiting
+// for outcomes when it strikes), from clients that send
 // no Idempotency-Key and take any answer but success as final — except a
 // 503 with Location (their write's storing in doubt), which they follow to
 // its end, as docs/api.md tells them to. Every user who owns a seat was
@@ -27,10 +30,10 @@ import (
 // requests.TestAWriteIntoAFrozenPostgresIsSettled shows that control.
 func TestFrozenPostgresAppliesNothingBehindANo(t *testing.T) {
 	t.Parallel()
-	const users, senders, freezeAt, frozenFor = 600, 24, 150, 5 * time.Second
+	const users, senders, freezeAt, frozenFor, lateFans = 600, 24, 150, 5 * time.Second, 8
 	r := newRig(t, rigSpec{apis: 1, workers: 2})
 	admin := r.s.Client("admin", domain.RoleAdmin).At(r.URL())
-	resp := admin.DoPatiently("POST", "/api/v1/events", map[string]any{"name": "frozen rush", "seatCount": users})
+	resp := admin.DoPatiently("POST", "/api/v1/events", map[string]any{"name": "frozen rush", "seatCount": users + lateFans})
 	require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
 	var ev events.Event
 	resp.JSON(t, &ev)
@@ -44,19 +47,21 @@ func TestFrozenPostgresAppliesNothingBehindANo(t *testing.T) {
 	froze := make(chan struct{})
 	var next atomic.Int32
 	var wg sync.WaitGroup
+	fan := func(user string) {
+		c := r.s.Client(user, domain.RoleUser).At(r.URL())
+		sent := time.Now()
+		a := lincheck.Await(c, "POST", fmt.Sprintf("/api/v1/events/%d/seats/fcfs", ev.EventID), nil)
+		mu.Lock()
+		told[user] = a
+		byCode[string(a.Status)+" "+a.Code]++
+		doors[fmt.Sprintf("%d located=%t", a.Door, a.Located)]++
+		slowest = max(slowest, time.Since(sent))
+		mu.Unlock()
+	}
 	for range senders {
 		wg.Go(func() {
 			for i := next.Add(1); i <= users; i = next.Add(1) {
-				user := fmt.Sprintf("fan-%d", i)
-				c := r.s.Client(user, domain.RoleUser).At(r.URL())
-				sent := time.Now()
-				a := lincheck.Await(c, "POST", fmt.Sprintf("/api/v1/events/%d/seats/fcfs", ev.EventID), nil)
-				mu.Lock()
-				told[user] = a
-				byCode[string(a.Status)+" "+a.Code]++
-				doors[fmt.Sprintf("%d located=%t", a.Door, a.Located)]++
-				slowest = max(slowest, time.Since(sent))
-				mu.Unlock()
+				fan(fmt.Sprintf("fan-%d", i))
 				if answered.Add(1) == freezeAt {
 					close(froze)
 				}
@@ -64,7 +69,16 @@ func TestFrozenPostgresAppliesNothingBehindANo(t *testing.T) {
 		})
 	}
 	<-froze
-	n := r.freezePostgres(frozenFor)
+	// Most senders wait for their outcome (Prefer: wait) when it strikes;
+	// these fans write into the frozen server for sure.
+	var f *testenv.Frozen
+	outage(frozenFor, func() {
+		f = r.pg.Freeze()
+		for i := range lateFans {
+			wg.Go(func() { fan(fmt.Sprintf("late-fan-%d", i)) })
+		}
+	}, func() { f.Thaw() })
+	n := len(f.Pids)
 	wg.Wait()
 	t.Logf("froze %d processes for %s; the writes' answers: %v; outcomes by code: %v; slowest, its Location followed: %s",
 		n, frozenFor, doors, byCode, slowest)
@@ -88,5 +102,5 @@ func TestFrozenPostgresAppliesNothingBehindANo(t *testing.T) {
 		}
 	}
 	require.Equal(t, succeeded, owners, "a seat for each user told it succeeded, and no more")
-	require.Len(t, told, users)
+	require.Len(t, told, users+lateFans)
 }

@@ -51,6 +51,7 @@ type rigSpec struct {
 	// unguarded runs one in-process worker of the handler-only design
 	// (systest.Options.Unguarded) instead of worker processes: the control.
 	unguarded bool
+	overrides []string // config name, value pairs for every process
 }
 
 // newRig starts a private Postgres and Redis, then spec's APIs (behind a
@@ -60,7 +61,8 @@ func newRig(t *testing.T, spec rigSpec) *rig {
 	pg := testenv.PostgresServer(t)
 	port := testenv.FreePort(t)
 	stopRedis := redisAt(t, port)
-	opts := systest.Options{NoAPI: true, Postgres: pg.URL, RedisURL: fmt.Sprintf("redis://127.0.0.1:%d/0", port), Unguarded: spec.unguarded}
+	opts := systest.Options{NoAPI: true, Postgres: pg.URL, RedisURL: fmt.Sprintf("redis://127.0.0.1:%d/0", port),
+		Unguarded: spec.unguarded, Overrides: spec.overrides}
 	if spec.unguarded {
 		opts.Workers = 1
 	}
@@ -213,19 +215,8 @@ func (r *rig) freezePostgres(d time.Duration) int {
 // partition that drops packets freezes it: connections stay open and
 // nothing answers. It thaws it with SIGCONT after d.
 func (r *rig) freezeRedis(d time.Duration) {
-	t := r.t
-	info, err := r.s.Redis.Info(context.Background(), "server").Result()
-	require.NoError(t, err)
-	var pid int
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			pid, err = strconv.Atoi(v)
-			require.NoError(t, err)
-		}
-	}
-	require.Positive(t, pid, "Redis' process id in INFO server")
 	var f *testenv.Frozen
-	outage(d, func() { f = testenv.FreezeTree(t, pid) }, func() { f.Thaw() })
+	outage(d, func() { f = testenv.FreezeRedis(r.t, r.s.Redis) }, func() { f.Thaw() })
 }
 
 // pauseWorker stops worker i with SIGSTOP for d (past its leases), then

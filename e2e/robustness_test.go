@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/probe"
@@ -148,8 +149,8 @@ func TestUndispatchedRequestIsNotOvertaken(t *testing.T) {
 		MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = dead.Close() })
 	reg := prometheus.NewRegistry()
-	live := keyed.New(s.Pool, s.Redis, nil, s.Log, metrics.NewPipeline(reg), keyed.OptionsFrom(s.Cfg, "live"))
-	broken := keyed.New(s.Pool, dead, nil, s.Log, metrics.NewPipeline(prometheus.NewRegistry()), keyed.OptionsFrom(s.Cfg, "broken"))
+	live := keyed.New(s.Pool, s.Redis, nil, s.Log, metrics.NewPipeline(reg), wiring.KeyedOptions(s.Cfg, "live"))
+	broken := keyed.New(s.Pool, dead, nil, s.Log, metrics.NewPipeline(prometheus.NewRegistry()), wiring.KeyedOptions(s.Cfg, "broken"))
 	t.Cleanup(func() { _ = live.Close(); _ = broken.Close() })
 	intake := requests.NewIntake(requests.NewStore(s.Pool), splitDispatcher{live, broken}, s.Log)
 

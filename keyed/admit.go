@@ -20,12 +20,6 @@ type backlogSample struct {
 	at time.Time
 }
 
-type queueSample struct {
-	n          int
-	at         time.Time
-	refreshing bool
-}
-
 // overloaded is the 429 intake answers when a backlog is over its cap.
 func overloaded(what string, retryAfter int) *domain.Problem {
 	return domain.NewProblem(domain.CodeOverloaded,
@@ -48,36 +42,24 @@ func (e *Engine) Admit(ctx context.Context, queue string, keys []string) error {
 			return overloaded("key "+k, 1)
 		}
 	}
-	if n := e.queueSize(queue); n >= e.opt.QueueCap {
+	if n := e.qsizes.Get(queue); n >= e.opt.QueueCap {
 		e.m.Overloaded.WithLabelValues(queue).Inc()
 		return overloaded("queue "+queue, 5)
 	}
 	return nil
 }
 
-// queueSize returns the queue's unfinished tasks, refreshed at most once a
-// second by one caller while the others use the last sample; without an
-// inspector it reports 0, and on error the last sample (0 before the first).
-func (e *Engine) queueSize(queue string) int {
+// readQueueSize reads the queue's unfinished tasks, for the sample Admit
+// checks (qsizes: read in the background at most once a second, as Redis
+// may be slow, or frozen; 0 before the first); without an inspector it
+// reports 0.
+func (e *Engine) readQueueSize(queue string) (int, error) {
 	if e.insp == nil {
-		return 0
+		return 0, nil
 	}
-	e.qmu.Lock()
-	s, ok := e.qsizes[queue]
-	if (ok && time.Since(s.at) < time.Second) || s.refreshing {
-		e.qmu.Unlock()
-		return s.n
+	info, err := e.insp.GetQueueInfo(queue)
+	if err != nil {
+		return 0, err
 	}
-	s.refreshing = true
-	e.qsizes[queue] = s
-	e.qmu.Unlock()
-
-	n := s.n
-	if info, err := e.insp.GetQueueInfo(queue); err == nil {
-		n = info.Pending + info.Active + info.Scheduled + info.Retry + info.Aggregating
-	}
-	e.qmu.Lock()
-	e.qsizes[queue] = queueSample{n: n, at: time.Now()}
-	e.qmu.Unlock()
-	return n
+	return info.Pending + info.Active + info.Scheduled + info.Retry + info.Aggregating, nil
 }

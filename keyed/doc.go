@@ -11,7 +11,7 @@
 //     choices at its end.
 //  2. requests/intake.go: Accept, the API's side: the caps (Admit),
 //     storing (the group commit of requests/group.go; read it as one
-//     INSERT), Post and Enqueue, and MarkUndispatched when they fail.
+//     INSERT), Post and Enqueue, and the undispatched mark when they fail.
 //     requests/store.go holds the statements the protocol runs: LockOpen,
 //     Complete, UndispatchedBefore, the reconciler's.
 //  3. engine.go: what a write type gives (Type, Applier, Batch);

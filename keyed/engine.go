@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/recent"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
@@ -107,10 +105,11 @@ type Options struct {
 	ForgetAfter time.Duration
 }
 
-// defaults are config.Config's (OptionsFrom passes its values) and
-// DeferAfter's, which has no setting, for engines built with fewer options,
-// as tests build them.
-func (o *Options) defaults() {
+// WithDefaults is o with every zero value set to its default:
+// config.Config's (wiring.KeyedOptions passes its values) and DeferAfter's,
+// which has no setting, for engines built with fewer options, as tests
+// build them. New applies it.
+func (o Options) WithDefaults() Options {
 	orDefault(&o.LeaseTTL, 5*time.Second)
 	orDefault(&o.BatchMax, 256)
 	orDefault(&o.DrainSlice, 5*time.Second)
@@ -120,19 +119,7 @@ func (o *Options) defaults() {
 	orDefault(&o.QueueCap, 1_000_000)
 	orDefault(&o.DeferAfter, 64)
 	o.Worker = cmp.Or(o.Worker, "worker")
-}
-
-// OptionsFrom is the engine's options as cfg sets them, for the process
-// named worker: the one mapping of the configuration that the API, the
-// worker and the test systems share.
-func OptionsFrom(cfg config.Config, worker string) Options {
-	return Options{
-		LeaseTTL: cfg.LeaseTTL, BatchMax: cfg.BatchMax, DrainSlice: cfg.DrainSlice,
-		RedriveAfter: cfg.RedriveAfter, KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap,
-		ForgetAfter: cfg.KeyForgetAfter, Worker: worker,
-		ScheduleDeferred: !cfg.AggregateDeferred, EnqueueEach: !cfg.BatchEnqueue,
-		PlainWaiting: !cfg.QuietWaiting,
-	}
+	return o
 }
 
 // orDefault sets *v to d unless it is positive.
@@ -170,15 +157,13 @@ type Engine struct {
 	// ever saw. A key forgotten early is let through Admit once, as a key
 	// this API has not posted to is.
 	backlog *recent.Map[string, backlogSample]
-
-	qmu    sync.Mutex
-	qsizes map[string]queueSample
+	qsizes  *recent.Sampler[string, int] // for Admit
 }
 
 // New builds an engine. insp may be nil in processes that do not admit
 // requests (workers).
 func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, log *slog.Logger, m *metrics.Pipeline, opt Options) *Engine {
-	opt.defaults()
+	opt = opt.WithDefaults()
 	enqueue := storage.BatchScripts(rdb)
 	if opt.EnqueueEach {
 		enqueue = rdb
@@ -187,15 +172,16 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, insp *asynq.Inspector, l
 	if _, cluster := rdb.(*redis.ClusterClient); cluster {
 		incarnation = ""
 	}
-	return &Engine{
+	e := &Engine{
 		pool: pool, rdb: rdb, insp: insp, log: log, m: m, opt: opt, incarnation: incarnation,
 		client:  asynq.NewClientFromRedisClient(enqueue),
 		store:   requests.NewStore(pool),
 		types:   make(map[string]Type),
 		wakers:  wakers{by: make(map[string]*waiter)},
-		qsizes:  make(map[string]queueSample),
 		backlog: recent.New[string, backlogSample](time.Second, backlogKeys),
 	}
+	e.qsizes = recent.NewSampler(time.Second, e.readQueueSize)
+	return e
 }
 
 // Register adds a write type.

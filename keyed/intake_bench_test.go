@@ -19,6 +19,7 @@ import (
 
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/probe"
@@ -72,7 +73,7 @@ func newBenchRig(b *testing.B) *benchRig {
 
 // workerEngine is the engine worker.Run builds, with the probe registered.
 func workerEngine(b *testing.B, pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) *keyed.Engine {
-	e := keyed.New(pool, rdb, nil, log, metrics.NewPipeline(metrics.NewRegistry()), keyed.OptionsFrom(cfg, "bench"))
+	e := keyed.New(pool, rdb, nil, log, metrics.NewPipeline(metrics.NewRegistry()), wiring.KeyedOptions(cfg, "bench"))
 	e.Register(probe.Type())
 	b.Cleanup(func() { _ = e.Close() })
 	return e

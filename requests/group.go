@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,22 +57,50 @@ const maxBatch = 256
 type pending struct {
 	sub     *Submission
 	id      uuid.UUID
+	state   atomic.Int32 // waiting, taken, stored or gaveUp: who may read the rest
 	r       *Request
 	created bool // r was stored for sub; false: r is the earlier request of sub's Idempotency-Key
 	err     error
-	posted  bool            // r is in its mailboxes
-	posting Posting         // Post's answer for r, when posted
-	done    <-chan struct{} // closes once its batch's post is over
+	posted  bool          // r is in its mailboxes
+	posting Posting       // Post's answer for r, when posted
+	done    chan struct{} // closes once its batch's post is over
 }
+
+// A pending's state. Its caller waits until its batch is over or its
+// deadline passes, whichever comes first; a caller that gives up while its
+// submission waits (never sent: the batch leaves it out) or is being stored
+// (fate unknown: Unsettled) reads nothing more of it, and one that gives
+// up once it is stored reads r, created and err but not what the post sets.
+const (
+	waiting int32 = iota
+	taken
+	stored
+	gaveUp
+)
 
 // errGroupCommit answers the submissions of a batch whose INSERT panicked.
 var errGroupCommit = errors.New("requests: group commit failed")
 
-// insert stores sub with the others waiting, and posts it when it can.
-// The caller posts what is not posted yet.
-func (g *groupCommit) insert(ctx context.Context, p *pending) {
-	g.turns.Take(p, func(batch []*pending) { g.flush(context.WithoutCancel(ctx), batch) })
-	<-p.done
+// insert stores sub with the others waiting, and posts it when it can,
+// within ctx. It returns whether the post put p in its mailboxes, and what
+// it saw there; when ctx ends first, it returns why, unless p is stored
+// (then p.r, p.created and p.err tell, and p is not posted as far as the
+// caller knows). The caller posts what is not posted yet. A batch whose
+// callers all gave up is not started.
+func (g *groupCommit) insert(ctx context.Context, p *pending) (posted bool, posting Posting, err error) {
+	go g.turns.Take(p, func(batch []*pending) { g.flush(context.WithoutCancel(ctx), batch) })
+	select {
+	case <-p.done:
+		return p.posted, p.posting, nil
+	case <-ctx.Done():
+	}
+	switch {
+	case p.state.CompareAndSwap(waiting, gaveUp):
+		return false, Posting{}, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+	case p.state.CompareAndSwap(taken, gaveUp):
+		return false, Posting{}, &Unsettled{ID: p.id, Err: ctx.Err()}
+	}
+	return false, Posting{}, nil
 }
 
 // flush stores batch. Then, while the next batch is already being stored,
@@ -80,9 +109,9 @@ func (g *groupCommit) insert(ctx context.Context, p *pending) {
 // panic, done closes with every submission not stored failed, and the
 // panic goes on.
 func (g *groupCommit) flush(ctx context.Context, batch []*pending) {
-	done := make(chan struct{})
-	for _, p := range batch {
-		p.done = done
+	batch = slices.DeleteFunc(batch, func(p *pending) bool { return !p.state.CompareAndSwap(waiting, taken) })
+	if len(batch) == 0 { // every caller gave up
+		return
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -91,23 +120,35 @@ func (g *groupCommit) flush(ctx context.Context, batch []*pending) {
 					p.err = errGroupCommit
 				}
 			}
-			close(done)
+			closeAll(batch)
 			panic(r)
 		}
 	}()
 	g.store.storeBatch(ctx, batch, g.timeout)
-	post := slices.DeleteFunc(slices.Clone(batch), func(p *pending) bool { return !p.created })
+	post := slices.DeleteFunc(slices.Clone(batch), func(p *pending) bool {
+		p.state.CompareAndSwap(taken, stored) // its caller may read r, created and err now
+		// One whose caller gave up is posted all the same: the holder of
+		// one of its keys, or the reconciler, applies it.
+		return !p.created
+	})
 	prev := g.posted
-	g.posted = done
+	g.posted = batch[0].done                           // each one's closes at once
 	ctx, cancel := context.WithTimeout(ctx, g.timeout) // bounds the post
 	go func() {
-		defer close(done)
+		defer closeAll(batch)
 		defer cancel()
 		if prev != nil {
 			<-prev
 		}
 		g.postAll(ctx, post)
 	}()
+}
+
+// closeAll closes each one's done in batch.
+func closeAll(batch []*pending) {
+	for _, p := range batch {
+		close(p.done)
+	}
 }
 
 // postAll puts batch's requests in their mailboxes in one round trip. On

@@ -25,7 +25,7 @@ func pendingBatch(t *testing.T, n int, payload string) []*pending {
 	for i := range batch {
 		id, err := uuid.NewV7()
 		require.NoError(t, err)
-		batch[i] = &pending{id: id, sub: &Submission{
+		batch[i] = &pending{id: id, done: make(chan struct{}), sub: &Submission{
 			Type: "t", Queue: "q", UserID: "u", Keys: []string{"k"}, Payload: json.RawMessage(payload)}}
 	}
 	return batch
@@ -403,4 +403,75 @@ func (p *heldProxy) open() {
 		close(p.gate)
 		p.gate = nil
 	}
+}
+
+// A caller waits for its batch no longer than its context: one that gives
+// up while its submission waits behind a batch in flight is told it was
+// never sent, and the batch after leaves it out, so it is never stored;
+// one that gives up while its own batch's INSERT runs is told its fate is
+// unknown (Unsettled, with its id), and the INSERT goes on. Control: a
+// caller queued the same way that does not give up is stored by that same
+// next batch, so the next batch would have taken the one that gave up.
+func TestGroupCommitCallersGiveUpAtTheirDeadline(t *testing.T) {
+	t.Parallel()
+	_, pool := testenv.Postgres(t)
+	g := &groupCommit{store: NewStore(pool), timeout: time.Minute, turns: storage.Turns[*pending]{Max: maxBatch},
+		post: func(_ context.Context, rs []*Request) ([]Posting, error) { return make([]Posting, len(rs)), nil }}
+	ctx := context.Background()
+	lock, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, `LOCK TABLE requests IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	type answer struct {
+		posted bool
+		err    error
+	}
+	start := func(p *pending, ctx context.Context) <-chan answer {
+		out := make(chan answer, 1)
+		go func() {
+			posted, _, err := g.insert(ctx, p)
+			out <- answer{posted, err}
+		}()
+		return out
+	}
+	subs := pendingBatch(t, 3, `{}`)
+	inFlight, queued, control := subs[0], subs[1], subs[2]
+	inFlightCtx, giveUpInFlight := context.WithCancel(ctx)
+	inFlightAnswer := start(inFlight, inFlightCtx)
+	require.Eventually(t, func() bool { // its INSERT waits on the lock
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO requests%'`).Scan(&n))
+		return n == 1
+	}, 30*time.Second, 10*time.Millisecond)
+	queuedCtx, giveUpQueued := context.WithCancel(ctx)
+	queuedAnswer := start(queued, queuedCtx)
+	controlAnswer := start(control, ctx)
+
+	giveUpQueued()
+	a := <-queuedAnswer
+	require.False(t, a.posted)
+	require.ErrorIs(t, a.err, errNotSent, "never sent: certain")
+	var unsettled *Unsettled
+	require.NotErrorAs(t, a.err, &unsettled)
+	giveUpInFlight()
+	a = <-inFlightAnswer
+	require.False(t, a.posted)
+	require.ErrorAs(t, a.err, &unsettled, "sent, not answered: its fate is unknown to the caller")
+	require.Equal(t, inFlight.id, unsettled.ID)
+
+	require.NoError(t, lock.Rollback(ctx))
+	a = <-controlAnswer
+	require.True(t, a.posted)
+	require.NoError(t, control.err)
+	stored := func(id uuid.UUID) bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM requests WHERE id = $1`, id).Scan(&n))
+		return n == 1
+	}
+	require.True(t, stored(control.id), "control: the batch after took the caller that waited")
+	require.True(t, stored(inFlight.id), "the INSERT went on without its caller")
+	require.False(t, stored(queued.id), "told it was never sent, and never stored")
 }

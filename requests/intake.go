@@ -91,9 +91,10 @@ type Intake struct {
 // storeTimeout bounds a group commit's INSERT unless SetTimeout says less.
 const storeTimeout = 30 * time.Second
 
-// SetTimeout bounds how long making a write durable may wait on Postgres
-// (the API's DEPENDENCY_TIMEOUT). A write that outlasts it fails with
-// context.DeadlineExceeded unless its INSERT is found to have committed.
+// SetTimeout bounds each step a write's batch takes (the API's
+// DEPENDENCY_TIMEOUT): its INSERT, its settling, its post. The caller's
+// context bounds its own wait for them all, and its dispatch: Accept
+// returns by the caller's deadline, give or take a mark of undispatched.
 func (in *Intake) SetTimeout(d time.Duration) {
 	if d > 0 {
 		in.group.timeout = d
@@ -138,60 +139,54 @@ func (in *Intake) Accept(ctx context.Context, sub Submission) (r *Request, creat
 	if err != nil {
 		return nil, false, fmt.Errorf("requests: new id: %w", err)
 	}
-	p := &pending{sub: &sub, id: id}
+	p := &pending{sub: &sub, id: id, done: make(chan struct{})}
+	posted, posting := false, Posting{}
 	if in.CommitEach {
 		in.store.storeBatch(ctx, []*pending{p}, in.group.timeout)
 		if p.created && in.Tracker != nil {
 			in.Tracker.Track(p.r.ID, p.r.UserID) // grouped, the batch's post tracks it (postBatch)
 		}
-	} else {
-		in.group.insert(ctx, p)
+	} else if posted, posting, err = in.group.insert(ctx, p); err != nil {
+		return nil, false, err
 	}
 	if p.err != nil {
 		return nil, false, p.err
 	}
 	if !p.r.Status.Terminal() {
-		// Stored, r is answered 202 whatever the caller's time left: its
-		// dispatch gets a bound of its own, as its INSERT and post had.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.group.timeout)
-		defer cancel()
-		in.dispatch(dctx, p.r, p.posted, p.posting)
+		in.dispatch(ctx, p.r, posted, posting)
 	}
 	return p.r, p.created, nil
 }
 
 // dispatch posts r, unless the group commit already has (posted, with what
-// it saw in posting), and enqueues its task. r is durable by now, so a
-// failed dispatch is not the client's problem: it is retried briefly (both
-// steps are idempotent), then r is marked undispatched and left to the
-// reconciler, which re-drives requests Redis never saw.
+// it saw in posting), and enqueues its task, within the caller's ctx. r is
+// durable by now, so a failed dispatch is not the client's problem: r is
+// marked undispatched, with a bound of its own, and left to the
+// reconciler, which re-drives requests Redis never saw. (It is not tried
+// again here: a Redis that failed it is most likely away, and the API's
+// breaker fails the next try at once, storage.Breaker.)
 func (in *Intake) dispatch(ctx context.Context, r *Request, posted bool, posting Posting) {
-	for try := 0; ; try++ {
-		var err error
-		if !posted {
-			var postings []Posting
-			if postings, err = in.disp.Post(ctx, []*Request{r}); err == nil {
-				posted, posting = true, postings[0]
-			}
+	var err error
+	if !posted {
+		var postings []Posting
+		if postings, err = in.disp.Post(ctx, []*Request{r}); err == nil {
+			posting = postings[0]
 		}
-		if err == nil {
-			err = in.disp.Enqueue(ctx, r, posting)
-		}
-		if err == nil {
+	}
+	if err == nil {
+		if err = in.disp.Enqueue(ctx, r, posting); err == nil {
 			return
 		}
-		if try == 2 || ctx.Err() != nil {
-			in.log.WarnContext(ctx, "dispatch failed; the reconciler will re-drive it",
-				"requestId", r.ID, "traceId", r.TraceID, "err", err)
-			// Keep later requests on its keys from overtaking it (K3).
-			mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.group.timeout)
-			defer cancel()
-			if merr := in.store.MarkUndispatched(mctx, r.ID); merr != nil {
-				in.log.ErrorContext(ctx, "could not mark request undispatched", "requestId", r.ID, "err", merr)
-			}
-			return
-		}
-		time.Sleep(10 * time.Millisecond << (2 * try))
+	}
+	if !errors.Is(err, storage.ErrRedisAway) { // which the breaker logs once
+		in.log.WarnContext(ctx, "dispatch failed; the reconciler will re-drive it",
+			"requestId", r.ID, "traceId", r.TraceID, "err", err)
+	}
+	// Keep later requests on its keys from overtaking it (K3).
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.group.timeout)
+	defer cancel()
+	if _, err := in.store.marks.Get(mctx, r.ID); err != nil {
+		in.log.ErrorContext(ctx, "could not mark request undispatched", "requestId", r.ID, "err", err)
 	}
 }
 

@@ -30,11 +30,16 @@ var ErrIdempotencyKeyReused = domain.NewProblem(domain.CodeIdempotencyKeyReused,
 // those that find requests by id say status IN ('queued', 'processing'),
 // so that the planner does not read that index for them.
 type Store struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	marks *storage.GroupRead[uuid.UUID, struct{}] // markUndispatched's, together
 }
 
 // NewStore returns a Store on pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func NewStore(pool *pgxpool.Pool) *Store {
+	s := &Store{pool: pool}
+	s.marks = storage.NewGroupRead(s.markUndispatched, maxBatch, storeTimeout)
+	return s
+}
 
 // columns are what scan reads, in its order.
 const columns = `id, seq, type, queue, user_id, keys, payload, trace_id, status, result, error, accepted_at, completed_at`
@@ -197,11 +202,15 @@ func Complete(ctx context.Context, tx pgx.Tx, reqs []*Request, outs []Outcome, n
 	return nil
 }
 
-// MarkUndispatched records that r is durable but not in its mailboxes.
-func (s *Store) MarkUndispatched(ctx context.Context, id uuid.UUID) error {
+// markUndispatched records that requests ids are durable but not in their
+// mailboxes. Intake marks through marks (Get): the marks of concurrent
+// callers go together, in one UPDATE and one commit, so that while Redis is
+// away every write of a rush is marked at the pace of the group commit that
+// stored it (make redis-away).
+func (s *Store) markUndispatched(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]struct{}, error) {
 	_, err := s.pool.Exec(ctx, `UPDATE requests SET undispatched = true
-		WHERE id = $1 AND status IN ('queued', 'processing')`, id)
-	return storage.Translate("requests: mark undispatched", err)
+		WHERE id = ANY($1) AND status IN ('queued', 'processing')`, ids)
+	return nil, storage.Translate("requests: mark undispatched", err)
 }
 
 // MarkOpenUndispatched marks every open request undispatched: Redis lost

@@ -47,7 +47,8 @@ func TestRequestReadsProcessingOnceItsKeyIsMarkedPastIt(t *testing.T) {
 	for _, r := range []*Request{first, lost, second, third, multi} {
 		require.Equal(t, domain.StatusQueued, status(r))
 	}
-	require.NoError(t, store.MarkUndispatched(ctx, lost.ID))
+	_, err := store.marks.Get(ctx, lost.ID)
+	require.NoError(t, err)
 
 	require.NoError(t, store.MarkProcessing(ctx, map[string]int64{"k": second.Seq}))
 	require.Equal(t, domain.StatusProcessing, status(first))

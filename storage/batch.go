@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -61,10 +62,18 @@ func (b *Batcher) send(batch []*batchCall) {
 		c.err = c.fn(pipe)
 		ends[i] = pipe.Len()
 	}
-	// A caller's cancellation must not fail the others' commands; each
-	// command has its caller's context, and go-redis' timeouts bound the
-	// round trip.
-	cmds, _ := pipe.Exec(context.WithoutCancel(batch[0].ctx))
+	// A caller's cancellation must not fail the others' commands, but the
+	// round trip ends by the earliest caller's deadline: the batch never
+	// keeps a caller past its own, and a caller queued behind it waits no
+	// longer than the batch's callers, who came before it, may. (Without
+	// any deadline, go-redis' timeouts bound it.)
+	ctxs := make([]context.Context, len(batch))
+	for i, c := range batch {
+		ctxs[i] = c.ctx
+	}
+	ctx, cancel := earliestDeadline(ctxs)
+	defer cancel()
+	cmds, _ := pipe.Exec(ctx)
 	start := 0
 	for i, c := range batch {
 		for _, cmd := range cmds[start:ends[i]] {
@@ -132,4 +141,21 @@ func (c *batchedScripts) Eval(ctx context.Context, script string, keys []string,
 
 func (c *batchedScripts) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	return c.script(ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalRO(ctx, script, keys, args...) })
+}
+
+// earliestDeadline is a context for work done for callers whose contexts
+// are ctxs: not cancelled when one caller goes away, and over by the
+// earliest of their deadlines, if any has one.
+func earliestDeadline(ctxs []context.Context) (context.Context, context.CancelFunc) {
+	var first time.Time
+	for _, c := range ctxs {
+		if d, ok := c.Deadline(); ok && (first.IsZero() || d.Before(first)) {
+			first = d
+		}
+	}
+	ctx := context.WithoutCancel(ctxs[0])
+	if first.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, first)
 }

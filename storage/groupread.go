@@ -52,9 +52,16 @@ func (g *GroupRead[K, V]) Get(ctx context.Context, key K) (V, error) {
 // fails the batch (and the waiters) like a read that errs.
 func (g *GroupRead[K, V]) readAll(batch []*groupCall[K, V]) {
 	// The read serves every caller in the batch: one caller going away
-	// must not cut it short for the others.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), g.timeout)
+	// must not cut it short for the others; but it ends by the earliest
+	// caller's deadline, as a Batcher's round trip does.
+	ctxs := make([]context.Context, len(batch))
+	for i, c := range batch {
+		ctxs[i] = c.ctx
+	}
+	ctx, cancel := earliestDeadline(ctxs)
 	defer cancel()
+	ctx, cancelRead := context.WithTimeout(ctx, g.timeout)
+	defer cancelRead()
 	keys := make([]K, len(batch))
 	for i, c := range batch {
 		keys[i] = c.key

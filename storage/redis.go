@@ -24,6 +24,12 @@ const redisPoolSize = 64
 // (e2e.TestRedisDownWritesAreAcceptedDurably).
 const redisDialTries = 1
 
+// Every client keeps its callers' deadlines (ContextTimeoutEnabled): a
+// command waits on a frozen Redis no longer than its caller may (the API's
+// DEPENDENCY_TIMEOUT), instead of go-redis' own read timeout and the
+// freeze's end, whichever came first (a frozen Redis held writes 5 s with
+// a 2 s DEPENDENCY_TIMEOUT: e2e.TestAnswersComeWithinTheDeadlineWhileAStoreFreezes).
+
 // NewRedis builds the go-redis client of the deployment r selects, without
 // connecting: a plain client for REDIS_URL, a cluster client for
 // REDIS_CLUSTER_ADDRS (it routes each command, script and pipeline part to
@@ -42,18 +48,19 @@ func NewRedis(r config.Redis) (redis.UniversalClient, error) {
 	}
 	opt.PoolSize = max(opt.PoolSize, redisPoolSize)
 	opt.DialerRetries = redisDialTries
+	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), nil
 }
 
 func clusterOptions(r config.Redis) *redis.ClusterOptions {
 	return &redis.ClusterOptions{Addrs: r.ClusterAddrs, Username: r.Username, Password: r.Password, PoolSize: redisPoolSize,
-		DialerRetries: redisDialTries}
+		DialerRetries: redisDialTries, ContextTimeoutEnabled: true}
 }
 
 func failoverOptions(r config.Redis) *redis.FailoverOptions {
 	return &redis.FailoverOptions{MasterName: r.SentinelMaster, SentinelAddrs: r.SentinelAddrs,
 		SentinelPassword: r.SentinelPassword, Username: r.Username, Password: r.Password, PoolSize: redisPoolSize,
-		DialerRetries: redisDialTries}
+		DialerRetries: redisDialTries, ContextTimeoutEnabled: true}
 }
 
 // AsynqRedisOpt is r as Asynq's connection options, for the components that

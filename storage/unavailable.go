@@ -22,7 +22,7 @@ func Unavailable(err error) bool {
 		return false
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, redis.ErrClosed) {
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrRedisAway) {
 		return true
 	}
 	var pgErr *pgconn.PgError

@@ -23,6 +23,7 @@ import (
 
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/buildinfo"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
@@ -140,7 +141,7 @@ func serveHealth(st *storage.Stores, reg *prometheus.Registry, addr string, ln n
 // the periodic tasks: the modules' and the pipeline's own.
 func assemble(st *storage.Stores, cfg config.Config, log *slog.Logger, name string, reg *prometheus.Registry, modules []Types) (*keyed.Engine, []Periodic) {
 	m := metrics.NewPipeline(reg)
-	engine := keyed.New(st.Pool, st.Redis, nil, log, m, keyed.OptionsFrom(cfg, name))
+	engine := keyed.New(st.Pool, st.Redis, nil, log, m, wiring.KeyedOptions(cfg, name))
 	var periodic []Periodic
 	for _, build := range modules {
 		mod := build(st)

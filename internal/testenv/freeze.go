@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,6 +44,25 @@ func (s *PGServer) Freeze() *Frozen {
 	postmaster, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
 	require.NoError(s.t, err)
 	return FreezeTree(s.t, postmaster)
+}
+
+// FreezeRedis stops the Redis server rdb talks to (a private one: its
+// process id comes from INFO) with SIGSTOP, as a paused VM or a partition
+// that drops packets freezes it: connections stay open and nothing
+// answers. The test's end thaws it, if the test does not.
+func FreezeRedis(t testing.TB, rdb redis.UniversalClient) *Frozen {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	require.NoError(t, err)
+	var pid int
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, err = strconv.Atoi(v)
+			require.NoError(t, err)
+		}
+	}
+	require.Positive(t, pid, "Redis' process id in INFO server")
+	return FreezeTree(t, pid)
 }
 
 // FreezeTree stops root with SIGSTOP, then each of its children as /proc

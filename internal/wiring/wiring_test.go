@@ -1,4 +1,4 @@
-package keyed
+package wiring
 
 import (
 	"testing"
@@ -7,13 +7,14 @@ import (
 
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/keyed"
 )
 
 // The API, the worker and the test systems take their engine options from
 // one mapping of the configuration. Its defaults are the engine's own (an
 // engine built with fewer options, as tests build them, behaves as the
 // binaries do), and each setting reaches the engine of every process.
-func TestOptionsFromTheConfiguration(t *testing.T) {
+func TestKeyedOptionsFromTheConfiguration(t *testing.T) {
 	load := func(vars map[string]string) config.Config {
 		vars["JWT_SECRET"] = testenv.Secret
 		c, err := config.FromMap(vars)
@@ -21,13 +22,10 @@ func TestOptionsFromTheConfiguration(t *testing.T) {
 		return c
 	}
 
-	got := OptionsFrom(load(map[string]string{}), "w")
-	got.defaults() // as New does: DeferAfter is not a setting
-	want := Options{Worker: "w"}
-	want.defaults()
-	require.Equal(t, want, got, "config's defaults are the engine's")
+	got := KeyedOptions(load(map[string]string{}), "w").WithDefaults() // as New does: DeferAfter is not a setting
+	require.Equal(t, keyed.Options{Worker: "w"}.WithDefaults(), got, "config's defaults are the engine's")
 
-	off := OptionsFrom(load(map[string]string{"AGGREGATE_DEFERRED_TASKS": "false", "BATCH_ENQUEUE": "false",
+	off := KeyedOptions(load(map[string]string{"AGGREGATE_DEFERRED_TASKS": "false", "BATCH_ENQUEUE": "false",
 		"QUIET_WAITING": "false", "LEASE_TTL": "7s", "KEY_FORGET_AFTER": "2h"}), "w")
 	require.True(t, off.ScheduleDeferred)
 	require.True(t, off.EnqueueEach)
