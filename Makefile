@@ -120,10 +120,23 @@ jepsen: ## Run the fault histories (kill -9 of workers and APIs, Redis flushed, 
 			/^ / {if (keep) print; next} {print}' bin/jepsen.log; }; \
 	echo "make jepsen: whole output in bin/jepsen.log"; exit $$rc
 
+chaos: ## Kill -9 and SIGSTOP each store and process (2 APIs, 3 workers) under an FCFS rush; one line per scenario: answers by status, the slowest, invariants (~2 min; make test skips them)
+	@# HOLDFAST_CHAOS=1 turns them on; one scenario at a time. The whole
+	@# output, processes' logs included, is bin/chaos.log.
+	@mkdir -p bin; \
+	HOLDFAST_CHAOS=1 $(GO) test -race -count=1 -timeout 30m -run '^TestChaos$$' -v ./e2e > bin/chaos.log 2>&1; rc=$$?; \
+	sed -n 's/^ *chaos_test\.go:[0-9]*: chaos: /chaos: /p' bin/chaos.log; \
+	grep -E '^ *--- (FAIL|PASS)|^(ok|FAIL)\s|^vet: |^[^ ]+\.go:[0-9]+:[0-9]+: |Error Trace|Error:|Messages:' bin/chaos.log; \
+	echo "make chaos: whole output in bin/chaos.log"; exit $$rc
+
 bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart and hold designs (those three at local and at 1 ms commits); print the table (~8 min; BENCH_ONLY=drop|cart|hold|keys for one part)
 	$(GO) build -o bin/load ./cmd/load
 	$(GO) build -o bin/baseline ./cmd/baseline
 	@scripts/bench.sh
+
+redis-away: build ## Measure the API's intake with Redis frozen against it with Redis up (fcfs-rush -intake, AWAY_USERS 20000); print both and the ratio (~2 min)
+	$(GO) build -o bin/load ./cmd/load
+	@scripts/redis-away.sh
 
 streams: build ## Hold STREAMS (2000) position streams open on one API; print its memory and the CPU of it and Redis (~2 min)
 	$(GO) build -o bin/load ./cmd/load
@@ -152,4 +165,4 @@ test-deploy: ## The deploy module's tests: the images built and read back (deplo
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build image run migrate lint-api lint lint-tool warm test check cluster jepsen bench streams soak benchgo fuzz manifests test-deploy clean
+.PHONY: help build image run migrate lint-api lint lint-tool warm test check cluster jepsen chaos bench streams redis-away soak benchgo fuzz manifests test-deploy clean
