@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/holdfast/holdfast/auth"
@@ -96,6 +97,11 @@ type Options struct {
 	// the API's intake with the workers idle (see Applying). Not for a
 	// live system: while the run submits, nothing is applied.
 	HoldApply bool
+	// RedisAwayPID, with Intake, is holdfast's Redis server process: it is
+	// frozen (SIGSTOP) from before the first write until every client has
+	// submitted, then thawed (SIGCONT) before the outcomes are followed,
+	// so the run measures the API's intake while Redis does not answer.
+	RedisAwayPID int
 	// Keys, for isolation, is the other events its other clients write on
 	// (0: 10); for recovery, the events its writes spread over (0: 100).
 	Keys int
@@ -311,6 +317,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	if opt.HoldApply && (!submitsFirst || opt.RedisURL == "") {
 		return nil, errors.New("holding the workers back needs an intake run (-intake, fcfs-rush) and holdfast's Redis (-redis)")
 	}
+	if opt.RedisAwayPID > 0 && (!submitsFirst || opt.RedisURL != "") {
+		return nil, errors.New("freezing Redis needs an intake run (-intake, fcfs-rush), without -redis: nothing may read it meanwhile")
+	}
 	total, err := sc.Setup(ctx, e)
 	if err != nil {
 		return nil, fmt.Errorf("%s setup: %w", name, err)
@@ -330,6 +339,11 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 			}
 		}
 	}
+	thaw, err := freeze(opt.RedisAwayPID)
+	if err != nil {
+		return nil, err
+	}
+	defer thaw()
 	mem := watchMemory(ctx, opt.MetricsURLs)
 	cpu := startCPU(ctx, opt.MetricsURLs)
 	e.Rec.Start()
@@ -356,6 +370,7 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		}()
 	}
 	wg.Wait()
+	thaw()
 	var submitCPUSeconds map[string]float64
 	if submitsFirst {
 		submitCPUSeconds = cpu.read(ctx)
@@ -426,4 +441,17 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// freeze stops process pid with SIGSTOP (none when pid is 0) and returns
+// what sends it SIGCONT, once however often it is called.
+func freeze(pid int) (thaw func(), err error) {
+	if pid <= 0 {
+		return func() {}, nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("freeze Redis, process %d: %w", pid, err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }, nil
 }
