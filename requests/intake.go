@@ -1,6 +1,7 @@
 package requests
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,14 +93,12 @@ type Intake struct {
 const storeTimeout = 30 * time.Second
 
 // SetTimeout bounds each step a write's batch takes (the API's
-// DEPENDENCY_TIMEOUT): its INSERT, its settling, its post. The caller's
-// context bounds its own wait for them all, and its dispatch: Accept
-// returns by the caller's deadline, give or take a mark of undispatched.
-func (in *Intake) SetTimeout(d time.Duration) {
-	if d > 0 {
-		in.group.timeout = d
-	}
-}
+// DEPENDENCY_TIMEOUT, which the configuration keeps positive): its INSERT,
+// its settling, its post (postWithin at most). The caller's context bounds
+// its own wait for them all, and its dispatch: Accept returns by the
+// caller's deadline, give or take a mark of undispatched. 0 keeps the
+// default.
+func (in *Intake) SetTimeout(d time.Duration) { in.group.timeout = cmp.Or(d, storeTimeout) }
 
 // NewIntake wires intake.
 func NewIntake(store *Store, disp Dispatcher, log *slog.Logger) *Intake {
