@@ -103,15 +103,43 @@ func (c *Client) Do(method, path string, body any, headers ...string) Response {
 
 // DoPatiently is Do for a client that follows the contract: a 503 with
 // Retry-After (a store too slow, as on a busy machine) is sent again once
-// that many seconds have passed, up to ten times. For a test's setup,
-// whose point is not how the API answers a crowd.
+// that many seconds have passed, up to ten times — unless it names a
+// Location (a write whose storing is in doubt): that is read until it
+// tells, and a write found stored is answered as its 202 would have been.
+// For a test's setup, whose point is not how the API answers a crowd.
 func (c *Client) DoPatiently(method, path string, body any, headers ...string) Response {
 	c.t.Helper()
 	for try := 1; ; try++ {
 		r := c.Do(method, path, body, headers...)
+		if loc := r.Header.Get("Location"); r.Status == http.StatusServiceUnavailable && loc != "" {
+			if stored, ok := c.settled(loc); ok {
+				return stored
+			}
+		}
 		if try == 10 || !r.FollowRetryAfter() {
 			return r
 		}
+	}
+}
+
+// settled reads the request at loc until it is found: stored (ok, with
+// the 202 its write would have got) or not (NOT_STORED).
+func (c *Client) settled(loc string) (Response, bool) {
+	c.t.Helper()
+	for {
+		r := c.Do("GET", loc, nil)
+		if r.Status != http.StatusOK {
+			require.True(c.t, r.FollowRetryAfter(), "GET %s: %d %s", loc, r.Status, r.Body)
+			continue
+		}
+		var v requests.View
+		r.JSON(c.t, &v)
+		if v.Error != nil && v.Error.Code == domain.CodeNotStored {
+			return Response{}, false
+		}
+		b, err := json.Marshal(Accepted{RequestID: v.RequestID, Status: string(v.Status), StatusURL: loc})
+		require.NoError(c.t, err)
+		return Response{Status: http.StatusAccepted, Header: http.Header{"Location": {loc}}, Body: b}, true
 	}
 }
 
