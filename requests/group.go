@@ -210,8 +210,10 @@ func (s *Store) storeBatch(ctx context.Context, batch []*pending, timeout time.D
 		switch st, ok := stored[p.id]; {
 		case ok:
 			p.r, p.created = newRequest(p.sub, p.id, st.at, st.seq), true
-		case insertErr == nil: // its Idempotency-Key's row was there (insertMany)
+		case insertErr == nil && p.sub.IdempotencyKey != "": // its key's row was there (insertMany)
 			replays = append(replays, p)
+		case insertErr == nil: // a tombstone stands under its id: its caller gave up, and a read settled it
+			p.err = errTombstoned
 		case err != nil:
 			p.err = &Unsettled{ID: p.id, Err: err}
 		default: // never sent, or a tombstone stands in its place
@@ -328,7 +330,8 @@ func newRequest(sub *Submission, id uuid.UUID, now time.Time, seq int64) *Reques
 // insertMany stores the submissions of batch in one statement, seq
 // following the batch's order, and returns the seqs and acceptance times of
 // those stored: all but those whose Idempotency-Key their user used on the
-// same route before, in an earlier statement or earlier in this one. The
+// same route before, in an earlier statement or earlier in this one, and
+// those whose id a tombstone holds (errTombstoned). The
 // acceptance time is Postgres' clock (now()), never the API's: every time
 // compared with it (the reconciler's and the seal's cutoffs, a batch's
 // time, retention) is Postgres' clock too, so no two processes' clocks
@@ -363,10 +366,17 @@ func (s *Store) insertMany(ctx context.Context, batch []*pending) (map[uuid.UUID
 			$8::text[], $9::text[], $10::bytea[])
 			WITH ORDINALITY AS u(id, type, queue, user_id, keys, payload, trace_id, route, idem, hash, ord)
 		ORDER BY u.ord
-		ON CONFLICT (user_id, idem_route, idem_key) WHERE idem_key IS NOT NULL DO NOTHING
+		ON CONFLICT DO NOTHING
 		RETURNING id, seq, accepted_at`, ids, types, queues, users, keys, payloads, traces, routes, idems, hashes))
 	return seqs, storage.Translate("requests: insert batch", err)
 }
 
 // errNotSent marks an INSERT that never reached Postgres.
 var errNotSent = errors.New("requests: not sent")
+
+// errTombstoned is the fate of a write whose id a tombstone took before its
+// INSERT ran (Settle): not stored, and never to be. Only a read of the id
+// of a caller that gave up (Unsettled) puts one there first, so no one
+// waits for this answer. The INSERT leaves that row out (ON CONFLICT DO
+// NOTHING), not the rest of its batch.
+var errTombstoned = fmt.Errorf("%w: a tombstone took its id first: %w", errNotSent, context.DeadlineExceeded)

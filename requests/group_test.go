@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -44,9 +45,10 @@ func TestGroupFlushResolvesAFailedInsertByWhatIsStored(t *testing.T) {
 	stored := pendingBatch(t, 3, `{}`)
 	first, err := g.store.insertMany(ctx, stored)
 	require.NoError(t, err)
-	_, err = g.store.insertMany(ctx, stored)
-	require.Error(t, err, "the same ids again: the INSERT fails although the rows are there")
-	g.flush(ctx, stored)
+	bad := pendingBatch(t, 1, `{`)[0] // not JSON: with it the INSERT fails, and these rows are there
+	g.flush(ctx, append(slices.Clone(stored), bad))
+	<-bad.done
+	require.Error(t, bad.err)
 	for _, p := range stored {
 		<-p.done
 		require.NoError(t, p.err)
@@ -139,30 +141,31 @@ func TestGroupFlushThatPanicsAnswersEveryCaller(t *testing.T) {
 	require.Nil(t, g.posted, "no post was started")
 }
 
+// A write whose id a tombstone took before its INSERT ran (a read settled
+// the id of a caller that gave up) is not stored, and the rest of its
+// batch is: the INSERT leaves that row out instead of failing on the key.
 // With GROUP_COMMIT=false a write is stored alone, as a batch of one, and
-// resolved the same way: an INSERT that failed after its row was stored
-// hands back the stored request; one that stored nothing, the error.
-func TestStoreBatchOfOneResolvesAFailedInsertByWhatIsStored(t *testing.T) {
+// the same holds.
+func TestAWriteWhoseIDATombstoneTookIsLeftOut(t *testing.T) {
 	t.Parallel()
 	_, pool := testenv.Postgres(t)
 	s := NewStore(pool)
 	ctx := context.Background()
-
-	p := pendingBatch(t, 1, `{}`)[0]
-	first, err := s.insertMany(ctx, []*pending{p})
-	require.NoError(t, err)
-	_, err = s.insertMany(ctx, []*pending{p})
-	require.Error(t, err, "the same id again: the INSERT fails although the row is there")
-	s.storeBatch(ctx, []*pending{p}, time.Minute)
-	require.NoError(t, p.err)
-	require.Equal(t, first[p.id].seq, p.r.Seq)
-	require.Equal(t, first[p.id].at, p.r.AcceptedAt, "read back, the stamp Postgres gave it")
-	require.True(t, p.created)
-
-	lost := pendingBatch(t, 1, `{`)[0] // not JSON: the INSERT fails and stores nothing
-	s.storeBatch(ctx, []*pending{lost}, time.Minute)
-	require.Error(t, lost.err)
-	require.Nil(t, lost.r)
+	for _, n := range []int{3, 1} {
+		batch := pendingBatch(t, n, `{}`)
+		gone := batch[0]
+		require.NoError(t, s.Settle(ctx, []uuid.UUID{gone.id}, []string{gone.sub.UserID}))
+		s.storeBatch(ctx, batch, time.Minute)
+		require.ErrorIs(t, gone.err, errTombstoned)
+		require.True(t, storage.Unavailable(gone.err), "503 to anyone who asks")
+		got, err := s.Get(ctx, gone.id)
+		require.NoError(t, err)
+		require.Equal(t, TypeNotStored, got.Type, "the tombstone stands")
+		for _, p := range batch[1:] {
+			require.NoError(t, p.err)
+			require.True(t, p.created)
+		}
+	}
 }
 
 // Writes with an Idempotency-Key are stored with the rest, in the group
