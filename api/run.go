@@ -49,7 +49,12 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	go storage.WatchPool(ctx, pool, "api", storage.PoolWatchInterval, log)
 	away := prometheus.NewGauge(prometheus.GaugeOpts{Name: "holdfast_redis_breaker_open",
 		Help: "1 while the API's calls to Redis fail at once, Redis having failed the calls before (storage.Breaker); else 0."})
-	rdb.AddHook(storage.NewBreaker(log, func(open bool) { away.Set(map[bool]float64{true: 1}[open]) }))
+	rdb.AddHook(storage.NewBreaker(log, func(open bool) {
+		away.Set(0)
+		if open {
+			away.Set(1)
+		}
+	}))
 
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	store := requests.NewStore(pool)

@@ -67,11 +67,7 @@ func (b *Batcher) send(batch []*batchCall) {
 	// keeps a caller past its own, and a caller queued behind it waits no
 	// longer than the batch's callers, who came before it, may. (Without
 	// any deadline, go-redis' timeouts bound it.)
-	ctxs := make([]context.Context, len(batch))
-	for i, c := range batch {
-		ctxs[i] = c.ctx
-	}
-	ctx, cancel := earliestDeadline(ctxs)
+	ctx, cancel := earliestDeadline(batch, func(c *batchCall) context.Context { return c.ctx })
 	defer cancel()
 	cmds, _ := pipe.Exec(ctx)
 	start := 0
@@ -143,17 +139,17 @@ func (c *batchedScripts) EvalRO(ctx context.Context, script string, keys []strin
 	return c.script(ctx, func(p redis.Pipeliner) *redis.Cmd { return p.EvalRO(ctx, script, keys, args...) })
 }
 
-// earliestDeadline is a context for work done for callers whose contexts
-// are ctxs: not cancelled when one caller goes away, and over by the
-// earliest of their deadlines, if any has one.
-func earliestDeadline(ctxs []context.Context) (context.Context, context.CancelFunc) {
+// earliestDeadline is a context for work done for all of batch, whose
+// callers' contexts ctxOf gives: not cancelled when one caller goes away,
+// and over by the earliest of their deadlines, if any has one.
+func earliestDeadline[T any](batch []T, ctxOf func(T) context.Context) (context.Context, context.CancelFunc) {
 	var first time.Time
-	for _, c := range ctxs {
-		if d, ok := c.Deadline(); ok && (first.IsZero() || d.Before(first)) {
+	for _, c := range batch {
+		if d, ok := ctxOf(c).Deadline(); ok && (first.IsZero() || d.Before(first)) {
 			first = d
 		}
 	}
-	ctx := context.WithoutCancel(ctxs[0])
+	ctx := context.WithoutCancel(ctxOf(batch[0]))
 	if first.IsZero() {
 		return ctx, func() {}
 	}

@@ -54,11 +54,7 @@ func (g *GroupRead[K, V]) readAll(batch []*groupCall[K, V]) {
 	// The read serves every caller in the batch: one caller going away
 	// must not cut it short for the others; but it ends by the earliest
 	// caller's deadline, as a Batcher's round trip does.
-	ctxs := make([]context.Context, len(batch))
-	for i, c := range batch {
-		ctxs[i] = c.ctx
-	}
-	ctx, cancel := earliestDeadline(ctxs)
+	ctx, cancel := earliestDeadline(batch, func(c *groupCall[K, V]) context.Context { return c.ctx })
 	defer cancel()
 	ctx, cancelRead := context.WithTimeout(ctx, g.timeout)
 	defer cancelRead()
