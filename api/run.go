@@ -47,14 +47,7 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	storage.ServePprof(ctx, cfg.PprofAddr, log)
 	pool, rdb := st.Pool, st.Redis
 	go storage.WatchPool(ctx, pool, "api", storage.PoolWatchInterval, log)
-	away := prometheus.NewGauge(prometheus.GaugeOpts{Name: "holdfast_redis_breaker_open",
-		Help: "1 while the API's calls to Redis fail at once, Redis having failed the calls before (storage.Breaker); else 0."})
-	rdb.AddHook(storage.NewBreaker(log, func(open bool) {
-		away.Set(0)
-		if open {
-			away.Set(1)
-		}
-	}))
+	away := breaker(rdb, log)
 
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	store := requests.NewStore(pool)
@@ -96,6 +89,20 @@ func Run(ctx context.Context, cfg config.Config, log *slog.Logger, ln net.Listen
 	}
 	context.AfterFunc(stopping, func() { srv.drain(stop) })
 	return listenAndServe(ctx, srv, cfg.HTTPAddr, ln, log)
+}
+
+// breaker puts a circuit breaker on the API's Redis client
+// (storage.Breaker) and returns its gauge, 1 while it is open.
+func breaker(rdb redis.UniversalClient, log *slog.Logger) prometheus.Gauge {
+	away := prometheus.NewGauge(prometheus.GaugeOpts{Name: "holdfast_redis_breaker_open",
+		Help: "1 while the API's calls to Redis fail at once, Redis having failed the calls before (storage.Breaker); else 0."})
+	rdb.AddHook(storage.NewBreaker(log, func(open bool) {
+		away.Set(0)
+		if open {
+			away.Set(1)
+		}
+	}))
+	return away
 }
 
 // newRegistry is the API's metrics. The one collector of Asynq's queue
