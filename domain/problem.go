@@ -86,6 +86,8 @@ var statuses = map[string]int{
 	CodeNotYourTurn:        http.StatusConflict,
 	CodeQueueNotOpen:       http.StatusConflict,
 	CodeSettingLocked:      http.StatusConflict,
+	CodeSeatLimit:          http.StatusConflict,
+	CodeSeatsNotTogether:   http.StatusConflict,
 	CodeProbeLimitReached:  http.StatusConflict,
 
 	CodeInvalidDateRange:  http.StatusBadRequest,
@@ -162,8 +164,10 @@ const (
 	CodeInvalidPhone       = "INVALID_PHONE"
 	CodeDuplicateRequest   = "DUPLICATE_REQUEST"
 	CodeNotYourTurn        = "NOT_YOUR_TURN"
-	CodeQueueNotOpen       = "QUEUE_NOT_OPEN" // 409: the event's queue opens later
-	CodeSettingLocked      = "SETTING_LOCKED" // 409: the moment a setting governs has passed
+	CodeQueueNotOpen       = "QUEUE_NOT_OPEN"     // 409: the event's queue opens later
+	CodeSettingLocked      = "SETTING_LOCKED"     // 409: the moment a setting governs has passed
+	CodeSeatLimit          = "SEAT_LIMIT"         // 409: a hold would pass maxSeatsPerUser
+	CodeSeatsNotTogether   = "SEATS_NOT_TOGETHER" // 409: no run of adjacent free seats is long enough
 	// CodeProbeLimitReached is the probe write type's refusal (package probe).
 	CodeProbeLimitReached = "PROBE_LIMIT_REACHED"
 )

@@ -22,6 +22,8 @@ type Event struct {
 	TokenTTLSeconds        int    `json:"tokenTtlSeconds"`
 	EntryTokenRequired     bool   `json:"entryTokenRequired"`
 	FCFSEntryTokenRequired bool   `json:"fcfsEntryTokenRequired"`
+	SeatHoldSeconds        int    `json:"seatHoldSeconds"`
+	MaxSeatsPerUser        int    `json:"maxSeatsPerUser"`
 	RoomSettings
 	CreatedAt time.Time `json:"createdAt"`
 
@@ -81,11 +83,17 @@ func (e Event) public(remaining int) Public {
 	return p
 }
 
-// Seat is one seat and whether it is taken.
+// Seat is one seat, where it is on the map, and whether it is taken.
 type Seat struct {
 	SeatID int64  `json:"seatId"`
 	Label  string `json:"label"`
-	Status string `json:"status"` // available | reserved
+	// Status is available, held (in a hold not yet expired) or reserved
+	// (booked, or confirmed from a hold).
+	Status    string `json:"status"`
+	Section   string `json:"section"`
+	Row       string `json:"row"`
+	Position  int    `json:"position"` // in its row: neighbours differ by one
+	PriceTier string `json:"priceTier"`
 }
 
 // Catalog is the Postgres side of events.
@@ -99,16 +107,14 @@ func NewCatalog(pool *pgxpool.Pool) *Catalog { return &Catalog{pool: pool} }
 // EventKey is an event's serialization key.
 func EventKey(id int64) string { return "events:ev:" + strconv.FormatInt(id, 10) }
 
-// CreateEvent stores an event with its seats: the given labels, or "1".."n",
-// and a fresh shuffle seed.
-func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Event, error) {
-	if labels == nil {
-		labels = make([]string, e.TotalSeats)
-		for i := range labels {
-			labels[i] = strconv.Itoa(i + 1)
-		}
+// CreateEvent stores an event with its seat map (nil: e.TotalSeats seats
+// "1".."n" in one section) and a fresh shuffle seed.
+func (c *Catalog) CreateEvent(ctx context.Context, e Event, m SeatMap) (Event, error) {
+	if m == nil {
+		m = plainMap(plainLabels(e.TotalSeats))
 	}
-	e.TotalSeats = len(labels)
+	seats := m.seats()
+	e.TotalSeats = len(seats)
 	seed, err := NewSeed()
 	if err != nil {
 		return e, err
@@ -117,17 +123,15 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO events (name, total_seats, max_concurrent, token_ttl_seconds,
 				entry_token_required, fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds,
-				admit_per_minute, admission_paused, queue_opens_at, sales_start_at, return_url, shuffle_seed)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id, created_at`,
+				admit_per_minute, admission_paused, queue_opens_at, sales_start_at, return_url, shuffle_seed,
+				seat_hold_seconds, max_seats_per_user)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id, created_at`,
 			e.Name, e.TotalSeats, e.MaxConcurrent, e.TokenTTLSeconds, e.EntryTokenRequired, e.FCFSEntryTokenRequired,
 			e.PresenceTimeoutSeconds, e.ClaimWindowSeconds, e.AdmitPerMinute, e.AdmissionPaused,
-			e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.seed).Scan(&e.EventID, &e.CreatedAt); err != nil {
+			e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.seed, e.SeatHoldSeconds, e.MaxSeatsPerUser).Scan(&e.EventID, &e.CreatedAt); err != nil {
 			return err
 		}
-		// Seat ids follow the labels' order, so FCFS hands them out in it.
-		_, err := tx.Exec(ctx, `INSERT INTO seats (event_id, label)
-			SELECT $1, label FROM unnest($2::text[]) WITH ORDINALITY AS l(label, n) ORDER BY n`, e.EventID, labels)
-		return err
+		return insertSeatMap(ctx, tx, e.EventID, m, seats)
 	})
 	if err != nil {
 		return e, storage.Translate("events: create event", err)
@@ -146,13 +150,15 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 // eventColumns are the columns scanEvent reads, in its order.
 const eventColumns = `id, name, total_seats, max_concurrent, token_ttl_seconds, entry_token_required,
 	fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds, admit_per_minute, admission_paused,
-	queue_opens_at, sales_start_at, return_url, shuffle_seed, settings_version, prequeue_sealed_at, created_at`
+	queue_opens_at, sales_start_at, return_url, shuffle_seed, settings_version, prequeue_sealed_at, created_at,
+	seat_hold_seconds, max_seats_per_user`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	err := row.Scan(&e.EventID, &e.Name, &e.TotalSeats, &e.MaxConcurrent, &e.TokenTTLSeconds, &e.EntryTokenRequired,
 		&e.FCFSEntryTokenRequired, &e.PresenceTimeoutSeconds, &e.ClaimWindowSeconds, &e.AdmitPerMinute, &e.AdmissionPaused,
-		&e.QueueOpensAt, &e.SalesStartAt, &e.ReturnURL, &e.seed, &e.version, &e.sealedAt, &e.CreatedAt)
+		&e.QueueOpensAt, &e.SalesStartAt, &e.ReturnURL, &e.seed, &e.version, &e.sealedAt, &e.CreatedAt,
+		&e.SeatHoldSeconds, &e.MaxSeatsPerUser)
 	e.ShuffleCommitment = Commitment(e.seed)
 	for _, t := range []**time.Time{&e.QueueOpensAt, &e.SalesStartAt, &e.sealedAt} {
 		if *t != nil {
@@ -197,10 +203,10 @@ func (c *Catalog) UpdateSettings(ctx context.Context, id int64, change func(cur 
 		return tx.QueryRow(ctx, `UPDATE events SET max_concurrent = $2, token_ttl_seconds = $3, entry_token_required = $4,
 				fcfs_entry_token_required = $5, presence_timeout_seconds = $6, claim_window_seconds = $7,
 				admit_per_minute = $8, admission_paused = $9, queue_opens_at = $10, sales_start_at = $11,
-				return_url = $12, settings_version = settings_version + 1
+				return_url = $12, seat_hold_seconds = $13, max_seats_per_user = $14, settings_version = settings_version + 1
 			WHERE id = $1 RETURNING settings_version`, id, e.MaxConcurrent, e.TokenTTLSeconds, e.EntryTokenRequired,
 			e.FCFSEntryTokenRequired, e.PresenceTimeoutSeconds, e.ClaimWindowSeconds, e.AdmitPerMinute,
-			e.AdmissionPaused, e.QueueOpensAt, e.SalesStartAt, e.ReturnURL).Scan(&e.version)
+			e.AdmissionPaused, e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.SeatHoldSeconds, e.MaxSeatsPerUser).Scan(&e.version)
 	})
 	return e, storage.Translate("events: update settings", err)
 }
@@ -213,24 +219,42 @@ func (c *Catalog) HasSeat(ctx context.Context, event, seat int64) (bool, error) 
 	return ok, storage.Translate("events: seat", err)
 }
 
-// Seats lists an event's seats: status "" for all, or available/reserved.
-func (c *Catalog) Seats(ctx context.Context, id int64, status string) ([]Seat, error) {
+// seatsSQL lists event $1's seats with status $2 (” for all), judging a
+// hold by its expiry at Postgres' clock: a seat of a hold past its time is
+// available from that instant, swept or not.
+const seatsSQL = `SELECT * FROM (
+	SELECT s.id, s.label, CASE WHEN NOT s.reserved OR (h.status = 'HELD' AND h.expires_at <= now()) THEN 'available'
+			WHEN h.status = 'HELD' THEN 'held' ELSE 'reserved' END AS status,
+		s.section, s.row_label, s.pos, coalesce(x.price_tier, '')
+	FROM seats s LEFT JOIN seat_holds h ON h.id = s.hold_id
+		LEFT JOIN event_sections x ON x.event_id = s.event_id AND x.name = s.section
+	WHERE s.event_id = $1) AS m
+	WHERE $2 = '' OR status = $2 ORDER BY id`
+
+// Seats lists an event's seats: status "" for all, or available, held or
+// reserved.
+func (c *Catalog) Seats(ctx context.Context, id int64, status string) ([]Seat, []SectionInfo, error) {
 	if _, err := c.Event(ctx, id); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rows, err := c.pool.Query(ctx, `SELECT id, label, CASE WHEN reserved THEN 'reserved' ELSE 'available' END
-		FROM seats WHERE event_id = $1 AND ($2 = '' OR reserved = ($2 = 'reserved')) ORDER BY id`, id, status)
+	rows, err := c.pool.Query(ctx, seatsSQL, id, status)
 	if err != nil {
-		return nil, storage.Translate("events: seats", err)
+		return nil, nil, storage.Translate("events: seats", err)
 	}
 	seats, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Seat])
 	if seats == nil {
 		seats = []Seat{}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("events: seats: %w", err)
+		return nil, nil, fmt.Errorf("events: seats: %w", err)
 	}
-	return seats, nil
+	rows, err = c.pool.Query(ctx, `SELECT name, price_tier, preference FROM event_sections
+		WHERE event_id = $1 ORDER BY preference`, id)
+	if err != nil {
+		return nil, nil, storage.Translate("events: sections", err)
+	}
+	sections, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SectionInfo])
+	return seats, sections, storage.Translate("events: sections", err)
 }
 
 // maxPrequeuePage bounds one page of the pre-queue's entrants.
@@ -266,4 +290,38 @@ func (c *Catalog) PrequeueEntrants(ctx context.Context, ev int64, offset, limit 
 		page = []string{}
 	}
 	return page, total, storage.Translate("events: prequeue", err)
+}
+
+// Holds lists user's seat holds of event ev, newest first, a hold held
+// past its expiry read as expired (Postgres' clock) whether swept or not.
+// At most maxHoldsListed: a user holds a few seats at a time.
+func (c *Catalog) Holds(ctx context.Context, ev int64, user string) ([]HoldResult, error) {
+	rows, err := c.pool.Query(ctx, `SELECT id, user_id, seat_ids,
+			CASE WHEN status = 'HELD' AND expires_at <= now() THEN 'EXPIRED' ELSE status END,
+			expires_at, payment_reference, created_at
+		FROM seat_holds WHERE event_id = $1 AND user_id = $2 ORDER BY id DESC LIMIT $3`, ev, user, maxHoldsListed)
+	if err != nil {
+		return nil, storage.Translate("events: holds", err)
+	}
+	holds, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (HoldResult, error) {
+		x := &hold{event: ev}
+		err := r.Scan(&x.id, &x.user, &x.seats, &x.status, &x.expires, &x.payment, &x.createdAt)
+		return x.result(), err
+	})
+	if holds == nil {
+		holds = []HoldResult{}
+	}
+	return holds, storage.Translate("events: holds", err)
+}
+
+// maxHoldsListed bounds the holds listed for one user.
+const maxHoldsListed = 100
+
+// SeatsOf reports whether every seat of ids is one of ev's, and whether
+// section (when not empty) is one of its sections.
+func (c *Catalog) SeatsOf(ctx context.Context, ev int64, ids []int64, section string) (seatsOK, sectionOK bool, err error) {
+	err = c.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM seats WHERE event_id = $1 AND id = ANY($2)) = coalesce(cardinality($2::bigint[]), 0),
+			$3 = '' OR EXISTS (SELECT 1 FROM event_sections WHERE event_id = $1 AND name = $3)`,
+		ev, ids, section).Scan(&seatsOK, &sectionOK)
+	return seatsOK, sectionOK, storage.Translate("events: seats", err)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdfast/holdfast/domain"
-	"github.com/holdfast/holdfast/internal/recent"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/requests"
 )
@@ -45,18 +44,6 @@ type FCFS struct {
 	// Counts, when set, has the event's copy set to the seats a batch left,
 	// after commit.
 	Counts *Counts
-
-	// passed holds, per event, the highest seat FCFS has granted. Seats are
-	// taken lowest id first and never given back, so every seat below it is
-	// reserved for good, and the next batch looks for free seats after it:
-	// the free-seat index still holds the reserved seats' entries until
-	// vacuum, and walking past them from the start costs a rush more with
-	// every batch. Any process's value is safe to use, however old. A
-	// feature that frees a seat must also forget this, or FCFS never offers
-	// that seat again. It remembers the events granted in the last one to
-	// two hours, at most 2,000 of them: a forgotten event's next batch
-	// starts from its lowest seat again, as after a restart.
-	passed *recent.Map[int64, int64] // event id → seat id
 }
 
 // fcfsOutcomes are the outcome labels of holdfast_fcfs_total.
@@ -64,7 +51,7 @@ var fcfsOutcomes = []string{"success", "sold_out", "already_reserved", "contenti
 
 // NewFCFS returns the FCFS writer with its counter, each outcome at 0.
 func NewFCFS(lockWait time.Duration) *FCFS {
-	f := &FCFS{LockWait: lockWait, passed: recent.New[int64, int64](time.Hour, 1000), Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := &FCFS{LockWait: lockWait, Outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdfast_fcfs_total", Help: "FCFS seat requests by outcome: success, sold_out, already_reserved, contention, not_found.",
 	}, []string{"outcome"})}
 	for _, o := range fcfsOutcomes {
@@ -199,8 +186,14 @@ func (f *FCFS) assign(rs []*requests.Request, payloads []FCFSPayload, outs []req
 // reserve gives seats to holders (with their phones), in one statement
 // each, and has the event's count and passed mark follow once committed.
 func (f *FCFS) reserve(ctx context.Context, tx pgx.Tx, b *keyed.Batch, eventID int64, seats []int64, holders, phones []string) error {
-	remaining, err := TakeSeats(ctx, tx, eventID, len(seats))
-	if err != nil {
+	// Seats are taken lowest id first, so every seat up to the last one
+	// granted is taken: the next batch looks for free seats after it (the
+	// free-seat index still holds the taken seats' entries until vacuum,
+	// and walking past them from the start costs a rush more with every
+	// batch). A hold released or expired lowers the mark (countSeats).
+	var remaining int64
+	if err := tx.QueryRow(ctx, `UPDATE events SET seats_taken = seats_taken + $2, fcfs_after = greatest(fcfs_after, $3)
+		WHERE id = $1 RETURNING total_seats - seats_taken`, eventID, len(seats), seats[len(seats)-1]).Scan(&remaining); err != nil {
 		return err
 	}
 	if f.Counts != nil {
@@ -209,14 +202,10 @@ func (f *FCFS) reserve(ctx context.Context, tx pgx.Tx, b *keyed.Batch, eventID i
 	if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = ANY($1)`, seats, b.Now); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, phone, created_at)
+	_, err := tx.Exec(ctx, `INSERT INTO seat_reservations (event_id, seat_id, user_id, phone, created_at)
 		SELECT $1, s, u, nullif(p, ''), $5 FROM unnest($2::bigint[], $3::text[], $4::text[]) AS g(s, u, p)`,
-		eventID, seats, holders, phones, b.Now); err != nil {
-		return err
-	}
-	last := seats[len(seats)-1]
-	b.AfterCommit(func(context.Context) { f.passed.Put(eventID, last) })
-	return nil
+		eventID, seats, holders, phones, b.Now)
+	return err
 }
 
 // The batch's two reads. Each must cost the batch's size, whatever the
@@ -241,13 +230,10 @@ const (
 // order and the seats some of them already hold. pgx.ErrNoRows means no such
 // event.
 func (f *FCFS) load(ctx context.Context, tx pgx.Tx, eventID int64, users []string) (free []int64, taken map[string]int64, err error) {
-	var exists bool
-	if err := tx.QueryRow(ctx, `SELECT true FROM events WHERE id = $1`, eventID).Scan(&exists); err != nil {
-		return nil, nil, err
-	}
+	// Locked: the periodic sweep of expired holds may lower the mark.
 	var after int64
-	if v, ok := f.passed.Get(eventID); ok {
-		after = v
+	if err := tx.QueryRow(ctx, `SELECT fcfs_after FROM events WHERE id = $1 FOR UPDATE`, eventID).Scan(&after); err != nil {
+		return nil, nil, err
 	}
 	rows, err := tx.Query(ctx, freeSeatsSQL, eventID, len(users), after)
 	if err != nil {

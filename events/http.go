@@ -29,7 +29,7 @@ var e164 = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
 // API returns the events routes as an api.Mount.
 func API(duplicateWindow time.Duration) api.Mount {
 	return func(v1 fiber.Router, s *api.Server) {
-		s.DeclareWrites(Queue, TypeFCFS, TypeQueueEnter, TypeSeatBook)
+		s.DeclareWrites(Queue, TypeFCFS, TypeQueueEnter, TypeSeatBook, TypeSeatHold, TypeHoldConfirm, TypeHoldRelease)
 		cfg := s.Config()
 		room := NewRoom(s.Redis, cfg.JWTSecret)
 		s.Registry.MustRegister(room.Collectors()...)
@@ -57,6 +57,10 @@ func API(duplicateWindow time.Duration) api.Mount {
 		v1.Post("/events/:eventId/queue/token", h.issueToken)
 		v1.Delete("/events/:eventId/queue/token", h.leave)
 		v1.Post("/events/:eventId/seats/:seatId/reservation", writes, h.book)
+		v1.Get("/events/:eventId/holds", h.holds)
+		v1.Post("/events/:eventId/holds", writes, h.hold)
+		v1.Post("/events/:eventId/holds/:holdId/confirm", writes, h.confirmHold)
+		v1.Delete("/events/:eventId/holds/:holdId", writes, h.releaseHold)
 		Pages(s.Root())
 	}
 }
@@ -89,6 +93,7 @@ func (h *handlers) create(c *fiber.Ctx) error {
 		Name      string   `json:"name"`
 		SeatCount *int     `json:"seatCount"`
 		Seats     []string `json:"seats"`
+		Sections  SeatMap  `json:"sections"`
 		settingsInput
 	}
 	if err := api.Decode(c, &in); err != nil {
@@ -99,9 +104,16 @@ func (h *handlers) create(c *fiber.Ctx) error {
 	}
 	e := newEventSettings()
 	e.Name = in.Name
+	var m SeatMap
 	switch {
-	case in.SeatCount != nil && in.Seats != nil:
-		return api.InvalidField("seats", "send seatCount or seats, not both")
+	case (in.SeatCount != nil) && (in.Seats != nil) || (in.SeatCount != nil || in.Seats != nil) && in.Sections != nil:
+		return api.InvalidField("seats", "send one of seatCount, seats and sections")
+	case in.Sections != nil:
+		n, err := in.Sections.check()
+		if err != nil {
+			return err
+		}
+		e.TotalSeats, m = n, in.Sections
 	case in.SeatCount != nil:
 		if *in.SeatCount < 0 || *in.SeatCount > MaxSeats {
 			return api.InvalidField("seatCount", "seatCount must be between 0 and %d", MaxSeats)
@@ -118,14 +130,15 @@ func (h *handlers) create(c *fiber.Ctx) error {
 			}
 			seen[l] = true
 		}
+		m = plainMap(in.Seats)
 	default:
-		return api.InvalidField("seatCount", "send seatCount or seats")
+		return api.InvalidField("seatCount", "send seatCount, seats or sections")
 	}
 	e, err := in.apply(e, time.Now(), true)
 	if err != nil {
 		return err
 	}
-	if e, err = h.catalog.CreateEvent(c.UserContext(), e, in.Seats); err != nil {
+	if e, err = h.catalog.CreateEvent(c.UserContext(), e, m); err != nil {
 		return err
 	}
 	// Best effort: a room whose settings are missing from Redis has them
@@ -245,15 +258,15 @@ func (h *handlers) seats(c *fiber.Ctx) error {
 	switch status {
 	case "", "all":
 		status = ""
-	case "available", "reserved":
+	case "available", "held", "reserved":
 	default:
-		return domain.NewProblem(domain.CodeInvalidFilter, "status must be available, reserved or all")
+		return domain.NewProblem(domain.CodeInvalidFilter, "status must be available, held, reserved or all")
 	}
-	seats, err := h.catalog.Seats(c.UserContext(), id, status)
+	seats, sections, err := h.catalog.Seats(c.UserContext(), id, status)
 	if err != nil {
 		return err
 	}
-	return c.JSON(fiber.Map{"items": seats})
+	return c.JSON(fiber.Map{"items": seats, "sections": sections})
 }
 
 func (h *handlers) fcfs(c *fiber.Ctx) error {
@@ -443,6 +456,7 @@ func notYourTurn(st Status) *domain.Problem {
 		"rate":     "it is not your turn yet: the admission rate of this minute is reached",
 		"paused":   "admissions are paused; you keep your place",
 		"prequeue": "the sale has not started; your place is drawn at the start",
+		"sold_out": "every seat is taken for now; you keep your place, and seats that others release or let expire go to the line in order",
 	}[st.reason]
 	p := domain.NewProblem(domain.CodeNotYourTurn, "%s", msg).
 		WithMeta("status", st.Status).WithMeta("reason", st.reason)

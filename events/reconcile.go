@@ -41,13 +41,39 @@ func NewCounts(pool *pgxpool.Pool, rdb redis.UniversalClient) *Counts {
 		Name: "holdfast_event_remaining_seats", Help: "Seats not yet reserved, per event."}, []string{"event"})}
 }
 
-// Recount sets the event's remaining-seat copy from Postgres.
+// holdsKey is the set of an event's held seat holds: member "id:seats",
+// score its expiry (ms). Bounded by the holds still held.
+func holdsKey(ev int64) string { return keyed.KeyTag(EventKey(ev)) + ":holds" }
+
+// Recount sets the event's remaining-seat copy and its holds' expiry set
+// from Postgres, and returns the seats remaining now.
 func (c *Counts) Recount(ctx context.Context, ev int64) (int64, error) {
-	var n int64
-	if err := c.pool.QueryRow(ctx, `SELECT total_seats - seats_taken FROM events WHERE id = $1`, ev).Scan(&n); err != nil {
+	var n, expired int64
+	if err := c.pool.QueryRow(ctx, `SELECT total_seats - seats_taken, coalesce((SELECT sum(cardinality(seat_ids))
+		FROM seat_holds WHERE event_id = $1 AND status = 'HELD' AND expires_at <= now()), 0) FROM events WHERE id = $1`,
+		ev).Scan(&n, &expired); err != nil {
 		return 0, err
 	}
-	return n, c.Set(ctx, ev, n)
+	rows, err := c.pool.Query(ctx, `SELECT id, seat_ids, expires_at FROM seat_holds WHERE event_id = $1 AND status = 'HELD'`, ev)
+	if err != nil {
+		return 0, err
+	}
+	held, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*hold, error) {
+		x := &hold{}
+		return x, r.Scan(&x.id, &x.seats, &x.expires)
+	})
+	if err != nil {
+		return 0, err
+	}
+	_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, remainingKey(ev), n, 0)
+		p.Del(ctx, holdsKey(ev))
+		for _, x := range held {
+			p.ZAdd(ctx, holdsKey(ev), holdMember(x))
+		}
+		return nil
+	})
+	return n + expired, err
 }
 
 // Set sets the event's copy to n, the remaining seats a committed
@@ -55,6 +81,42 @@ func (c *Counts) Recount(ctx context.Context, ev int64) (int64, error) {
 func (c *Counts) Set(ctx context.Context, ev int64, n int64) error {
 	return c.rdb.Set(ctx, remainingKey(ev), n, 0).Err()
 }
+
+func holdMember(x *hold) redis.Z {
+	return redis.Z{Member: strconv.FormatInt(x.id, 10) + ":" + strconv.Itoa(len(x.seats)), Score: float64(x.expires.UnixMilli())}
+}
+
+// SetHolds sets the event's copy to n, as Set does, and in the same step
+// adds the holds a committed batch created to the expiry set and takes out
+// those it confirmed, released or expired.
+func (c *Counts) SetHolds(ctx context.Context, ev int64, n int64, created, gone []*hold) error {
+	_, err := c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, remainingKey(ev), n, 0)
+		for _, x := range created {
+			p.ZAdd(ctx, holdsKey(ev), holdMember(x))
+		}
+		for _, x := range gone {
+			p.ZRem(ctx, holdsKey(ev), strconv.FormatInt(x.id, 10)+":"+strconv.Itoa(len(x.seats)))
+		}
+		return nil
+	})
+	return err
+}
+
+// remainingScript reads the copy and adds the seats of holds past their
+// expiry at Redis's clock: a hold's seats count as remaining from its
+// expiry on, before any sweep frees them. Nil when the copy is missing.
+// KEYS: remaining, holds.
+var remainingScript = redis.NewScript(`
+local n = redis.call('GET', KEYS[1])
+if not n then return false end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local back = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)) do
+  back = back + tonumber(string.match(m, ':(%d+)$'))
+end
+return tonumber(n) + back`)
 
 // TakeSeats counts n seats of event ev as reserved, in the transaction
 // that reserves them, and returns how many remain.
@@ -68,7 +130,7 @@ func TakeSeats(ctx context.Context, tx pgx.Tx, ev int64, n int) (remaining int64
 // below zero reads as 0 until Reconcile repairs it: no client is ever shown
 // a negative number of seats.
 func (c *Counts) Remaining(ctx context.Context, ev int64) (int64, error) {
-	n, err := c.rdb.Get(ctx, remainingKey(ev)).Int64()
+	n, err := remainingScript.Run(ctx, c.rdb, []string{remainingKey(ev), holdsKey(ev)}).Int64()
 	if errors.Is(err, redis.Nil) {
 		return c.Recount(ctx, ev)
 	}

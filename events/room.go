@@ -102,10 +102,12 @@ do
   local t = redis.call('TIME')
   now, nowus = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local v = redis.call('HMGET', KEYS[1], 'max', 'rate', 'presence', 'claim', 'paused', 'start', 'sealed')
+local v = redis.call('HMGET', KEYS[1], 'max', 'rate', 'presence', 'claim', 'paused', 'start', 'sealed', 'soldout', 'left')
 if not v[1] then return redis.error_reply('NOCFG the room has no settings') end
 local max, rate, presence, claimw = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
 local paused, start, sealed = v[5] == '1', tonumber(v[6]), v[7] == '1'
+-- after a sell-out, only as many users as there are seats left hold tokens
+local soldout, left = v[8] == '1', tonumber(v[9] or '0')
 -- sealed only once the sale has started by Postgres' clock (Sealer), which
 -- also decides who joins the pre-queue: Redis's clock is not asked
 local open = start == 0 or sealed
@@ -128,6 +130,10 @@ local function slots()
   if rate > 0 then
     local r = rate - redis.call('ZCARD', KEYS[6])
     if r < free then free, why = r, 'rate' end
+  end
+  if soldout then
+    local s = left - redis.call('ZCARD', KEYS[5])
+    if s < free then free, why = s, 'sold_out' end
   end
   if free < 0 then free = 0 end
   return free, why
@@ -261,6 +267,28 @@ redis.call('HSET', KEYS[1], 'ver', ARGV[1], 'max', ARGV[2], 'rate', ARGV[3], 'pr
   'claim', ARGV[5], 'paused', ARGV[6], 'start', ARGV[7], 'sealed', ARGV[8])
 return 1`)
 
+// leftScript tells the room how many seats are left. The first time none
+// is, the room turns to offering released seats: the tokens of the users
+// admitted before the sell-out lapse (they found nothing to hold), and
+// from then on the users at the front of the line are admitted only while
+// the seats left outnumber the valid tokens, so each seat a holder releases
+// or lets expire goes to the next present user in line.
+// KEYS: cfg, tokens. ARGV: seats left.
+var leftScript = redis.NewScript(`
+redis.call('HSET', KEYS[1], 'left', ARGV[1])
+if tonumber(ARGV[1]) <= 0 and redis.call('HGET', KEYS[1], 'soldout') ~= '1' then
+  redis.call('HSET', KEYS[1], 'soldout', '1')
+  redis.call('DEL', KEYS[2])
+end
+return 1`)
+
+// SetLeft tells ev's room how many seats are left (leftScript). Seat holds
+// call it after each batch: an event sold through holds offers the seats
+// released after its sell-out to its line.
+func (r *Room) SetLeft(ctx context.Context, ev int64, left int64) error {
+	return leftScript.Run(ctx, r.rdb, []string{roomKey(ev, "cfg"), roomKey(ev, "tokens")}, left).Err()
+}
+
 // Configure stores e's admission settings in Redis, where every script
 // reads them, unless a newer version of them is there. Postgres holds the
 // truth; a room whose settings Redis lost has them put back by the first
@@ -326,6 +354,7 @@ type Status struct {
 	EtaSeconds      *int64     `json:"etaSeconds"`
 	ClaimBy         *time.Time `json:"claimBy,omitempty"` // ready: take the token before this
 	AdmissionPaused bool       `json:"admissionPaused,omitempty"`
+	SoldOut         bool       `json:"soldOut,omitempty"`      // waiting: every seat is taken for now
 	SalesStartAt    *time.Time `json:"salesStartAt,omitempty"` // prequeue: when the order is drawn
 	EntryToken      string     `json:"entryToken,omitempty"`   // entered, on a poll: the refreshed token
 	ExpiresAt       *time.Time `json:"expiresAt,omitempty"`    // entered: the token's expiry
@@ -350,7 +379,7 @@ func parseStatus(e Event, v any) Status {
 	case "waiting":
 		rank := num(1)
 		st.Rank, st.AheadCount, st.reason = &rank, &rank, a[3].(string)
-		st.AdmissionPaused = st.reason == "paused"
+		st.AdmissionPaused, st.SoldOut = st.reason == "paused", st.reason == "sold_out"
 		st.EtaSeconds = eta(rank, num(2), st.reason, num(4), num(5))
 	}
 	return st
@@ -365,7 +394,7 @@ func parseStatus(e Event, v any) Status {
 func eta(rank, free int64, reason string, admitted, admitPerMinute int64) *int64 {
 	perMinute := float64(admitted)
 	switch {
-	case reason == "paused" || reason == "prequeue":
+	case reason == "paused" || reason == "prequeue" || reason == "sold_out":
 		return nil
 	case reason == "rate" || admitted == 0 && admitPerMinute > 0:
 		perMinute = float64(admitPerMinute)

@@ -27,6 +27,9 @@ const (
 	DefaultMaxConcurrent   = 800
 	DefaultTokenTTLSeconds = 300
 	DefaultTimeoutSeconds  = 60 // presenceTimeoutSeconds and claimWindowSeconds
+	DefaultSeatHoldSeconds = 600
+	DefaultMaxSeatsPerUser = 6
+	maxSeatsPerUserCap     = 100
 )
 
 // optional is a JSON field that may be absent, null or a value: a PATCH
@@ -54,6 +57,8 @@ type settingsInput struct {
 	FCFSEntryTokenRequired *bool            `json:"fcfsEntryTokenRequired"`
 	PresenceTimeoutSeconds *int             `json:"presenceTimeoutSeconds"`
 	ClaimWindowSeconds     *int             `json:"claimWindowSeconds"`
+	SeatHoldSeconds        *int             `json:"seatHoldSeconds"`
+	MaxSeatsPerUser        *int             `json:"maxSeatsPerUser"`
 	AdmitPerMinute         optional[int]    `json:"admitPerMinute"`
 	AdmissionPaused        *bool            `json:"admissionPaused"`
 	QueueOpensAt           optional[string] `json:"queueOpensAt"`
@@ -64,6 +69,7 @@ type settingsInput struct {
 // newEventSettings is an event with its settings' defaults.
 func newEventSettings() Event {
 	return Event{MaxConcurrent: DefaultMaxConcurrent, TokenTTLSeconds: DefaultTokenTTLSeconds, EntryTokenRequired: true,
+		SeatHoldSeconds: DefaultSeatHoldSeconds, MaxSeatsPerUser: DefaultMaxSeatsPerUser,
 		RoomSettings: RoomSettings{PresenceTimeoutSeconds: DefaultTimeoutSeconds, ClaimWindowSeconds: DefaultTimeoutSeconds}}
 }
 
@@ -83,6 +89,8 @@ func (in settingsInput) apply(e Event, now time.Time, creating bool) (Event, err
 		{"tokenTtlSeconds", in.TokenTTLSeconds, 1, maxTokenTTLSeconds, &e.TokenTTLSeconds},
 		{"presenceTimeoutSeconds", in.PresenceTimeoutSeconds, 1, maxTimeoutSeconds, &e.PresenceTimeoutSeconds},
 		{"claimWindowSeconds", in.ClaimWindowSeconds, 1, maxTimeoutSeconds, &e.ClaimWindowSeconds},
+		{"seatHoldSeconds", in.SeatHoldSeconds, 1, maxTokenTTLSeconds, &e.SeatHoldSeconds},
+		{"maxSeatsPerUser", in.MaxSeatsPerUser, 1, maxSeatsPerUserCap, &e.MaxSeatsPerUser},
 	}
 	for _, f := range ints {
 		if f.v == nil {

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -23,11 +24,14 @@ func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Ty
 		sealer := NewSealer(st.Pool, room)
 		rw := &RoomWrites{Room: room, Sealer: sealer, Counts: counts}
 		rooms := NewRooms(st.Pool, room, sealer, counts)
+		holds := &Holds{Counts: counts, Room: room}
 		return worker.Module{
-			Types:      append([]keyed.Type{f.Type()}, rw.Types()...),
+			Types:      slices.Concat([]keyed.Type{f.Type()}, rw.Types(), holds.Types()),
 			Collectors: slices.Concat([]prometheus.Collector{f.Outcomes}, room.Collectors(), rooms.Collectors()),
 			Periodic: []worker.Periodic{{Type: TypeReconcile, Every: reconcileEvery,
-				Handle: func(ctx context.Context) error { return rooms.Reconcile(ctx) }}},
+				Handle: func(ctx context.Context) error {
+					return errors.Join(holds.Sweep(ctx, st.Pool), rooms.Reconcile(ctx))
+				}}},
 		}
 	}
 }
