@@ -80,6 +80,12 @@ var operationSeeds = []operationSeed{
 	{"PATCH /api/v1/events/{eventId}", "1", "", `{"salesStartAt":null,"admitPerMinute":null,"returnUrl":"//x"}`, "", true},
 	{"POST /api/v1/events", "", "", `{"name":"e","seatCount":1,"queueOpensAt":"2030-01-01T00:00:00Z","salesStartAt":"2029-01-01T00:00:00Z"}`, "", true},
 	{"GET /api/v1/public/events/{eventId}/prequeue", "1", "offset=99999999999999999999&limit=-", "", "", false},
+	{"POST /api/v1/events", "", "", `{"name":"e","sections":[{"name":"A","rows":[{"label":"1","seats":3},{"label":"1","seats":0}]}]}`, "", true},
+	{"POST /api/v1/events", "", "", `{"name":"e","sections":[{"name":" A","priceTier":null,"rows":[]}],"maxSeatsPerUser":0}`, "", true},
+	{"POST /api/v1/events/{eventId}/holds", "1", "", `{"quantity":2,"section":"","apart":true}`, "", false},
+	{"POST /api/v1/events/{eventId}/holds", "1", "", `{"seatIds":[1,-1,9223372036854775807]}`, "tok", false},
+	{"POST /api/v1/events/{eventId}/holds/{holdId}/confirm", "1", "", `{"paymentReference":"\u0000"}`, "", false},
+	{"DELETE /api/v1/events/{eventId}/holds/{holdId}", "9223372036854775807", "", "", "", false},
 }
 
 // pathParam matches a parameter of a path template, such as {hotelId}.
