@@ -13,7 +13,8 @@
 // settings in Redis under one hash tag; every script tidies what has lapsed
 // at Redis's clock before it counts, so caps hold at every instant with no
 // sweeper, and users who walk away lose their place after a presence
-// timeout or claim window. Entries before salesStartAt form a pre-queue
+// timeout, when the line reaches them (a user silent far back keeps it),
+// or a claim window. Entries before salesStartAt form a pre-queue
 // whose order is drawn from a seed committed to at creation (shuffle.go)
 // and opens once sealed (seal.go); position streams fan out one script per
 // event per API process (stream.go). docs/waiting-room.md explains why.

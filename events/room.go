@@ -20,13 +20,14 @@ import (
 // QueueKey is the serialization key of an event's waiting-room entries.
 func QueueKey(id int64) string { return "events:q:" + strconv.FormatInt(id, 10) }
 
-// Room is an event's waiting room in Redis (seed 003, SPEC §6.1). Every key
-// of an event shares the hash slot of its queue's lease, so one script sees
-// them all on Redis Cluster too:
+// Room is an event's waiting room in Redis (seed 003, SPEC §6.1, §6.3 and
+// issue 49). Every key of an event shares the hash slot of its queue's
+// lease, so one script sees them all on Redis Cluster too:
 //
 //	hf:{events:q:7}:cfg      hash: the admission settings (Configure)
 //	hf:{events:q:7}:queue    sorted set member → place: who is in line, in order
-//	hf:{events:q:7}:seen     sorted set member → last sign of life (ms)
+//	hf:{events:q:7}:seen     sorted set member → last sign of life (ms), within the presence timeout
+//	hf:{events:q:7}:away     sorted set member → place: in line, silent for longer than that
 //	hf:{events:q:7}:claim    sorted set member → claim deadline (ms) of a ready user
 //	hf:{events:q:7}:tokens   sorted set member → expiry (ms): entry tokens
 //	hf:{events:q:7}:admits   sorted set "member:µs" → µs: admissions of the last minute
@@ -34,23 +35,59 @@ func QueueKey(id int64) string { return "events:q:" + strconv.FormatInt(id, 10) 
 //
 // A member is the user's pseudonym (shuffle.go). A place is the entry's
 // acceptance seq, or 0 for a pre-queue entrant: equal places sort by
-// member, which is the published shuffle.
+// member, which is the published shuffle. A user in line is in seen or in
+// away, never both.
 //
 // Counts are exact at every instant with no sweeper: every script first
 // takes out what has lapsed at Redis's own clock (one clock for every API
 // and worker): tokens and admissions past their time leave the counts,
-// users silent for longer than the presence timeout and ready users past
-// their claim deadline leave the line (and are remembered as expired). Each
-// user is taken out once, so this costs O(1) per user over a room's life.
-// Only then does the script rank, count or admit. A user may take a token
-// while its rank is below the free slots: maxConcurrent minus valid tokens,
-// and, with admitPerMinute, that rate minus the admissions of the last
-// rolling minute, whichever is less; none while the pre-queue is not sealed
-// or admissions are paused.
+// and users who would hold the line up leave it (and are remembered as
+// expired, below). Each user is taken out once, so this costs O(1) per
+// user over a room's life. Only then does the script rank, count or admit.
+// A user may take a token while its rank is below the free slots:
+// maxConcurrent minus valid tokens, and, with admitPerMinute, that rate
+// minus the admissions of the last rolling minute, whichever is less; none
+// while the pre-queue is not sealed or admissions are paused.
 //
-// Bounds: queue, seen and claim hold the users in line; tokens at most
-// maxConcurrent; admits at most a minute of admissions; expired the users
-// who lost their place within the last hour.
+// Presence matters only near the front (issue 49: a phone that switches
+// apps sends nothing). The rule, at every script:
+//   - a user silent for longer than presenceTimeout is away: it keeps its
+//     place; any sign of life (poll, token request, open stream, entering
+//     again) makes it present again, at that place;
+//   - an away user whose rank is below free slots + presenceLookahead (10:
+//     its turn, or one of the next ten after the free slots) is passed
+//     over: it loses its place (expired); users further back are never
+//     taken out for silence, and nobody is while admissions are paused or
+//     the pre-queue is not sealed (nobody's turn can come: the first script
+//     after they resume applies the rule);
+//   - a ready user told its turn that has not taken its token by claimBy
+//     loses its place.
+//
+// So a returning user has its place back unless the line reached it while
+// it was away (it came within the look-ahead after more than presenceTimeout
+// of silence) or its turn came and its claim window passed. A passed-over
+// user is not parked for later: come back to a place ahead of users who
+// moved up, it would take the turn of a present user already told "ready".
+//
+// Why the liveness bound of SPEC §6.1 (ceil(K/M) claim windows plus one
+// presence timeout) still holds: after every script, none of the first
+// free + presenceLookahead users in line is away — passing the first away
+// user over may bring the next into the window, and the script goes on
+// until the first one left is beyond it. A present user P can be ready only
+// at a rank below the free slots, and then every user ahead of it is inside
+// that window: an abandoned user ahead of P is gone presenceTimeout after
+// its last sign of life, or, if that was long ago, in the script in which
+// the line reaches it, all of them at once; one that polls but never claims
+// holds a slot for its claim window, M at a time. The users ahead of P are
+// judged exactly as before issue 49; only users behind the window, who
+// hold nobody up, are spared. The bound needs no look-ahead (0 would hold
+// it); the ten make the ranks and ETAs of the next ten true (no away user
+// ahead of them), and keep those about to be told "your turn" present.
+// Larger would take more places from phones only briefly away.
+//
+// Bounds: queue, seen, away and claim hold the users in line; tokens at
+// most maxConcurrent; admits at most a minute of admissions; expired the
+// users who lost their place within the last hour.
 type Room struct {
 	rdb    redis.UniversalClient
 	secret []byte
@@ -86,17 +123,21 @@ func roomKey(ev int64, part string) string { return keyed.KeyTag(QueueKey(ev)) +
 // roomKeys are every script's KEYS, in the order the Lua prelude names them.
 func roomKeys(ev int64) []string {
 	return []string{roomKey(ev, "cfg"), roomKey(ev, "queue"), roomKey(ev, "seen"), roomKey(ev, "claim"),
-		roomKey(ev, "tokens"), roomKey(ev, "admits"), roomKey(ev, "expired")}
+		roomKey(ev, "tokens"), roomKey(ev, "admits"), roomKey(ev, "expired"), roomKey(ev, "away")}
 }
 
 // enterKeys are enterScript's: the room's and, last, the queue's lease.
 func enterKeys(ev int64) []string { return append(roomKeys(ev), keyed.LeaseKey(QueueKey(ev))) }
 
+// presenceLookahead is how many users past the free slots are checked for
+// presence, besides those whose turn it is (Room has the rule and why).
+const presenceLookahead = 10
+
 // roomPrelude starts every script but cfgScript: Redis's clock, the
 // settings, the helpers, and the tidy-up that keeps the counts exact.
-// KEYS: cfg, queue, seen, claim, tokens, admits, expired.
+// KEYS: cfg, queue, seen, claim, tokens, admits, expired, away.
 // It leaves `gone` = {users out for silence, users out for a lapsed claim}.
-const roomPrelude = `
+var roomPrelude = "local lookahead = " + strconv.Itoa(presenceLookahead) + "\n" + `
 local now, nowus
 do
   local t = redis.call('TIME')
@@ -116,6 +157,7 @@ local function out(m)
   redis.call('ZREM', KEYS[2], m)
   redis.call('ZREM', KEYS[3], m)
   redis.call('ZREM', KEYS[4], m)
+  redis.call('ZREM', KEYS[8], m)
 end
 local function expire(m)
   out(m)
@@ -144,10 +186,35 @@ redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', nowus - 60000000)
 redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - 3600000)
 local gone = {0, 0}
+-- users silent for longer than the presence timeout are away: out of seen,
+-- into away under their place, so away is in the line's order and each of
+-- them is moved once
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - presence))) do
-  expire(m)
-  gone[1] = gone[1] + 1
+  redis.call('ZREM', KEYS[3], m)
+  local place = redis.call('ZSCORE', KEYS[2], m)
+  if place then redis.call('ZADD', KEYS[8], place, m) end
 end
+-- passOver takes out the away users among the first free + lookahead in
+-- line: the line's first away user, while it is there (taking it out may
+-- bring the next one in). Away users further back keep their place, and
+-- all do while nobody's turn can come (paused, pre-queue not sealed).
+local function passOver()
+  local free, why = slots()
+  if why == 'paused' or why == 'prequeue' then return end
+  while true do
+    local m = redis.call('ZRANGE', KEYS[8], 0, 0)[1]
+    if not m then return end
+    local r = redis.call('ZRANK', KEYS[2], m)
+    if r and r >= free + lookahead then return end
+    if r then
+      expire(m)
+      gone[1] = gone[1] + 1
+    else
+      redis.call('ZREM', KEYS[8], m)
+    end
+  end
+end
+passOver()
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now)
 if #lapsed > 0 then
   local free = slots()
@@ -160,6 +227,7 @@ if #lapsed > 0 then
       redis.call('ZREM', KEYS[4], m)
     end
   end
+  passOver()
 end
 
 -- status is where member m stands; touch counts the call as a sign of life.
@@ -172,7 +240,10 @@ local function status(m, touch)
     if redis.call('ZSCORE', KEYS[7], m) then return {'expired'} end
     return {'not_queued'}
   end
-  if touch then redis.call('ZADD', KEYS[3], now, m) end
+  if touch then
+    redis.call('ZADD', KEYS[3], now, m)
+    redis.call('ZREM', KEYS[8], m) -- back from away: its place is its own
+  end
   local free, why = slots()
   if not open and tonumber(redis.call('ZSCORE', KEYS[2], m)) == 0 then return {'prequeue'} end
   if r < free then
@@ -220,11 +291,11 @@ redis.call('ZADD', KEYS[6], nowus, m .. ':' .. nowus)
 return {gone, {'admitted', now + ttl}}`)
 
 // enterScript puts member in line at place, if the caller still holds the
-// queue's lease (KEYS[8]) and member neither holds a token nor is in line
+// queue's lease (KEYS[9]) and member neither holds a token nor is in line
 // already (then it keeps its place). ARGV: fence ("0": the keyed engine runs
 // unguarded, a control case), member, place.
 // Returns gone, then the member's status.
-var enterScript = redis.NewScript(keyed.FenceCheck(8) + roomPrelude + `
+var enterScript = redis.NewScript(keyed.FenceCheck(9) + roomPrelude + `
 local m = ARGV[2]
 if not redis.call('ZSCORE', KEYS[5], m) and not redis.call('ZSCORE', KEYS[2], m) then
   redis.call('ZADD', KEYS[2], ARGV[3], m)
@@ -513,7 +584,7 @@ func (r *Room) Census(ctx context.Context, e Event) (Census, error) {
 func (r *Room) Leave(ctx context.Context, e Event, user string) error {
 	m := e.member(user)
 	pipe := r.rdb.TxPipeline()
-	for _, part := range []string{"tokens", "queue", "seen", "claim"} {
+	for _, part := range []string{"tokens", "queue", "seen", "claim", "away"} {
 		pipe.ZRem(ctx, roomKey(e.EventID, part), m)
 	}
 	_, err := pipe.Exec(ctx)

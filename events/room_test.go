@@ -38,10 +38,16 @@ func testRoom(t *testing.T, e Event, users ...string) (*Room, Event) {
 // lease set to a token and that token passed.
 func enterHeld(r *Room, e Event, user string, place int64) (Status, error) {
 	ctx := context.Background()
-	if err := r.rdb.Set(ctx, enterKeys(e.EventID)[7], 1, 0).Err(); err != nil {
+	if err := r.rdb.Set(ctx, leaseKey(e.EventID), 1, 0).Err(); err != nil {
 		return Status{}, err
 	}
 	return r.enter(ctx, e, 1, user, place)
+}
+
+// leaseKey is the queue's lease, enterScript's last key.
+func leaseKey(ev int64) string {
+	keys := enterKeys(ev)
+	return keys[len(keys)-1]
 }
 
 func users(n int) []string {
@@ -283,7 +289,7 @@ func ptr[T any](v T) *T { return &v }
 func TestEnterIsFenced(t *testing.T) {
 	r, e := testRoom(t, settings(1, 3600, 3600))
 	ctx := context.Background()
-	lease := enterKeys(e.EventID)[7]
+	lease := leaseKey(e.EventID)
 	require.NoError(t, r.rdb.Set(ctx, lease, 5, 0).Err())
 	_, err := r.enter(ctx, e, 4, "late", 1)
 	require.ErrorIs(t, err, keyed.ErrLeaseLost)
@@ -365,4 +371,146 @@ func TestEntryTokensHaveAKeyOfTheirOwn(t *testing.T) {
 	require.True(t, (&Room{secret: []byte(secret)}).VerifyToken(withUsersKey, 7, "ann"), "the control: the users' key alone takes it")
 	require.NotEqual(t, []byte(secret), entryKey(secret))
 	require.Len(t, entryKey(secret), 32)
+}
+
+// silence makes user silent for d, as if its last sign of life had come d
+// ago at Redis's clock (the room's clock): its seen score is moved back.
+// What a phone that switched apps does, without the test waiting for it.
+func silence(t *testing.T, r *Room, e Event, user string, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := r.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	seen := roomKey(e.EventID, "seen")
+	require.NoError(t, r.rdb.ZAddXX(ctx, seen, redis.Z{Score: float64(now.Add(-d).UnixMilli()), Member: e.member(user)}).Err())
+	require.NoError(t, r.rdb.ZScore(ctx, seen, e.member(user)).Err(), "%s is in line and was not silent already", user)
+}
+
+// Issue 49: a fan far from the front keeps its place while silent (a phone
+// that switched apps sends nothing) and finds it again when it comes back.
+func TestSilentUserFarBackKeepsItsPlace(t *testing.T) {
+	us := users(52)
+	r, e := testRoom(t, settings(1, 60, 60), us...)
+	ctx := context.Background()
+	silence(t, r, e, "u50", 2*time.Minute)
+	st, err := r.Status(ctx, e, "u00") // a script runs while u50 is silent
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status)
+	c, err := r.Census(ctx, e)
+	require.NoError(t, err)
+	require.Equal(t, int64(52), c.InLine, "nobody left the line")
+
+	st, err = r.Status(ctx, e, "u50")
+	require.NoError(t, err)
+	require.Equal(t, "waiting", st.Status)
+	require.Equal(t, int64(50), *st.Rank, "its place, back")
+}
+
+// Presence is checked at the turn and for the next presenceLookahead in
+// line: a user there silent for longer than the presence timeout is passed
+// over (expired) by the next script, whoever runs it; one further back
+// keeps its place. With maxConcurrent 1 and no token out, one slot is free,
+// so ranks 0 to 10 are checked.
+func TestPresenceIsCheckedNearTheFront(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rank int
+		kept bool
+	}{
+		{"its turn", 0, false},
+		{"last of the look-ahead", 1 + presenceLookahead - 1, false},
+		{"first past the look-ahead", 1 + presenceLookahead, true},
+		{"further back", 1 + presenceLookahead + 3, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			us := users(20)
+			r, e := testRoom(t, settings(1, 60, 60), us...)
+			ctx := context.Background()
+			silent := us[c.rank]
+			silence(t, r, e, silent, 61*time.Second)
+			_, err := r.Status(ctx, e, us[19]) // any script applies the rule
+			require.NoError(t, err)
+			st, err := r.Status(ctx, e, silent)
+			require.NoError(t, err)
+			if !c.kept {
+				require.Equal(t, "expired", st.Status)
+				return
+			}
+			require.Equal(t, "waiting", st.Status)
+			require.Equal(t, int64(c.rank), *st.Rank)
+		})
+	}
+}
+
+// The liveness guard with users who keep their place while silent: when
+// the line reaches them, the ones still silent are passed over in that same
+// script, all at once, so the present user behind them is next at once; one
+// that came back in time is in its place. The control has the same silences
+// within a presence timeout of an hour: nobody is passed over, and the line
+// waits for the fifteen silent users ahead.
+func TestAwayUsersArePassedOverWhenTheLineReachesThem(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		presence int
+		rank     int64 // of u30, after u00–u14 leave
+		inLine   int64
+		u15, u20 string // their statuses then
+	}{
+		{"silent past the presence timeout", 60, 1, 11, "expired", "ready"},
+		{"control: within the presence timeout", 3600, 15, 25, "ready", "waiting"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			us := users(40)
+			r, e := testRoom(t, settings(1, c.presence, 60), us...)
+			ctx := context.Background()
+			for _, u := range us[15:30] { // far back, beyond the look-ahead
+				silence(t, r, e, u, 2*time.Minute)
+			}
+			st, err := r.Status(ctx, e, "u20") // one comes back
+			require.NoError(t, err)
+			require.Equal(t, int64(20), *st.Rank)
+			census, err := r.Census(ctx, e)
+			require.NoError(t, err)
+			require.Equal(t, int64(40), census.InLine, "silent far back, nobody left the line")
+
+			for _, u := range us[:15] {
+				require.NoError(t, r.Leave(ctx, e, u))
+			}
+			st, err = r.Status(ctx, e, "u30")
+			require.NoError(t, err)
+			require.Equal(t, c.rank, *st.Rank)
+			census, err = r.Census(ctx, e)
+			require.NoError(t, err)
+			require.Equal(t, c.inLine, census.InLine)
+			st, err = r.Status(ctx, e, "u20")
+			require.NoError(t, err)
+			require.Equal(t, c.u20, st.Status, "back in time, it kept its place")
+			st, err = r.Status(ctx, e, "u15")
+			require.NoError(t, err)
+			require.Equal(t, c.u15, st.Status)
+		})
+	}
+}
+
+// While admissions are paused nobody's turn can come, so nobody is passed
+// over for silence: the line keeps its order. The first script after they
+// resume checks the front again.
+func TestNobodyIsPassedOverWhilePaused(t *testing.T) {
+	r, e := testRoom(t, settings(1, 60, 60), "u00", "u01")
+	ctx := context.Background()
+	e.AdmissionPaused, e.version = true, 2
+	require.NoError(t, r.Configure(ctx, e))
+	silence(t, r, e, "u00", 2*time.Minute)
+	st, err := r.Status(ctx, e, "u01")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), *st.Rank, "u00 is still ahead")
+
+	e.AdmissionPaused, e.version = false, 3
+	require.NoError(t, r.Configure(ctx, e))
+	st, err = r.Status(ctx, e, "u01")
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status, "u00, silent at its turn, is passed over")
+	st, err = r.Status(ctx, e, "u00")
+	require.NoError(t, err)
+	require.Equal(t, "expired", st.Status)
 }
