@@ -24,6 +24,7 @@ type Event struct {
 	FCFSEntryTokenRequired bool   `json:"fcfsEntryTokenRequired"`
 	RoomSettings
 	CreatedAt time.Time `json:"createdAt"`
+	Details
 
 	seed     []byte     // the shuffle seed: secret until SalesStartAt
 	version  int64      // settings_version
@@ -68,12 +69,13 @@ type Public struct {
 	RemainingSeats int    `json:"remainingSeats"`
 	RoomSettings
 	ShuffleSeed *string `json:"shuffleSeed"`
+	Details
 }
 
 // public is e's public view with remaining seats.
 func (e Event) public(remaining int) Public {
 	p := Public{EventID: e.EventID, Name: e.Name, TotalSeats: e.TotalSeats, RemainingSeats: remaining,
-		RoomSettings: e.RoomSettings}
+		RoomSettings: e.RoomSettings, Details: e.Details}
 	if e.SalesStartAt != nil && e.sealedAt != nil {
 		seed := hex.EncodeToString(e.seed)
 		p.ShuffleSeed = &seed
@@ -117,11 +119,13 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO events (name, total_seats, max_concurrent, token_ttl_seconds,
 				entry_token_required, fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds,
-				admit_per_minute, admission_paused, queue_opens_at, sales_start_at, return_url, shuffle_seed)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id, created_at`,
+				admit_per_minute, admission_paused, queue_opens_at, sales_start_at, return_url, shuffle_seed,
+				starts_at, venue, image_url)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id, created_at`,
 			e.Name, e.TotalSeats, e.MaxConcurrent, e.TokenTTLSeconds, e.EntryTokenRequired, e.FCFSEntryTokenRequired,
 			e.PresenceTimeoutSeconds, e.ClaimWindowSeconds, e.AdmitPerMinute, e.AdmissionPaused,
-			e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.seed).Scan(&e.EventID, &e.CreatedAt); err != nil {
+			e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.seed,
+			e.StartsAt, e.Venue, e.ImageURL).Scan(&e.EventID, &e.CreatedAt); err != nil {
 			return err
 		}
 		// Seat ids follow the labels' order, so FCFS hands them out in it.
@@ -146,15 +150,17 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, labels []string) (Ev
 // eventColumns are the columns scanEvent reads, in its order.
 const eventColumns = `id, name, total_seats, max_concurrent, token_ttl_seconds, entry_token_required,
 	fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds, admit_per_minute, admission_paused,
-	queue_opens_at, sales_start_at, return_url, shuffle_seed, settings_version, prequeue_sealed_at, created_at`
+	queue_opens_at, sales_start_at, return_url, shuffle_seed, settings_version, prequeue_sealed_at, created_at,
+	starts_at, venue, image_url`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	err := row.Scan(&e.EventID, &e.Name, &e.TotalSeats, &e.MaxConcurrent, &e.TokenTTLSeconds, &e.EntryTokenRequired,
 		&e.FCFSEntryTokenRequired, &e.PresenceTimeoutSeconds, &e.ClaimWindowSeconds, &e.AdmitPerMinute, &e.AdmissionPaused,
-		&e.QueueOpensAt, &e.SalesStartAt, &e.ReturnURL, &e.seed, &e.version, &e.sealedAt, &e.CreatedAt)
+		&e.QueueOpensAt, &e.SalesStartAt, &e.ReturnURL, &e.seed, &e.version, &e.sealedAt, &e.CreatedAt,
+		&e.StartsAt, &e.Venue, &e.ImageURL)
 	e.ShuffleCommitment = Commitment(e.seed)
-	for _, t := range []**time.Time{&e.QueueOpensAt, &e.SalesStartAt, &e.sealedAt} {
+	for _, t := range []**time.Time{&e.QueueOpensAt, &e.SalesStartAt, &e.sealedAt, &e.StartsAt} {
 		if *t != nil {
 			u := (*t).UTC()
 			*t = &u
@@ -197,10 +203,12 @@ func (c *Catalog) UpdateSettings(ctx context.Context, id int64, change func(cur 
 		return tx.QueryRow(ctx, `UPDATE events SET max_concurrent = $2, token_ttl_seconds = $3, entry_token_required = $4,
 				fcfs_entry_token_required = $5, presence_timeout_seconds = $6, claim_window_seconds = $7,
 				admit_per_minute = $8, admission_paused = $9, queue_opens_at = $10, sales_start_at = $11,
-				return_url = $12, settings_version = settings_version + 1
+				return_url = $12, settings_version = settings_version + 1,
+				starts_at = $13, venue = $14, image_url = $15
 			WHERE id = $1 RETURNING settings_version`, id, e.MaxConcurrent, e.TokenTTLSeconds, e.EntryTokenRequired,
 			e.FCFSEntryTokenRequired, e.PresenceTimeoutSeconds, e.ClaimWindowSeconds, e.AdmitPerMinute,
-			e.AdmissionPaused, e.QueueOpensAt, e.SalesStartAt, e.ReturnURL).Scan(&e.version)
+			e.AdmissionPaused, e.QueueOpensAt, e.SalesStartAt, e.ReturnURL,
+			e.StartsAt, e.Venue, e.ImageURL).Scan(&e.version)
 	})
 	return e, storage.Translate("events: update settings", err)
 }
