@@ -5,13 +5,14 @@
 (function () {
   var hf = holdfast;
   var base = "/api/v1/events/" + hf.eventId;
+  var event = null; // the public event, once read
   hf.$("back-link").href = "/events/" + hf.eventId + "/waiting-room";
 
   function load(sentence) {
     hf.call("GET", "/api/v1/public/events/" + hf.eventId).then(function (r) {
       if (r.status === 200) {
-        hf.say("event-name", r.body.name);
-        document.title = r.body.name + " – choose a seat";
+        event = r.body;
+        hf.showEvent(event, "choose a seat");
       }
       return hf.call("GET", base + "/seats?status=available");
     }).then(function (r) {
