@@ -30,6 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/apispec"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/internal/testenv"
@@ -354,7 +355,7 @@ func createRoomEvent(t *testing.T, admin *systest.Client, settings string) int64
 
 // Four people queue in real browsers for an event with maxConcurrent 1,
 // which shows its date, venue and image. The first sees its turn, enters,
-// picks a seat and sees it booked; the second
+// picks a seat and sees it booked, with its booking reference; the second
 // sees its place fall to the front and then its turn, without a reload;
 // the third closes its tab, and once presenceTimeout has passed the
 // fourth, who waited behind it, gets its turn. Meanwhile the fourth's
@@ -421,6 +422,14 @@ func TestWaitingRoomPagesInABrowser(t *testing.T) {
 
 	first.click(`#seats button[data-seat]`)
 	booked := first.waitFor("state", "Booked: seat", 20*time.Second)
+	var reservation int64
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id FROM seat_reservations WHERE event_id = $1 AND user_id = 'ana'`,
+		id).Scan(&reservation))
+	ref := events.BookingReference("S", reservation)
+	require.Contains(t, booked, "Your booking reference is "+ref+".")
+	require.Equal(t, ref, first.text("booking-reference"))
+	require.Contains(t, first.text("next-steps"), "quote it whenever you contact the organiser")
+	require.Contains(t, first.text("next-steps"), "See you at "+venue)
 	first.shot("booked")
 	first.accessible(axe, "booked")
 	t.Log(booked)
