@@ -230,8 +230,9 @@
     var moved = wait.firstAhead - ahead, bar = hf.$("progress");
     bar.max = wait.firstAhead + 1;
     bar.value = moved;
-    hf.say("progress-note", moved > 0 ? "You have moved up " + moved + (moved === 1 ? " place" : " places") + " since you joined."
-      : "The bar fills as you move up to the front.");
+    hf.say("progress-note", ahead === 0 ? "You are at the front of the line: your turn is next."
+      : moved > 0 ? "You have moved up " + moved + (moved === 1 ? " place" : " places") + " since you joined."
+        : "The bar fills as you move up to the front.");
   }
 
   // tick updates the countdowns once a second.
