@@ -24,6 +24,7 @@ import (
 
 	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -169,8 +170,14 @@ func openTabWith(t *testing.T, b context.Context, name, url, before string) *tab
 		})))
 	}
 	// A phone's screen: headless Chromium's windows are at least 500
-	// pixels wide, so each tab is given a phone's viewport.
-	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), chromedp.Navigate(url)))
+	// pixels wide, so each tab is given a phone's viewport. Reduced motion
+	// keeps a screenshot from catching the progress bar mid-animation.
+	reduced := chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+		_, err := cdp.Call(ctx, target, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-reduced-motion", Value: "reduce"}}})
+		return err
+	})
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), reduced, chromedp.Navigate(url)))
 	return tb
 }
 
