@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,12 +24,14 @@ import (
 
 	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
+	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/apispec"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/internal/testenv"
@@ -121,7 +126,8 @@ func browser(t *testing.T) context.Context {
 	path, err := exec.LookPath("chromium")
 	require.NoError(t, err, "no chromium: apt-get install chromium (.ci/run does)")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.WindowSize(420, 900)) // a phone's width
+		chromedp.DisableGPU, chromedp.WindowSize(420, 900),
+		chromedp.Flag("ignore-certificate-errors", true)) // posterServer's certificate is the test's own
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
 	ctx, cancelBrowser := chromedp.NewContext(alloc)
@@ -163,7 +169,15 @@ func openTabWith(t *testing.T, b context.Context, name, url, before string) *tab
 			return err
 		})))
 	}
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url)))
+	// A phone's screen: headless Chromium's windows are at least 500
+	// pixels wide, so each tab is given a phone's viewport. Reduced motion
+	// keeps a screenshot from catching the progress bar mid-animation.
+	reduced := chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
+		_, err := cdp.Call(ctx, target, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-reduced-motion", Value: "reduce"}}})
+		return err
+	})
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), reduced, chromedp.Navigate(url)))
 	return tb
 }
 
@@ -242,6 +256,98 @@ func (tb *tab) accessible(axe, state string) {
 	require.Empty(tb.t, found, "%s, %s: axe-core found serious or critical violations", tb.name, state)
 }
 
+// evaluate evaluates a script in the tab's page and returns its value.
+func evaluate[T any](tb *tab, script string) T {
+	tb.t.Helper()
+	v, err := chromedp.Run(tb.ctx, chromedp.Evaluate[T](script))
+	require.NoError(tb.t, err)
+	return v
+}
+
+// posterServer serves an event's image over https, as an operator's own
+// host would, and records the Referer of each request for it.
+type posterServer struct {
+	URL      string
+	mu       sync.Mutex
+	referers []string
+}
+
+func newPosterServer(t *testing.T) *posterServer {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, 780, 320))
+	for x := range 780 {
+		for y := range 320 {
+			img.Set(x, y, color.RGBA{R: uint8(29 + x/8), G: uint8(53 + y/4), B: 87 + uint8(x/12), A: 255})
+		}
+	}
+	var b bytes.Buffer
+	require.NoError(t, png.Encode(&b, img))
+	p := &posterServer{}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.referers = append(p.referers, r.Header.Get("Referer"))
+		p.mu.Unlock()
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(b.Bytes())
+	}))
+	t.Cleanup(srv.Close)
+	p.URL = srv.URL + "/poster.png"
+	return p
+}
+
+// requested reports the Referer headers the image was asked for with.
+func (p *posterServer) requested() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.referers...)
+}
+
+// imageState is the event image's state in a tab: "" until the page has
+// asked for it, then "loading", "shown" or "hidden" (it did not load).
+const imageState = `(i => !i.getAttribute("src") ? "" : !i.complete ? "loading" :
+	(i.naturalWidth > 0 && !i.hidden ? "shown" : i.hidden ? "hidden" : "broken"))(document.getElementById("event-image"))`
+
+// eventShown checks that the page shows the event's start, venue and
+// image (whose alt text is the event's name), the image asked for with no
+// Referer.
+func eventShown(t *testing.T, tb *tab, startsAt, venue string, poster *posterServer) {
+	t.Helper()
+	tb.waitFor("event-venue", venue, 20*time.Second)
+	require.Equal(t, startsAt, evaluate[string](tb, `document.getElementById("event-when").dateTime`))
+	require.Contains(t, tb.text("event-when"), startsAt[:4], "the date names its year")
+	require.Eventually(t, func() bool { return evaluate[string](tb, imageState) == "shown" }, 20*time.Second, 50*time.Millisecond,
+		"%s: the event's image never showed", tb.name)
+	require.Equal(t, "Spring concert", evaluate[string](tb, `document.getElementById("event-image").alt`))
+	require.NotEmpty(t, poster.requested())
+	for _, ref := range poster.requested() {
+		require.Empty(t, ref, "the image is asked for with no Referer")
+	}
+}
+
+// etaFormat checks the page's wording of an estimated wait (common.js
+// eta): what a person would say, its numbers never parted from their
+// units at a line break.
+func etaFormat(t *testing.T, tb *tab) {
+	t.Helper()
+	cases := []struct {
+		seconds float64
+		want    string
+	}{
+		{0, "less than a minute"}, {59, "less than a minute"}, {60, "about 1 minute"}, {89, "about 1 minute"},
+		{90, "about 2 minutes"}, {120, "about 2 minutes"}, {3569, "about 59 minutes"}, {3599, "about 1 hour"},
+		{3600, "about 1 hour"}, {4200, "about 1 hour 10 minutes"}, {4350, "about 1 hour 15 minutes"},
+		{7260, "about 2 hours"}, {90000, "about 25 hours"},
+	}
+	for _, c := range cases {
+		got := evaluate[string](tb, fmt.Sprintf(`holdfast.eta(%v)`, c.seconds))
+		require.Equal(t, c.want, strings.ReplaceAll(got, "\u00a0", " "), "eta(%v)", c.seconds)
+		require.NotRegexp(t, `[0-9] |about `, got, "eta(%v): a number or 'about' can be parted from what follows", c.seconds)
+	}
+	for s, want := range map[float64]string{120: "2 min", 100: "1 min 40 s", 12: "12 s", 3900: "1 h 5 min", 0: "0 s"} {
+		require.Equal(t, want, strings.ReplaceAll(evaluate[string](tb, fmt.Sprintf(`holdfast.duration(%v)`, s)), "\u00a0", " "))
+	}
+}
+
 // createRoomEvent makes an event behind a waiting room and returns its id.
 func createRoomEvent(t *testing.T, admin *systest.Client, settings string) int64 {
 	t.Helper()
@@ -254,17 +360,23 @@ func createRoomEvent(t *testing.T, admin *systest.Client, settings string) int64
 	return e.EventID
 }
 
-// Four people queue in real browsers for an event with maxConcurrent 1.
-// The first sees its turn, enters, picks a seat and sees it booked; the
-// second sees its place fall to the front and then its turn, without a
-// reload; the third closes its tab, and once presenceTimeout has passed
-// the fourth, who waited behind it, gets its turn. axe-core finds no
-// serious or critical violation in any of the states.
+// Four people queue in real browsers for an event with maxConcurrent 1,
+// which shows its date, venue and image. The first sees its turn, enters,
+// picks a seat and sees it booked, with its booking reference; the second
+// sees its place fall to the front and then its turn, without a reload;
+// the third closes its tab, and once presenceTimeout has passed the
+// fourth, who waited behind it, gets its turn. Meanwhile the fourth's
+// progress bar moves, its wait is estimated once an admission was seen,
+// and the estimate stays (marked) while admissions are paused. axe-core
+// finds no serious or critical violation in any of the states.
 func TestWaitingRoomPagesInABrowser(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1})
 	admin := s.Client("admin", domain.RoleAdmin)
-	id := createRoomEvent(t, admin, `"maxConcurrent":1,"presenceTimeoutSeconds":3,"claimWindowSeconds":120`)
+	poster := newPosterServer(t)
+	const startsAt, venue = "2026-12-12T19:30:00Z", "Town Hall, Leeds"
+	id := createRoomEvent(t, admin, `"maxConcurrent":1,"presenceTimeoutSeconds":3,"claimWindowSeconds":120,
+		"startsAt":"`+startsAt+`","venue":"`+venue+`","imageUrl":"`+poster.URL+`"`)
 	axe := axeSource(t)
 	b := browser(t)
 	proxy := newPageProxy(t, s.URL)
@@ -272,6 +384,8 @@ func TestWaitingRoomPagesInABrowser(t *testing.T) {
 
 	first := openTab(t, b, "first", page("ana"))
 	first.waitFor("state", "It's your turn!", 20*time.Second)
+	eventShown(t, first, startsAt, venue, poster)
+	etaFormat(t, first)
 	first.shot("your-turn")
 	first.accessible(axe, "your turn")
 	second := openTab(t, b, "second", page("ben"))
@@ -282,14 +396,47 @@ func TestWaitingRoomPagesInABrowser(t *testing.T) {
 	third.waitFor("state", "You are number 3 in line.", 20*time.Second)
 	fourth := openTab(t, b, "fourth", page("dan"))
 	fourth.waitFor("state", "You are number 4 in line.", 20*time.Second)
+	require.Equal(t, "not yet known", fourth.text("eta"), "nobody admitted yet, no rate set")
+	progress := func() []float64 {
+		return evaluate[[]float64](fourth, `(p => [p.value, p.max])(document.getElementById("progress"))`)
+	}
+	require.Equal(t, []float64{0, 4}, progress(), "three ahead, then the turn")
 
 	third.close() // the tab is gone: no polls, no stream
 	first.click("#action")
 	first.waitFor("state", "free. Pick one.", 20*time.Second)
 	first.shot("seats")
 	first.accessible(axe, "seat list")
+
+	// The first's admission gives the line a rate, and the first and the
+	// third leave it: the fourth gets an estimate, and its bar moves.
+	fourth.waitFor("state", "You are number 2 in line.", 20*time.Second)
+	fourth.waitFor("eta", "about", 20*time.Second)
+	require.Equal(t, []float64{2, 4}, progress())
+	require.Equal(t, "You have moved up 2 places since you joined.", fourth.text("progress-note"))
+	estimate := fourth.text("eta")
+	fourth.shot("waiting")
+	fourth.accessible(axe, "waiting with an estimate")
+	// Paused, the server knows no estimate (etaSeconds null): the page
+	// keeps the last one, marked as such, rather than "not yet known".
+	path := fmt.Sprintf("/api/v1/events/%d", id)
+	require.Equal(t, http.StatusOK, admin.Do("PATCH", path, `{"admissionPaused":true}`).Status)
+	fourth.waitFor("state", "Admissions are paused.", 20*time.Second)
+	require.Equal(t, estimate, fourth.text("eta"))
+	require.False(t, evaluate[bool](fourth, `document.getElementById("eta-note").hidden`), "the kept estimate is not marked")
+	require.Equal(t, http.StatusOK, admin.Do("PATCH", path, `{"admissionPaused":false}`).Status)
+	fourth.waitFor("state", "You are number", 20*time.Second)
+
 	first.click(`#seats button[data-seat]`)
 	booked := first.waitFor("state", "Booked: seat", 20*time.Second)
+	var reservation int64
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id FROM seat_reservations WHERE event_id = $1 AND user_id = 'ana'`,
+		id).Scan(&reservation))
+	ref := events.BookingReference("S", reservation)
+	require.Contains(t, booked, "Your booking reference is "+ref+".")
+	require.Equal(t, ref, first.text("booking-reference"))
+	require.Contains(t, first.text("next-steps"), "quote it whenever you contact the organiser")
+	require.Contains(t, first.text("next-steps"), "See you at "+venue)
 	first.shot("booked")
 	first.accessible(axe, "booked")
 	t.Log(booked)
@@ -339,12 +486,16 @@ func TestSeatPageSomeoneWasFaster(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1})
 	admin := s.Client("admin", domain.RoleAdmin)
-	id := createRoomEvent(t, admin, `"maxConcurrent":2`)
+	// An image that does not load (nothing listens there) is left out;
+	// the pages work without it.
+	id := createRoomEvent(t, admin, `"maxConcurrent":2,"imageUrl":"https://127.0.0.1:1/poster.png"`)
 	axe := axeSource(t)
 	b := browser(t)
 	proxy := newPageProxy(t, s.URL)
 	one := openTab(t, b, "one", roomURL(s, proxy, id, "fay"))
 	two := openTab(t, b, "two", roomURL(s, proxy, id, "gus"))
+	require.Eventually(t, func() bool { return evaluate[string](one, imageState) == "hidden" }, 20*time.Second, 50*time.Millisecond,
+		"the image that did not load is not left out")
 	for _, tb := range []*tab{one, two} {
 		tb.waitFor("state", "It's your turn!", 20*time.Second)
 		tb.click("#action")
@@ -427,6 +578,7 @@ func TestPagesHeaders(t *testing.T) {
 		require.True(t, strings.HasPrefix(r.Header.Get("Content-Type"), want), "%s: %s", path, r.Header.Get("Content-Type"))
 		require.Contains(t, r.Header.Get("Content-Security-Policy"), "default-src 'none'", path)
 		require.Contains(t, r.Header.Get("Content-Security-Policy"), "script-src 'self'", path)
+		require.Contains(t, r.Header.Get("Content-Security-Policy"), "img-src 'self' data: https:;", path)
 		require.True(t, strings.HasPrefix(r.Header.Get("Cache-Control"), "public, max-age="), path)
 		require.Equal(t, "nosniff", r.Header.Get("X-Content-Type-Options"), path)
 	}

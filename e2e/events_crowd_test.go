@@ -560,6 +560,9 @@ func TestWaitingRoomBadInput(t *testing.T) {
 		{map[string]any{"admitPerMinute": 0}, domain.CodeInvalidInput},
 		{map[string]any{"returnUrl": "javascript:alert(1)"}, domain.CodeInvalidInput},
 		{map[string]any{"queueOpensAt": "soon"}, domain.CodeInvalidInput},
+		{map[string]any{"startsAt": "Friday at eight"}, domain.CodeInvalidInput},
+		{map[string]any{"venue": strings.Repeat("v", 201)}, domain.CodeInvalidInput},
+		{map[string]any{"imageUrl": "http://cdn.example/poster.jpg"}, domain.CodeInvalidInput},
 	} {
 		before := events0()
 		c.body["name"], c.body["seatCount"] = "Bad", 1
@@ -584,6 +587,7 @@ func TestWaitingRoomBadInput(t *testing.T) {
 		{admin, path, map[string]any{"salesStartAt": time.Now().Add(-time.Hour).Format(time.RFC3339)}, 400, domain.CodeInvalidInput},
 		{admin, path, map[string]any{"name": "renamed"}, 400, domain.CodeInvalidInput},
 		{admin, path, `{"admitPerMinute": "lots"}`, 400, domain.CodeInvalidInput},
+		{admin, path, map[string]any{"imageUrl": "https://cdn.example/" + strings.Repeat("a", 2000)}, 400, domain.CodeInvalidInput},
 		{admin, fmt.Sprintf("/api/v1/events/%d", plain.EventID), map[string]any{"salesStartAt": future}, 409, domain.CodeSettingLocked},
 		{admin, "/api/v1/events/999999", map[string]any{"admissionPaused": true}, 404, domain.CodeNotFound},
 		{s.Client("mallory", domain.RoleUser), path, map[string]any{"admissionPaused": true}, 403, domain.CodeForbidden},

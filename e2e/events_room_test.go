@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -234,6 +235,9 @@ func TestWaitingRoomStatusAndBooking(t *testing.T) {
 	r.JSON(t, &a)
 	v := first.Wait(a.RequestID, 20*time.Second)
 	require.Equal(t, domain.StatusSucceeded, v.Status, "%+v", v.Error)
+	var booked events.BookResult
+	require.NoError(t, json.Unmarshal(v.Result, &booked))
+	require.Equal(t, events.BookingReference("S", booked.ReservationID), booked.BookingReference)
 	// Success gave the token back: the next in line gets in.
 	require.Eventually(t, func() bool { return second.Do("POST", base+"/queue/token", nil).Status == http.StatusOK }, 10*time.Second, 50*time.Millisecond)
 	first.Do("GET", base+"/queue/status", nil).JSON(t, &st)

@@ -26,6 +26,7 @@ type Event struct {
 	MaxSeatsPerUser        int    `json:"maxSeatsPerUser"`
 	RoomSettings
 	CreatedAt time.Time `json:"createdAt"`
+	Details
 
 	seed     []byte     // the shuffle seed: secret until SalesStartAt
 	version  int64      // settings_version
@@ -70,12 +71,13 @@ type Public struct {
 	RemainingSeats int    `json:"remainingSeats"`
 	RoomSettings
 	ShuffleSeed *string `json:"shuffleSeed"`
+	Details
 }
 
 // public is e's public view with remaining seats.
 func (e Event) public(remaining int) Public {
 	p := Public{EventID: e.EventID, Name: e.Name, TotalSeats: e.TotalSeats, RemainingSeats: remaining,
-		RoomSettings: e.RoomSettings}
+		RoomSettings: e.RoomSettings, Details: e.Details}
 	if e.SalesStartAt != nil && e.sealedAt != nil {
 		seed := hex.EncodeToString(e.seed)
 		p.ShuffleSeed = &seed
@@ -124,11 +126,12 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, m SeatMap) (Event, e
 		if err := tx.QueryRow(ctx, `INSERT INTO events (name, total_seats, max_concurrent, token_ttl_seconds,
 				entry_token_required, fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds,
 				admit_per_minute, admission_paused, queue_opens_at, sales_start_at, return_url, shuffle_seed,
-				seat_hold_seconds, max_seats_per_user)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id, created_at`,
+				seat_hold_seconds, max_seats_per_user, starts_at, venue, image_url)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) RETURNING id, created_at`,
 			e.Name, e.TotalSeats, e.MaxConcurrent, e.TokenTTLSeconds, e.EntryTokenRequired, e.FCFSEntryTokenRequired,
 			e.PresenceTimeoutSeconds, e.ClaimWindowSeconds, e.AdmitPerMinute, e.AdmissionPaused,
-			e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.seed, e.SeatHoldSeconds, e.MaxSeatsPerUser).Scan(&e.EventID, &e.CreatedAt); err != nil {
+			e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.seed, e.SeatHoldSeconds, e.MaxSeatsPerUser,
+			e.StartsAt, e.Venue, e.ImageURL).Scan(&e.EventID, &e.CreatedAt); err != nil {
 			return err
 		}
 		return insertSeatMap(ctx, tx, e.EventID, m, seats)
@@ -151,16 +154,16 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, m SeatMap) (Event, e
 const eventColumns = `id, name, total_seats, max_concurrent, token_ttl_seconds, entry_token_required,
 	fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds, admit_per_minute, admission_paused,
 	queue_opens_at, sales_start_at, return_url, shuffle_seed, settings_version, prequeue_sealed_at, created_at,
-	seat_hold_seconds, max_seats_per_user`
+	seat_hold_seconds, max_seats_per_user, starts_at, venue, image_url`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	err := row.Scan(&e.EventID, &e.Name, &e.TotalSeats, &e.MaxConcurrent, &e.TokenTTLSeconds, &e.EntryTokenRequired,
 		&e.FCFSEntryTokenRequired, &e.PresenceTimeoutSeconds, &e.ClaimWindowSeconds, &e.AdmitPerMinute, &e.AdmissionPaused,
 		&e.QueueOpensAt, &e.SalesStartAt, &e.ReturnURL, &e.seed, &e.version, &e.sealedAt, &e.CreatedAt,
-		&e.SeatHoldSeconds, &e.MaxSeatsPerUser)
+		&e.SeatHoldSeconds, &e.MaxSeatsPerUser, &e.StartsAt, &e.Venue, &e.ImageURL)
 	e.ShuffleCommitment = Commitment(e.seed)
-	for _, t := range []**time.Time{&e.QueueOpensAt, &e.SalesStartAt, &e.sealedAt} {
+	for _, t := range []**time.Time{&e.QueueOpensAt, &e.SalesStartAt, &e.sealedAt, &e.StartsAt} {
 		if *t != nil {
 			u := (*t).UTC()
 			*t = &u
@@ -203,10 +206,12 @@ func (c *Catalog) UpdateSettings(ctx context.Context, id int64, change func(cur 
 		return tx.QueryRow(ctx, `UPDATE events SET max_concurrent = $2, token_ttl_seconds = $3, entry_token_required = $4,
 				fcfs_entry_token_required = $5, presence_timeout_seconds = $6, claim_window_seconds = $7,
 				admit_per_minute = $8, admission_paused = $9, queue_opens_at = $10, sales_start_at = $11,
-				return_url = $12, seat_hold_seconds = $13, max_seats_per_user = $14, settings_version = settings_version + 1
+				return_url = $12, seat_hold_seconds = $13, max_seats_per_user = $14, settings_version = settings_version + 1,
+				starts_at = $15, venue = $16, image_url = $17
 			WHERE id = $1 RETURNING settings_version`, id, e.MaxConcurrent, e.TokenTTLSeconds, e.EntryTokenRequired,
 			e.FCFSEntryTokenRequired, e.PresenceTimeoutSeconds, e.ClaimWindowSeconds, e.AdmitPerMinute,
-			e.AdmissionPaused, e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.SeatHoldSeconds, e.MaxSeatsPerUser).Scan(&e.version)
+			e.AdmissionPaused, e.QueueOpensAt, e.SalesStartAt, e.ReturnURL, e.SeatHoldSeconds, e.MaxSeatsPerUser,
+			e.StartsAt, e.Venue, e.ImageURL).Scan(&e.version)
 	})
 	return e, storage.Translate("events: update settings", err)
 }

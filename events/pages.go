@@ -19,8 +19,10 @@ import (
 var pageFiles embed.FS
 
 // pageCSP lets a page load only its own scripts and styles and call only
-// its own API: no inline code, no other hosts, no framing.
-const pageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; " +
+// its own API: no inline code, no other hosts, no framing. Images alone
+// may come from another host, over https: an event's imageUrl is its
+// operator's choice (issue 49).
+const pageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data: https:; " +
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // Pages adds the events' pages at the API's root: GET

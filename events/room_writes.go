@@ -29,12 +29,14 @@ type BookPayload struct {
 	SeatID  int64 `json:"seatId"`
 }
 
-// BookResult is a booked seat.
+// BookResult is a booked seat. BookingReference is what its fan quotes
+// (reference.go); results stored before it existed lack it.
 type BookResult struct {
-	ReservationID int64  `json:"reservationId"`
-	EventID       int64  `json:"eventId"`
-	SeatID        int64  `json:"seatId"`
-	UserID        string `json:"userId"`
+	ReservationID    int64  `json:"reservationId"`
+	EventID          int64  `json:"eventId"`
+	SeatID           int64  `json:"seatId"`
+	UserID           string `json:"userId"`
+	BookingReference string `json:"bookingReference"`
 }
 
 // RoomWrites applies queue entries and seat bookings in the worker.
@@ -169,6 +171,7 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch, r *req
 		VALUES ($1, $2, $3, $4) RETURNING id`, p.EventID, p.SeatID, r.UserID, b.Now).Scan(&res.ReservationID); err != nil {
 		return requests.Outcome{}, err
 	}
+	res.BookingReference = BookingReference(refSeat, res.ReservationID)
 	ev, user := Event{EventID: p.EventID, seed: seed}, r.UserID
 	b.AfterCommit(func(ctx context.Context) {
 		_ = w.Room.Leave(ctx, ev, user)

@@ -64,6 +64,9 @@ type settingsInput struct {
 	QueueOpensAt           optional[string] `json:"queueOpensAt"`
 	SalesStartAt           optional[string] `json:"salesStartAt"`
 	ReturnURL              optional[string] `json:"returnUrl"`
+	StartsAt               optional[string] `json:"startsAt"`
+	Venue                  optional[string] `json:"venue"`
+	ImageURL               optional[string] `json:"imageUrl"`
 }
 
 // newEventSettings is an event with its settings' defaults.
@@ -126,6 +129,10 @@ func (in settingsInput) apply(e Event, now time.Time, creating bool) (Event, err
 			return e, err
 		}
 		e.ReturnURL = &u.V
+	}
+	e, err := in.applyDetails(e)
+	if err != nil {
+		return e, err
 	}
 	return in.applyTimes(e, now, creating)
 }

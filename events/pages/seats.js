@@ -5,13 +5,14 @@
 (function () {
   var hf = holdfast;
   var base = "/api/v1/events/" + hf.eventId;
+  var event = null; // the public event, once read
   hf.$("back-link").href = "/events/" + hf.eventId + "/waiting-room";
 
   function load(sentence) {
     hf.call("GET", "/api/v1/public/events/" + hf.eventId).then(function (r) {
       if (r.status === 200) {
-        hf.say("event-name", r.body.name);
-        document.title = r.body.name + " – choose a seat";
+        event = r.body;
+        hf.showEvent(event, "choose a seat");
       }
       return hf.call("GET", base + "/seats?status=available");
     }).then(function (r) {
@@ -79,8 +80,7 @@
   function outcome(seat, o) {
     var v = o.body || {};
     if (o.status === 200 && v.status === "succeeded") {
-      hf.show("seats-box", false);
-      hf.say("state", "Booked: seat " + seat.label + " is yours.");
+      booked(seat, (v.result || {}).bookingReference);
       return;
     }
     if (v.error && v.error.code === "SEAT_TAKEN") {
@@ -94,6 +94,32 @@
     }
     setBusy(false);
     hf.say("state", (v.error ? v.error.message : "The booking did not go through.") + " Try again.");
+  }
+
+  // booked shows the booking: the seat, the reference to quote, and what
+  // happens next. A booking made before references existed has none.
+  function booked(seat, ref) {
+    hf.show("seats-box", false);
+    var state = hf.$("state");
+    state.textContent = "Booked: seat " + seat.label + " is yours.";
+    if (ref) { // the reference on one line: a break at its hyphen would misquote it
+      state.appendChild(document.createTextNode(" Your booking reference is "));
+      var r = document.createElement("span");
+      r.className = "nowrap";
+      r.textContent = ref;
+      state.appendChild(r);
+      state.appendChild(document.createTextNode("."));
+    }
+    hf.say("booked-seat", seat.label);
+    hf.say("booking-reference", ref || "");
+    hf.show("reference-box", !!ref);
+    var next = "Nothing more is needed here: the seat is yours, and you may close this page.";
+    if (ref) { next += " Keep your booking reference and quote it whenever you contact the organiser about this booking."; }
+    if (event && (event.startsAt || event.venue)) {
+      next += " See you" + (event.venue ? " at " + event.venue : "") + (event.startsAt ? " on " + hf.when(event.startsAt) : "") + ".";
+    }
+    hf.say("next-steps", next);
+    hf.show("booked", true);
   }
 
   function refused(seat, r) {

@@ -7,7 +7,7 @@
   var base = "/api/v1/events/" + hf.eventId;
   var event = null;      // the public event, once read
   var st = null;         // the last status shown
-  var firstAhead = null; // people ahead when the wait began, for the progress bar
+  var wait = readWait(); // what the page keeps of this wait: see keepWait
   var stream = null;     // the open EventSource, if any
   var next = null;       // the timer of the next poll or retry
   var retryAt = 0;       // when a refused call is retried (ms), for the countdown
@@ -62,8 +62,7 @@
         return false;
       }
       event = r.body;
-      hf.say("event-name", event.name);
-      document.title = event.name + " – waiting room";
+      hf.showEvent(event, "waiting room");
       if (event.remainingSeats === 0 && (!st || st.status !== "entered")) {
         stop("Sold out: every seat is taken.");
         return false;
@@ -95,6 +94,7 @@
   }
 
   function join() {
+    forgetWait();
     hf.show("action", false);
     hf.say("state", "Joining the line…");
     hf.call("POST", base + "/queue").then(function (r) {
@@ -182,14 +182,7 @@
         hf.say("state", "You are in the pre-queue. When the sale starts, everyone here gets a place in line drawn at random.");
         break;
       case "waiting":
-        var ahead = s.aheadCount || 0;
-        if (firstAhead === null || ahead > firstAhead) { firstAhead = ahead; }
-        hf.say("state", s.admissionPaused ? "Admissions are paused. You keep your place: number " + (ahead + 1) + " in line."
-          : "You are number " + (ahead + 1) + " in line.");
-        hf.say("position", String(ahead + 1));
-        hf.say("ahead", String(ahead));
-        hf.say("eta", s.etaSeconds === null || s.etaSeconds === undefined ? "not yet known" : "about " + hf.duration(s.etaSeconds));
-        hf.$("progress").value = firstAhead > 0 ? Math.round(100 * (firstAhead - ahead) / firstAhead) : 100;
+        showWaiting(s);
         break;
       case "ready":
         hf.say("state", "It's your turn!");
@@ -207,6 +200,39 @@
     }
     tick();
     if (!stream && (s.status === "prequeue" || s.status === "waiting" || s.status === "ready")) { openStream(); }
+  }
+
+  // keepWait stores what the page keeps of this wait, for the tab's life
+  // (a reload included): firstAhead, the people ahead when it was first
+  // seen, from which the progress bar counts; and eta, the last estimate
+  // the server gave, which the page goes on showing, marked as such, when
+  // the server no longer knows one (admissions paused, or none lately).
+  function keepWait() { hf.put("wait", JSON.stringify(wait)); }
+  function forgetWait() { wait = {}; keepWait(); }
+  function readWait() {
+    try { return JSON.parse(hf.get("wait")) || {}; } catch (e) { return {}; }
+  }
+
+  function showWaiting(s) {
+    var ahead = s.aheadCount || 0;
+    var known = typeof s.etaSeconds === "number";
+    if (typeof wait.firstAhead !== "number" || ahead > wait.firstAhead) { wait.firstAhead = ahead; }
+    if (known) { wait.eta = s.etaSeconds; }
+    keepWait();
+    hf.say("state", s.admissionPaused ? "Admissions are paused. You keep your place: number " + (ahead + 1) + " in line."
+      : "You are number " + (ahead + 1) + " in line.");
+    hf.say("position", String(ahead + 1));
+    hf.say("ahead", String(ahead));
+    hf.say("eta", typeof wait.eta === "number" ? hf.eta(wait.eta) : "not yet known");
+    hf.show("eta-note", !known && typeof wait.eta === "number");
+    // The bar runs from where the wait began to the user's turn: one step
+    // for each person then ahead, and one for the turn itself.
+    var moved = wait.firstAhead - ahead, bar = hf.$("progress");
+    bar.max = wait.firstAhead + 1;
+    bar.value = moved;
+    hf.say("progress-note", ahead === 0 ? "You are at the front of the line: your turn is next."
+      : moved > 0 ? "You have moved up " + moved + (moved === 1 ? " place" : " places") + " since you joined."
+        : "The bar fills as you move up to the front.");
   }
 
   // tick updates the countdowns once a second.
