@@ -256,6 +256,23 @@ func (tb *tab) accessible(axe, state string) {
 	require.Empty(tb.t, found, "%s, %s: axe-core found serious or critical violations", tb.name, state)
 }
 
+// typeInto types text into the field the CSS selector names.
+func (tb *tab) typeInto(sel, text string) {
+	tb.t.Helper()
+	require.NoError(tb.t, chromedp.Do(tb.ctx, chromedp.SendKeys(chromedp.CSS(sel), text)))
+}
+
+// buy holds the seat the selector names on the seat page and confirms it
+// with a payment reference; it returns what the page then says.
+func (tb *tab) buy(sel, label, payment string) string {
+	tb.t.Helper()
+	tb.click(sel)
+	tb.waitFor("state", "Seat "+label+" is held for you.", 20*time.Second)
+	tb.typeInto("#payment-ref", payment)
+	tb.click("#confirm")
+	return tb.waitFor("state", "Booked: seat "+label+" is yours.", 20*time.Second)
+}
+
 // evaluate evaluates a script in the tab's page and returns its value.
 func evaluate[T any](tb *tab, script string) T {
 	tb.t.Helper()
@@ -428,11 +445,19 @@ func TestWaitingRoomPagesInABrowser(t *testing.T) {
 	fourth.waitFor("state", "You are number", 20*time.Second)
 
 	first.click(`#seats button[data-seat]`)
+	first.waitFor("hold-left", "left.", 20*time.Second)
+	first.shot("held")
+	first.accessible(axe, "held")
+	first.click("#confirm")
+	first.waitFor("state", "Enter the payment reference", 5*time.Second)
+	first.typeInto("#payment-ref", "psp-ana-1")
+	first.click("#confirm")
 	booked := first.waitFor("state", "Booked: seat", 20*time.Second)
-	var reservation int64
-	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id FROM seat_reservations WHERE event_id = $1 AND user_id = 'ana'`,
-		id).Scan(&reservation))
-	ref := events.BookingReference("S", reservation)
+	var order int64
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id FROM seat_holds
+		WHERE event_id = $1 AND user_id = 'ana' AND status = 'CONFIRMED' AND payment_reference = 'psp-ana-1'`,
+		id).Scan(&order))
+	ref := events.BookingReference("O", order)
 	require.Contains(t, booked, "Your booking reference is "+ref+".")
 	require.Equal(t, ref, first.text("booking-reference"))
 	require.Contains(t, first.text("next-steps"), "quote it whenever you contact the organiser")
@@ -444,7 +469,10 @@ func TestWaitingRoomPagesInABrowser(t *testing.T) {
 	second.waitFor("state", "It's your turn!", 20*time.Second) // no reload: the stream or the polls brought it
 	second.click("#action")
 	second.waitFor("state", "free. Pick one.", 20*time.Second)
-	second.click(`#seats button[data-seat]`)
+	second.click(`#seats button[data-seat]:not([disabled])`)
+	second.waitFor("hold-left", "left.", 20*time.Second)
+	second.typeInto("#payment-ref", "psp-ben-1")
+	second.click("#confirm")
 	second.waitFor("state", "Booked: seat", 20*time.Second)
 
 	fourth.waitFor("state", "It's your turn!", 30*time.Second) // the third lost its place
@@ -479,9 +507,9 @@ func TestPrequeuePageCountsDownThenShowsThePlace(t *testing.T) {
 	proxy.described(t)
 }
 
-// Two people pick the same seat: the first books it; the second, whose
-// list still showed it, is told someone was faster, gets a fresh list
-// and books another.
+// Two people pick the same seat: the first holds and confirms it; the
+// second, whose list still showed it, is told someone was faster, gets a
+// fresh list and buys another.
 func TestSeatPageSomeoneWasFaster(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1})
@@ -501,14 +529,52 @@ func TestSeatPageSomeoneWasFaster(t *testing.T) {
 		tb.click("#action")
 		tb.waitFor("state", "6 seats are free. Pick one.", 20*time.Second)
 	}
-	one.click(`#seats button[data-seat="1"]`)
-	one.waitFor("state", "Booked: seat 1 is yours.", 20*time.Second)
+	one.buy(`#seats button[data-seat="1"]`, "1", "psp-fay")
 	two.click(`#seats button[data-seat="1"]`) // its list is from before
 	two.waitFor("state", "Someone was faster: seat 1 is taken. Pick another. 5 seats are free.", 20*time.Second)
 	two.shot("someone-was-faster")
 	two.accessible(axe, "someone was faster")
-	two.click(`#seats button[data-seat="2"]`)
-	two.waitFor("state", "Booked: seat 2 is yours.", 20*time.Second)
+	two.buy(`#seats button[data-seat="2"]`, "2", "psp-gus")
+	proxy.described(t)
+}
+
+// A group on an event with a seat map asks for three seats together in
+// the back section: the page shows them held, side by side, with the time
+// left, and when the hold runs out (three seconds here) says so and shows
+// the seats free again.
+func TestSeatPageHoldsAGroupUntilItExpires(t *testing.T) {
+	t.Parallel()
+	s := systest.Start(t, systest.Options{Workers: 1})
+	admin := s.Client("admin", domain.RoleAdmin)
+	r := admin.Do("POST", "/api/v1/events", `{"name":"Cellar gig","maxConcurrent":1,"seatHoldSeconds":3,
+		"sections":[{"name":"Front","priceTier":"A","rows":[{"label":"A","seats":4}]},
+			{"name":"Back","priceTier":"B","rows":[{"label":"B","seats":4}]}]}`)
+	require.Equal(t, 201, r.Status, "%s", r.Body)
+	var e struct {
+		EventID int64 `json:"eventId"`
+	}
+	r.JSON(t, &e)
+	axe := axeSource(t)
+	b := browser(t)
+	proxy := newPageProxy(t, s.URL)
+	tb := openTab(t, b, "group", roomURL(s, proxy, e.EventID, "hal"))
+	tb.waitFor("state", "It's your turn!", 20*time.Second)
+	tb.click("#action")
+	tb.waitFor("state", "8 seats are free. Pick one.", 20*time.Second)
+	require.NoError(t, chromedp.Do(tb.ctx, chromedp.SetValue(chromedp.CSS("#quantity"), "3"),
+		chromedp.SetValue(chromedp.CSS("#section"), "Back")))
+	tb.click("#find")
+	tb.waitFor("state", "Seats Back B-1, Back B-2, Back B-3 are held for you.", 20*time.Second)
+	require.Equal(t, 3, evaluate[int](tb, `document.querySelectorAll("#seats button.mine").length`))
+	tb.shot("held-together")
+	tb.accessible(axe, "held together")
+	tb.waitFor("state", "Your hold ran out, and the seats went back on sale. 8 seats are free.", 20*time.Second)
+	require.Zero(t, evaluate[int](tb, `document.querySelectorAll("#seats button.mine").length`))
+	var status string
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT CASE WHEN status = 'HELD' AND expires_at <= now() THEN 'EXPIRED'
+		ELSE status END FROM seat_holds WHERE user_id = 'hal'`).Scan(&status))
+	require.Equal(t, "EXPIRED", status)
+	tb.accessible(axe, "hold ran out")
 	proxy.described(t)
 }
 

@@ -72,12 +72,14 @@ type Public struct {
 	RoomSettings
 	ShuffleSeed *string `json:"shuffleSeed"`
 	Details
+	SeatHoldSeconds int `json:"seatHoldSeconds"`
+	MaxSeatsPerUser int `json:"maxSeatsPerUser"`
 }
 
 // public is e's public view with remaining seats.
 func (e Event) public(remaining int) Public {
 	p := Public{EventID: e.EventID, Name: e.Name, TotalSeats: e.TotalSeats, RemainingSeats: remaining,
-		RoomSettings: e.RoomSettings, Details: e.Details}
+		RoomSettings: e.RoomSettings, Details: e.Details, SeatHoldSeconds: e.SeatHoldSeconds, MaxSeatsPerUser: e.MaxSeatsPerUser}
 	if e.SalesStartAt != nil && e.sealedAt != nil {
 		seed := hex.EncodeToString(e.seed)
 		p.ShuffleSeed = &seed

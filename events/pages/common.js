@@ -29,14 +29,20 @@ var holdfast = (function () {
   function get(name) { return sessionStorage.getItem(key(name)) || ""; }
   function put(name, value) { sessionStorage.setItem(key(name), value); }
 
-  // call sends one API request and resolves to {status, body, retryAfter};
-  // it rejects only when the network failed (no answer at all).
-  function call(method, path, headers) {
+  // call sends one API request, with body as JSON when given, and resolves
+  // to {status, body, retryAfter}; it rejects only when the network failed
+  // (no answer at all).
+  function call(method, path, headers, body) {
     var h = { "Accept": "application/json" };
     var token = get("token");
     if (token) { h["Authorization"] = "Bearer " + token; }
     Object.keys(headers || {}).forEach(function (k) { h[k] = headers[k]; });
-    return fetch(path, { method: method, headers: h, cache: "no-store", credentials: "omit" }).then(function (resp) {
+    var init = { method: method, headers: h, cache: "no-store", credentials: "omit" };
+    if (body !== undefined) {
+      h["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return fetch(path, init).then(function (resp) {
       return resp.text().then(function (text) {
         var body = null;
         try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }

@@ -1,20 +1,35 @@
-// The seat page: lists the free seats, books the chosen one with the
-// waiting room's entry token, and shows the outcome.
+// The seat page: the event's seats on its map; seats held for the buyer —
+// one picked on the map, or several side by side, best available — with a
+// countdown while the hold lasts; then confirmed with the payment's
+// reference, or released; and the outcome.
 "use strict";
 
 (function () {
   var hf = holdfast;
   var base = "/api/v1/events/" + hf.eventId;
   var event = null; // the public event, once read
+  var byId = {};    // seat id → seat, from the last list
+  var hold = null;  // the caller's hold while it is held
+  var ticking = 0;  // the countdown's interval
   hf.$("back-link").href = "/events/" + hf.eventId + "/waiting-room";
 
+  // load reads the event, the caller's holds and the seats, and shows them
+  // with sentence in front of what the page says.
   function load(sentence) {
     hf.call("GET", "/api/v1/public/events/" + hf.eventId).then(function (r) {
       if (r.status === 200) {
         event = r.body;
-        hf.showEvent(event, "choose a seat");
+        hf.showEvent(event, "choose your seats");
       }
-      return hf.call("GET", base + "/seats?status=available");
+      return hf.call("GET", base + "/holds");
+    }).then(function (r) {
+      if (r.status === 200) {
+        hold = null;
+        r.body.items.forEach(function (h) {
+          if (!hold && h.status === "held" && Date.parse(h.expiresAt) > Date.now()) { hold = h; }
+        });
+      }
+      return hf.call("GET", base + "/seats");
     }).then(function (r) {
       hf.connection(true);
       if (r.status === 401) {
@@ -26,82 +41,251 @@
         setTimeout(function () { load(sentence); }, Math.max(1, r.retryAfter || 3) * 1000);
         return;
       }
-      list(r.body.items, sentence);
+      show(r.body.items, r.body.sections, sentence);
     }, function () {
       hf.connection(false);
       setTimeout(function () { load(sentence); }, 2000);
     });
   }
 
-  function list(seats, sentence) {
-    var ul = hf.$("seats");
-    ul.textContent = "";
+  function label(s) { return "seat " + s.label; }
+  function labels(ids) {
+    return ids.map(function (id) { return byId[id] ? byId[id].label : String(id); }).join(", ");
+  }
+
+  function show(seats, sections, sentence) {
+    byId = {};
+    seats.forEach(function (s) { byId[s.seatId] = s; });
+    map(seats, sections);
+    setBusy(false);
+    var free = seats.filter(function (s) { return s.status === "available"; }).length;
+    hf.show("seats-box", seats.length > 0);
+    if (hold) {
+      held(sentence);
+      return;
+    }
+    hf.show("hold", false);
+    together(sections, free);
+    if (free === 0) {
+      hf.say("state", (sentence ? sentence + " " : "") + "Sold out: every seat is taken.");
+      return;
+    }
+    hf.say("state", (sentence ? sentence + " " : "") + free + (free === 1 ? " seat is" : " seats are") + " free. Pick one.");
+  }
+
+  // map draws the seats, a section and row at a time when the event has
+  // more than one row; a free seat is a button that holds it.
+  function map(seats, sections) {
+    var box = hf.$("seats");
+    box.textContent = "";
+    var rows = {};
+    seats.forEach(function (s) { rows[s.section + "\u0000" + s.row] = true; });
+    var plain = Object.keys(rows).length === 1;
+    var tiers = {};
+    sections.forEach(function (x) { tiers[x.name] = x.priceTier; });
+    var ul = null, at = "";
     seats.forEach(function (s) {
+      if (s.section + "\u0000" + s.row !== at || !ul) {
+        at = s.section + "\u0000" + s.row;
+        if (!plain) {
+          var h = document.createElement("h3");
+          h.className = "row-label";
+          h.textContent = s.section + (tiers[s.section] ? " (price " + tiers[s.section] + ")" : "") + ", row " + s.row;
+          box.appendChild(h);
+        }
+        ul = document.createElement("ul");
+        ul.className = "seats";
+        box.appendChild(ul);
+      }
       var li = document.createElement("li");
       var b = document.createElement("button");
       b.type = "button";
-      b.textContent = "Seat " + s.label;
+      b.textContent = plain ? "Seat " + s.label : String(s.position);
       b.setAttribute("data-seat", String(s.seatId));
-      b.onclick = function () { book(s); };
+      var mine = hold && hold.seatIds.indexOf(s.seatId) >= 0;
+      b.disabled = s.status !== "available" || !!hold;
+      b.setAttribute("data-free", b.disabled ? "" : "1");
+      if (mine) { b.className = "mine"; }
+      b.setAttribute("aria-label", "Seat " + s.label + (mine ? ", held for you" : s.status === "available" ? "" : ", taken"));
+      b.onclick = function () { holdSeats({ seatIds: [s.seatId] }, label(s)); };
       li.appendChild(b);
       ul.appendChild(li);
     });
-    hf.show("seats-box", seats.length > 0);
-    if (seats.length === 0) {
-      hf.say("state", "Sold out: every seat is taken.");
-      return;
+  }
+
+  // together offers seats side by side: how many (up to the event's cap
+  // and the seats free), and where.
+  function together(sections, free) {
+    var n = Math.min(free, event ? event.maxSeatsPerUser : 1);
+    var q = hf.$("quantity"), want = Math.min(parseInt(q.value || "2", 10) || 1, n);
+    q.textContent = "";
+    for (var i = 1; i <= n; i++) {
+      var o = document.createElement("option");
+      o.value = String(i);
+      o.textContent = String(i);
+      q.appendChild(o);
     }
-    hf.say("state", (sentence ? sentence + " " : "") + seats.length + (seats.length === 1 ? " seat is" : " seats are") + " free. Pick one.");
+    q.value = String(want);
+    var sel = hf.$("section");
+    if (sel.options.length === 1 && sections.length > 1) {
+      sections.forEach(function (x) {
+        var o = document.createElement("option");
+        o.value = x.name;
+        o.textContent = x.name + (x.priceTier ? " (price " + x.priceTier + ")" : "");
+        sel.appendChild(o);
+      });
+    }
+    hf.show("together", n > 0);
   }
 
   function setBusy(on) {
-    Array.prototype.forEach.call(hf.$("seats").querySelectorAll("button"), function (b) { b.disabled = on; });
-  }
-
-  function book(seat) {
-    setBusy(true);
-    hf.say("state", "Booking seat " + seat.label + "…");
-    var headers = {};
-    var entry = hf.get("entryToken");
-    if (entry) { headers["X-Entry-Token"] = entry; }
-    hf.call("POST", base + "/seats/" + seat.seatId + "/reservation", headers).then(function (r) {
-      hf.connection(true);
-      if (r.status === 202) {
-        return hf.waitOutcome(r.body.statusUrl).then(function (o) { outcome(seat, o); });
-      }
-      refused(seat, r);
-    }, function () {
-      hf.connection(false);
-      setBusy(false);
-      hf.say("state", "Could not reach the server; seat " + seat.label + " is not booked. Try again.");
+    Array.prototype.forEach.call(document.querySelectorAll("#seats button, #together button, #hold button"), function (b) {
+      b.disabled = on || (b.hasAttribute("data-seat") && !b.getAttribute("data-free"));
     });
   }
 
-  function outcome(seat, o) {
-    var v = o.body || {};
-    if (o.status === 200 && v.status === "succeeded") {
-      booked(seat, (v.result || {}).bookingReference);
-      return;
-    }
-    if (v.error && v.error.code === "SEAT_TAKEN") {
-      load("Someone was faster: seat " + seat.label + " is taken. Pick another.");
-      return;
-    }
-    if (v.error && v.error.code === "SOLD_OUT") {
-      hf.show("seats-box", false);
-      hf.say("state", "Sold out: every seat is taken.");
-      return;
-    }
-    setBusy(false);
-    hf.say("state", (v.error ? v.error.message : "The booking did not go through.") + " Try again.");
+  // submit sends a write and follows it to its outcome.
+  function submit(method, path, headers, body) {
+    return hf.call(method, path, headers, body).then(function (r) {
+      hf.connection(true);
+      if (r.status !== 202) { return r; }
+      return hf.waitOutcome(r.body.statusUrl);
+    });
   }
 
-  // booked shows the booking: the seat, the reference to quote, and what
-  // happens next. A booking made before references existed has none.
-  function booked(seat, ref) {
-    hf.show("seats-box", false);
+  function holdSeats(body, what) {
+    setBusy(true);
+    hf.say("state", "Holding " + what + "…");
+    var headers = {};
+    var entry = hf.get("entryToken");
+    if (entry) { headers["X-Entry-Token"] = entry; }
+    submit("POST", base + "/holds", headers, body).then(function (r) {
+      var v = r.body || {};
+      if (r.status === 200 && v.status === "succeeded") {
+        hold = v.result;
+        load("");
+        return;
+      }
+      refused(what, r);
+    }, function () {
+      hf.connection(false);
+      setBusy(false);
+      hf.say("state", "Could not reach the server; " + what + " is not held. Try again.");
+    });
+  }
+
+  function refused(what, r) {
+    setBusy(false);
+    var c = hf.code(r); // a refusal at once, or a rejected outcome: both carry error
+    if (c === "SEAT_TAKEN") {
+      load("Someone was faster: " + what + " is taken. Pick another.");
+    } else if (c === "SOLD_OUT") {
+      load("Not enough seats are left for that.");
+    } else if (c === "SEATS_NOT_TOGETHER") {
+      hf.say("state", "No " + hf.$("quantity").value + " seats side by side are left there. Ask for fewer, choose another section, or allow seats apart.");
+    } else if (c === "ENTRY_TOKEN_REQUIRED") {
+      hf.show("seats-box", false);
+      hf.show("together", false);
+      hf.show("back", true);
+      hf.say("state", "Your turn has ended or this page was opened without it. Go back to the waiting room.");
+    } else if (r.status === 429 || r.status === 503) {
+      hf.say("state", "Many people are choosing at once. Try again in " + Math.max(1, r.retryAfter) + "\u00a0s.");
+    } else {
+      hf.say("state", (hf.message(r) || "That did not go through.") + " Try again.");
+    }
+  }
+
+  // held shows the hold: its seats, the time left, and what to do.
+  function held(sentence) {
+    hf.show("together", false);
+    hf.show("hold", true);
+    var what = hold.seatIds.length === 1 ? "Seat " : "Seats ";
+    hf.say("held-seats", what + labels(hold.seatIds) + (hold.seatIds.length === 1 ? " is" : " are") + " held for you.");
+    hf.say("state", (sentence ? sentence + " " : "") + what + labels(hold.seatIds) + (hold.seatIds.length === 1 ? " is" : " are") +
+      " held for you. Confirm before the time runs out.");
+    clearInterval(ticking);
+    var tick = function () {
+      var left = (Date.parse(hold.expiresAt) - Date.now()) / 1000;
+      if (left <= 0) {
+        clearInterval(ticking);
+        hf.say("hold-left", "Time is up.");
+        ranOut();
+        return;
+      }
+      hf.say("hold-left", hf.duration(Math.ceil(left)) + " left.");
+    };
+    tick();
+    ticking = setInterval(tick, 1000);
+  }
+
+  // ranOut asks the server how the hold ended once its time is up.
+  function ranOut() {
+    hf.call("GET", base + "/holds").then(function (r) {
+      var mine = r.status === 200 ? r.body.items.filter(function (h) { return hold && h.holdId === hold.holdId; })[0] : null;
+      if (mine && mine.status === "confirmed") {
+        booked(mine);
+        return;
+      }
+      hold = null;
+      load("Your hold ran out, and the seats went back on sale.");
+    }, function () { setTimeout(ranOut, 2000); });
+  }
+
+  hf.$("find").onclick = function () {
+    var body = { quantity: parseInt(hf.$("quantity").value, 10), apart: hf.$("apart").checked };
+    if (hf.$("section").value) { body.section = hf.$("section").value; }
+    holdSeats(body, body.quantity === 1 ? "the best seat" : "the best " + body.quantity + " seats");
+  };
+
+  hf.$("confirm").onclick = function () {
+    var ref = hf.$("payment-ref").value.trim();
+    if (!ref) {
+      hf.say("state", "Enter the payment reference to confirm your seats.");
+      hf.$("payment-ref").focus();
+      return;
+    }
+    setBusy(true);
+    hf.say("state", "Confirming…");
+    submit("POST", base + "/holds/" + hold.holdId + "/confirm", {}, { paymentReference: ref }).then(function (r) {
+      var v = r.body || {};
+      if (r.status === 200 && v.status === "succeeded") {
+        booked(v.result);
+      } else if (v.error && v.error.code === "HOLD_EXPIRED") {
+        clearInterval(ticking);
+        hold = null;
+        load("Your hold ran out before the confirmation, and the seats went back on sale.");
+      } else {
+        refused("your seats", r);
+      }
+    }, function () {
+      hf.connection(false);
+      setBusy(false);
+      hf.say("state", "Could not reach the server; your seats are not confirmed yet. Try again.");
+    });
+  };
+
+  hf.$("release").onclick = function () {
+    setBusy(true);
+    submit("DELETE", base + "/holds/" + hold.holdId, {}).then(function (r) {
+      clearInterval(ticking);
+      hold = null;
+      load(r.status === 200 ? "You released the seats." : "");
+    }, function () {
+      hf.connection(false);
+      setBusy(false);
+    });
+  };
+
+  // booked shows the order: the seats, the reference to quote, and what
+  // happens next.
+  function booked(order) {
+    clearInterval(ticking);
+    hold = null;
+    ["seats-box", "together", "hold"].forEach(function (id) { hf.show(id, false); });
+    var seats = labels(order.seatIds), one = order.seatIds.length === 1;
+    var ref = order.bookingReference;
     var state = hf.$("state");
-    state.textContent = "Booked: seat " + seat.label + " is yours.";
+    state.textContent = "Booked: " + (one ? "seat " : "seats ") + seats + (one ? " is" : " are") + " yours.";
     if (ref) { // the reference on one line: a break at its hyphen would misquote it
       state.appendChild(document.createTextNode(" Your booking reference is "));
       var r = document.createElement("span");
@@ -110,32 +294,16 @@
       state.appendChild(r);
       state.appendChild(document.createTextNode("."));
     }
-    hf.say("booked-seat", seat.label);
+    hf.say("booked-seat", seats);
     hf.say("booking-reference", ref || "");
     hf.show("reference-box", !!ref);
-    var next = "Nothing more is needed here: the seat is yours, and you may close this page.";
+    var next = "Nothing more is needed here: the " + (one ? "seat is" : "seats are") + " yours, and you may close this page.";
     if (ref) { next += " Keep your booking reference and quote it whenever you contact the organiser about this booking."; }
     if (event && (event.startsAt || event.venue)) {
       next += " See you" + (event.venue ? " at " + event.venue : "") + (event.startsAt ? " on " + hf.when(event.startsAt) : "") + ".";
     }
     hf.say("next-steps", next);
     hf.show("booked", true);
-  }
-
-  function refused(seat, r) {
-    setBusy(false);
-    var c = hf.code(r);
-    if (c === "ENTRY_TOKEN_REQUIRED") {
-      hf.show("seats-box", false);
-      hf.show("back", true);
-      hf.say("state", "Your turn has ended or this page was opened without it. Go back to the waiting room.");
-      return;
-    }
-    if (r.status === 429 || r.status === 503) {
-      hf.say("state", "Many people are booking at once. Try seat " + seat.label + " again in " + Math.max(1, r.retryAfter) + " s.");
-      return;
-    }
-    hf.say("state", (hf.message(r) || "The booking did not go through.") + " Try again.");
   }
 
   if (!hf.get("token")) {
