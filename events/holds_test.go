@@ -104,11 +104,13 @@ func held(t *testing.T, o requests.Outcome) HoldResult {
 	return o.Result.(HoldResult)
 }
 
-func rejected(t *testing.T, o requests.Outcome, code string) *domain.Problem {
+// rejected checks that o was rejected with code and returns the
+// rejection's meta.
+func rejected(t *testing.T, o requests.Outcome, code string) map[string]any {
 	t.Helper()
 	require.Equal(t, domain.StatusRejected, o.Status, "%+v", o.Result)
 	require.Equal(t, code, o.Problem.Code, o.Problem.Message)
-	return o.Problem
+	return o.Problem.Meta
 }
 
 func (r *holdRig) labels(ids []int64) []string {
@@ -149,7 +151,7 @@ func TestBestAvailableSeatsAGroupTogetherBestSectionFirst(t *testing.T) {
 	require.Equal(t, []string{"Front B-1", "Front B-2", "Front B-3"}, r.labels(held(t, outs[1]).SeatIDs))
 	require.Equal(t, []string{"Back C-1", "Back C-2", "Back C-3", "Back C-4"}, r.labels(held(t, outs[2]).SeatIDs))
 	p := rejected(t, outs[3], domain.CodeSeatsNotTogether)
-	require.EqualValues(t, 12, p.Meta["available"])
+	require.EqualValues(t, 12, p["available"])
 	require.Equal(t, []string{"Front A-1", "Front A-3", "Front A-4", "Front B-4", "Front B-5", "Front B-6", "Back C-5"},
 		r.labels(held(t, outs[4]).SeatIDs))
 	rejected(t, outs[5], domain.CodeSeatTaken)
@@ -270,8 +272,8 @@ func TestSeatLimitPerUser(t *testing.T) {
 	)
 	a := held(t, outs[0])
 	p := rejected(t, outs[1], domain.CodeSeatLimit)
-	require.EqualValues(t, 4, p.Meta["maxSeatsPerUser"])
-	require.EqualValues(t, 3, p.Meta["held"])
+	require.EqualValues(t, 4, p["maxSeatsPerUser"])
+	require.EqualValues(t, 3, p["held"])
 	held(t, outs[2])
 	held(t, outs[3])
 	outs = r.apply(now.Add(time.Second),
