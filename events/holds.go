@@ -476,12 +476,29 @@ func (h *Holds) after(b *keyed.Batch, run *holdsRun, remaining int64, admitted [
 	})
 }
 
+// Retention of seat holds: a hold released or expired holds no seat (its
+// seats no longer name it) and is kept this long for its owner's list and
+// for support, then deleted by the sweep, at most deleteHoldsAtOnce a
+// pass. seat_holds is so bounded by the holds and orders of the last day;
+// orders are kept, as bookings are.
+const (
+	holdRetention     = 24 * time.Hour
+	deleteHoldsAtOnce = 10_000
+)
+
 // Sweep expires, outside any batch, the holds past their time (by
 // Postgres' clock) of every event that has any, so that an event no one
 // writes to still frees them, counts them and offers them to its line.
 // It locks each event's row as a batch does, so the two never decide on
 // the same hold; one event's failure leaves the others to the next pass.
+// Then it deletes the holds past their retention.
 func (h *Holds) Sweep(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `DELETE FROM seat_holds WHERE id IN (SELECT id FROM seat_holds
+		WHERE status IN ('RELEASED', 'EXPIRED') AND updated_at < now() - make_interval(secs => $1) LIMIT $2)`,
+		holdRetention.Seconds(), deleteHoldsAtOnce)
+	if err != nil {
+		return err
+	}
 	rows, err := pool.Query(ctx, `SELECT DISTINCT event_id FROM seat_holds WHERE status = 'HELD' AND expires_at <= now()`)
 	if err != nil {
 		return err

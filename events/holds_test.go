@@ -212,6 +212,17 @@ func TestHoldExpiresAtItsTime(t *testing.T) {
 	var taken int
 	require.NoError(t, r.pool.QueryRow(ctx, `SELECT seats_taken FROM events WHERE id = $1`, r.e.EventID).Scan(&taken))
 	require.Zero(t, taken)
+
+	// An ended hold is kept a day (holdRetention), then deleted.
+	_, err = r.pool.Exec(ctx, `UPDATE seat_holds SET updated_at = now() - interval '25 hours' WHERE id = $1`, h.HoldID)
+	require.NoError(t, err)
+	require.NoError(t, r.h.Sweep(ctx, r.pool))
+	var kept []int64
+	rows, err := r.pool.Query(ctx, `SELECT id FROM seat_holds ORDER BY id`)
+	require.NoError(t, err)
+	kept, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, []int64{second.HoldID}, kept, "the first hold, ended a day ago, is gone")
 }
 
 // A confirmation with a payment reference makes the hold an order with a

@@ -53,8 +53,10 @@ CREATE TABLE seat_holds (
 );
 -- A user's live holds and orders, for the per-user cap and the hold list.
 CREATE INDEX seat_holds_user ON seat_holds (event_id, user_id);
--- The holds still to expire, for the sweep.
+-- The holds still to expire, for the sweep; the ended ones, for their deletion
+-- a day on (events.holdRetention).
 CREATE INDEX seat_holds_expiry ON seat_holds (event_id, expires_at) WHERE status = 'HELD';
+CREATE INDEX seat_holds_ended ON seat_holds (updated_at) WHERE status IN ('RELEASED', 'EXPIRED');
 
 -- +goose Down
 DROP TABLE seat_holds;
