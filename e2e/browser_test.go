@@ -540,15 +540,18 @@ func TestSeatPageSomeoneWasFaster(t *testing.T) {
 
 // A group on an event with a seat map asks for three seats together in
 // the back section: the page shows them held, side by side, with the time
-// left, and when the hold runs out (three seconds here) says so and shows
-// the seats free again.
+// left. Another fan, through the API, holds the last two seats: the event
+// is sold out, and a third, waiting behind them, is told so and keeps its
+// place. When the group's hold runs out (three seconds here) its page says
+// so and shows the seats free again, and the periodic sweep offers them
+// to the line: the third fan's page says it is its turn.
 func TestSeatPageHoldsAGroupUntilItExpires(t *testing.T) {
 	t.Parallel()
-	s := systest.Start(t, systest.Options{Workers: 1})
+	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"EVENTS_RECONCILE_INTERVAL", "1s"}})
 	admin := s.Client("admin", domain.RoleAdmin)
 	r := admin.Do("POST", "/api/v1/events", `{"name":"Cellar gig","maxConcurrent":1,"seatHoldSeconds":3,
-		"sections":[{"name":"Front","priceTier":"A","rows":[{"label":"A","seats":4}]},
-			{"name":"Back","priceTier":"B","rows":[{"label":"B","seats":4}]}]}`)
+		"sections":[{"name":"Front","priceTier":"A","rows":[{"label":"A","seats":2}]},
+			{"name":"Back","priceTier":"B","rows":[{"label":"B","seats":3}]}]}`)
 	require.Equal(t, 201, r.Status, "%s", r.Body)
 	var e struct {
 		EventID int64 `json:"eventId"`
@@ -557,24 +560,36 @@ func TestSeatPageHoldsAGroupUntilItExpires(t *testing.T) {
 	axe := axeSource(t)
 	b := browser(t)
 	proxy := newPageProxy(t, s.URL)
-	tb := openTab(t, b, "group", roomURL(s, proxy, e.EventID, "hal"))
-	tb.waitFor("state", "It's your turn!", 20*time.Second)
-	tb.click("#action")
-	tb.waitFor("state", "8 seats are free. Pick one.", 20*time.Second)
-	require.NoError(t, chromedp.Do(tb.ctx, chromedp.SetValue(chromedp.CSS("#quantity"), "3"),
+	group := openTab(t, b, "group", roomURL(s, proxy, e.EventID, "hal"))
+	group.waitFor("state", "It's your turn!", 20*time.Second)
+	jon := s.Client("jon", domain.RoleUser)
+	enterRoom(t, jon, e.EventID)
+	late := openTab(t, b, "late", roomURL(s, proxy, e.EventID, "ida"))
+	late.waitFor("state", "You are number 3 in line.", 20*time.Second)
+
+	group.click("#action")
+	group.waitFor("state", "5 seats are free. Pick one.", 20*time.Second)
+	require.NoError(t, chromedp.Do(group.ctx, chromedp.SetValue(chromedp.CSS("#quantity"), "3"),
 		chromedp.SetValue(chromedp.CSS("#section"), "Back")))
-	tb.click("#find")
-	tb.waitFor("state", "Seats Back B-1, Back B-2, Back B-3 are held for you.", 20*time.Second)
-	require.Equal(t, 3, evaluate[int](tb, `document.querySelectorAll("#seats button.mine").length`))
-	tb.shot("held-together")
-	tb.accessible(axe, "held together")
-	tb.waitFor("state", "Your hold ran out, and the seats went back on sale. 8 seats are free.", 20*time.Second)
-	require.Zero(t, evaluate[int](tb, `document.querySelectorAll("#seats button.mine").length`))
-	var status string
-	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT CASE WHEN status = 'HELD' AND expires_at <= now() THEN 'EXPIRED'
-		ELSE status END FROM seat_holds WHERE user_id = 'hal'`).Scan(&status))
-	require.Equal(t, "EXPIRED", status)
-	tb.accessible(axe, "hold ran out")
+	group.click("#find")
+	group.waitFor("state", "Seats Back B-1, Back B-2, Back B-3 are held for you.", 20*time.Second)
+	require.Equal(t, 3, evaluate[int](group, `document.querySelectorAll("#seats button.mine").length`))
+	group.shot("held-together")
+	group.accessible(axe, "held together")
+
+	// hal's hold gave its entry back: jon's turn, and jon holds the rest.
+	base := fmt.Sprintf("/api/v1/events/%d", e.EventID)
+	var tok struct{ EntryToken string }
+	require.Eventually(t, func() bool { return jon.Do("POST", base+"/queue/token", nil).Status == http.StatusOK }, 20*time.Second, 50*time.Millisecond)
+	jon.Do("POST", base+"/queue/token", nil).JSON(t, &tok)
+	holdResult(t, jon, jon.Do("POST", base+"/holds", map[string]any{"quantity": 2}, events.EntryTokenHeader, tok.EntryToken))
+	late.waitFor("state", "Sold out for now. You keep your place, number 1 in line", 20*time.Second)
+	late.accessible(axe, "sold out for now")
+
+	group.waitFor("state", "Your hold ran out, and the seats went back on sale. 3 seats are free.", 20*time.Second)
+	require.Zero(t, evaluate[int](group, `document.querySelectorAll("#seats button.mine").length`))
+	group.accessible(axe, "hold ran out")
+	late.waitFor("state", "It's your turn!", 20*time.Second)
 	proxy.described(t)
 }
 

@@ -220,7 +220,9 @@
     if (known) { wait.eta = s.etaSeconds; }
     keepWait();
     hf.say("state", s.admissionPaused ? "Admissions are paused. You keep your place: number " + (ahead + 1) + " in line."
-      : "You are number " + (ahead + 1) + " in line.");
+      : s.soldOut ? "Sold out for now. You keep your place, number " + (ahead + 1) +
+        " in line: seats that others release or let expire go to the line in order."
+        : "You are number " + (ahead + 1) + " in line.");
     hf.say("position", String(ahead + 1));
     hf.say("ahead", String(ahead));
     hf.say("eta", typeof wait.eta === "number" ? hf.eta(wait.eta) : "not yet known");
