@@ -30,12 +30,13 @@ import (
 //     rows known to be sold out;
 //   - it locks the first of them (group: SELECT … FOR UPDATE, waiting its
 //     turn; group-skiplocked: FOR UPDATE SKIP LOCKED, taking the first row
-//     no one else is deciding on, and waiting only when every candidate is
-//     taken), reads the row's seats again under the lock, finds the first
-//     run of q free seats, and inserts the hold and marks its seats in one
-//     statement whose WHERE re-checks that each is still free; COMMIT. A
-//     candidate that no longer has a run is passed over; when none has one,
-//     the transaction starts again (a few times) with fresh candidates;
+//     no one else is deciding on), reads the row's seats again under the
+//     lock, finds the first run of q free seats, and inserts the hold and
+//     marks its seats in one statement whose WHERE re-checks that each is
+//     still free; COMMIT. A candidate that no longer has a run is passed
+//     over, the next locked; when none had one (or, with SKIP LOCKED, all
+//     were taken), the transaction starts again with fresh candidates, a
+//     few times, waiting for their locks from then on;
 //   - with no candidate at all, SOLD_OUT when fewer than q seats are free,
 //     else SEATS_NOT_TOGETHER, as holdfast answers.
 //
@@ -59,7 +60,7 @@ const (
 	// candidate row it locked had lost its run meanwhile.
 	groupAttempts = 5
 	// groupCandidates is how many rows with a run a hold reads at once.
-	groupCandidates = 4
+	groupCandidates = 8
 )
 
 // GroupSection is a section of a seat map, as holdfast's events take it.
@@ -93,7 +94,7 @@ type groupQueries struct {
 	state              string // settings, the caller's live seats, candidate rows
 	lock               string // a candidate row locked, as the mode locks it
 	lockWait           string // a row locked, waiting for it
-	rowSeats           string // a row's seats, each free or not
+	rowSeats           string // a row's unsold seats, each free or not
 	put                string // the hold and its seats, each re-checked free
 	free               string // free seats of the event
 	readHold           string // a hold and its row
@@ -129,7 +130,7 @@ func newGroupQueries(schema string, skipLocked bool) groupQueries {
 			FROM ` + events + ` e WHERE e.id = $1`,
 		lock:     `SELECT id FROM ` + rows + ` WHERE id = $1` + lock,
 		lockWait: `SELECT id FROM ` + rows + ` WHERE id = $1 FOR UPDATE`,
-		rowSeats: `SELECT s.id, s.pos, ` + free + ` FROM ` + seats + ` s WHERE s.row_id = $1 ORDER BY s.pos`,
+		rowSeats: `SELECT s.id, s.pos, ` + free + ` FROM ` + seats + ` s WHERE s.row_id = $1 AND NOT s.sold ORDER BY s.pos`,
 		put: `WITH t AS (SELECT clock_timestamp() AS now),
 			h AS (
 				INSERT INTO ` + holds + ` (event_id, user_id, seat_ids, status, expires_at, created_at, updated_at)
@@ -246,20 +247,25 @@ func (s *Server) holdGroup(c *fiber.Ctx) error {
 }
 
 // holdSeats runs the hold's transaction, again with fresh candidates when
-// every candidate it locked had lost its run meanwhile.
+// every candidate it locked had lost its run meanwhile, or, with SKIP
+// LOCKED, was being decided on by others: then it waits for them, in a
+// transaction that holds no other row (one holding a row while it waits
+// for another could deadlock with one doing the same the other way round).
 func (s *Server) holdSeats(ctx context.Context, ev int64, user string, n int) (SeatHold, error) {
+	lock := s.group.lock
 	for range groupAttempts {
-		h, retry, err := s.tryGroupHold(ctx, ev, user, n)
+		h, retry, err := s.tryGroupHold(ctx, ev, user, n, lock)
 		if !retry {
 			return h, err
 		}
+		lock = s.group.lockWait
 	}
 	return SeatHold{}, domain.NewProblem(domain.CodeSeatsNotTogether, "no %d seats side by side could be held; try again", n)
 }
 
 // tryGroupHold is one hold transaction; retry reports candidates that had
 // lost their runs, nothing done.
-func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int) (h SeatHold, retry bool, err error) {
+func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int, lock string) (h SeatHold, retry bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return SeatHold{}, false, fmt.Errorf("baseline: begin hold: %w", err)
@@ -278,7 +284,7 @@ func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int)
 	case len(candidates) == 0:
 		return SeatHold{}, false, s.noRun(ctx, tx, ev, n)
 	}
-	seats, err := s.lockRun(ctx, tx, candidates, n)
+	seats, err := s.lockRun(ctx, tx, candidates, n, lock)
 	if err != nil || seats == nil {
 		return SeatHold{}, err == nil, err
 	}
@@ -297,17 +303,16 @@ func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int)
 	return h, false, nil
 }
 
-// lockRun locks the candidate rows in turn, best first, and returns the
-// first run of n free seats of the first that has one (nil: none had).
-// With SKIP LOCKED, rows others are deciding on are passed over; when all
-// were, the first is waited for.
-func (s *Server) lockRun(ctx context.Context, tx pgx.Tx, candidates []int64, n int) ([]int64, error) {
-	var skipped []int64
+// lockRun locks the candidate rows in turn with lock, best first, and
+// returns the first run of n free seats of the first that has one (nil:
+// none had). With SKIP LOCKED, rows others are deciding on are passed
+// over. Rows are locked in the map's order, so two holds waiting for each
+// other's rows cannot both wait.
+func (s *Server) lockRun(ctx context.Context, tx pgx.Tx, candidates []int64, n int, lock string) ([]int64, error) {
 	for _, row := range candidates {
 		var id int64
-		err := tx.QueryRow(ctx, s.group.lock, row).Scan(&id)
+		err := tx.QueryRow(ctx, lock, row).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
-			skipped = append(skipped, row)
 			continue
 		}
 		if err != nil {
@@ -317,17 +322,12 @@ func (s *Server) lockRun(ctx context.Context, tx pgx.Tx, candidates []int64, n i
 			return seats, err
 		}
 	}
-	if len(skipped) == 0 {
-		return nil, nil
-	}
-	if _, err := tx.Exec(ctx, s.group.lockWait, skipped[0]); err != nil {
-		return nil, fmt.Errorf("baseline: lock row: %w", err)
-	}
-	return s.runOf(ctx, tx, skipped[0], n)
+	return nil, nil
 }
 
-// runOf reads row's seats under its lock and returns the first run of n
-// free ones side by side (nil: none).
+// runOf reads row's unsold seats under its lock and returns the first run
+// of n free ones side by side (nil: none); a sold seat, not read, breaks a
+// run as a held one does.
 func (s *Server) runOf(ctx context.Context, tx pgx.Tx, row int64, n int) ([]int64, error) {
 	rows, err := tx.Query(ctx, s.group.rowSeats, row)
 	if err != nil {
@@ -496,7 +496,7 @@ func SetupGroup(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 			held_until timestamptz,
 			sold       boolean NOT NULL DEFAULT false
 		);
-		CREATE INDEX IF NOT EXISTS seats_row ON %[1]s.seats (row_id, pos);
+		CREATE INDEX IF NOT EXISTS seats_row_unsold ON %[1]s.seats (row_id, pos) WHERE NOT sold;
 		CREATE INDEX IF NOT EXISTS seats_unsold ON %[1]s.seats (event_id) WHERE NOT sold;
 		CREATE TABLE IF NOT EXISTS %[1]s.seat_holds (
 			id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
