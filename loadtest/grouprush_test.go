@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"bytes"
 	"context"
 	"net/url"
 	"strconv"
@@ -184,4 +185,35 @@ func startGroupBaseline(t *testing.T) (string, string) {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	return testenv.Serve(t, srv.Serve), u.String()
+}
+
+// The group section puts holdfast's group-rush beside both synchronous
+// designs: fans/s and their ratios (no target yet), latencies, what the
+// holds came to and each one's CPU per fan; a run of the group part alone
+// has no other section.
+func TestBenchGroupTable(t *testing.T) {
+	g := &GroupReport{Sections: 10, Seats: 10000, Fans: 20000, HoldSeconds: 10, SeatsAsked: 70000, Granted: 3000, SoldOut: 15000,
+		NotTogether: 2000, Confirmed: 2000, LetExpire: 1000, SeatsSold: 7000, SeatsReheld: 3500}
+	run := func(scenario string, secs, p99 float64) *Report {
+		return &Report{Scenario: scenario, Journeys: 20000, Seconds: secs, Concurrency: 200, CompletedPerSec: 22000 / secs, OK: true, Group: g,
+			ClientRoundTrip: Percentiles{P50: 10, P99: p99}, CPUSeconds: map[string]float64{CPUTotal: 20, "api": 10, CPUPostgres: 8}}
+	}
+	b := Bench{Machine: "test", Cores: 2, GroupBaseline: run("baseline-group-rush", 10, 100), GroupLocked: run("baseline-group-rush", 20, 400),
+		GroupRush: run("group-rush", 40, 800)}
+	var out bytes.Buffer
+	require.True(t, b.WriteTable(&out), "no target, no violation")
+	table := out.String()
+	require.Contains(t, table, "make bench — test\n\nGroup rush (best-available seats for groups): 20000 fans, each asking for 1–6 seats")
+	require.Contains(t, table, "| synchronous: one transaction per request, a row of the map locked FOR UPDATE SKIP LOCKED | 2000 | 2200 | 10.0 / 100.0 | "+
+		"3000 / 15000 / 2000 | 2000 / 0 | 1000 | 7000 | 3500 | 0 / 0 | OK |")
+	require.Contains(t, table, "| (no target) group-rush fans/s ÷ synchronous, SKIP LOCKED | 0.25× | – | – |")
+	require.Contains(t, table, "| (no target) group-rush fans/s ÷ synchronous, FOR UPDATE | 0.50× | – | – |")
+	require.Contains(t, table, "| synchronous group rush, SKIP LOCKED, per fan | 1.000 | – | 0.500 | – | 0.400 | – | – | 2000/s | 2000/s | 100% |")
+	require.Contains(t, table, "| holdfast group-rush, per fan (writes + outcomes) | 1.000 |")
+	require.NotContains(t, table, "Hold storm")
+
+	b.GroupRush.OK, b.GroupRush.Violations = false, []string{"seat 3 is in holds 2 and 3 at once"}
+	out.Reset()
+	require.False(t, b.WriteTable(&out), "a violation fails the table")
+	require.Contains(t, out.String(), "| 1 VIOLATIONS |")
 }
