@@ -15,8 +15,10 @@ import (
 // rows of 50 seats: 10,000 seats) each ask for a group of one to six
 // best-available seats side by side in one row; of the holds granted, two
 // thirds are confirmed and a third let expire. Holds last a few seconds
-// (SeatHoldSeconds, 10), so the seats of the expired ones go back to the
-// fans still asking within the run. group-rush runs it against holdfast,
+// (SeatHoldSeconds, 5: holdfast's run of 20,000 fans lasts about ten on two
+// cores, and confirms come within a second or two on either design), so
+// the seats of the expired ones go back to the fans still asking within
+// the run. group-rush runs it against holdfast,
 // baseline-group-rush against cmd/baseline's group modes (one transaction
 // per request that locks a row of the map), with the same fans: fan i's
 // group and fate depend only on the seed and i. The checks read the
@@ -28,7 +30,7 @@ const (
 	groupMaxSize        = 6 // a group, and maxSeatsPerUser
 	defaultGroupSeats   = 10_000
 	defaultGroupFans    = 20_000
-	defaultHoldSeconds  = 10
+	defaultHoldSeconds  = 5
 )
 
 // GroupReport is what a group rush saw, for make bench's group section.

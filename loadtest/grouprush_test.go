@@ -204,10 +204,11 @@ func TestBenchGroupTable(t *testing.T) {
 	require.True(t, b.WriteTable(&out), "no target, no violation")
 	table := out.String()
 	require.Contains(t, table, "make bench — test\n\nGroup rush (best-available seats for groups): 20000 fans, each asking for 1–6 seats")
-	require.Contains(t, table, "| synchronous: one transaction per request, a row of the map locked FOR UPDATE SKIP LOCKED | 2000 | 2200 | 10.0 / 100.0 | "+
+	require.Contains(t, table, "| synchronous: one transaction per request, a row of the map locked FOR UPDATE SKIP LOCKED | 2000 | 300 | 2200 | 10.0 / 100.0 | "+
 		"3000 / 15000 / 2000 | 2000 / 0 | 1000 | 7000 | 3500 | 0 / 0 | OK |")
 	require.Contains(t, table, "| (no target) group-rush fans/s ÷ synchronous, SKIP LOCKED | 0.25× | – | – |")
 	require.Contains(t, table, "| (no target) group-rush fans/s ÷ synchronous, FOR UPDATE | 0.50× | – | – |")
+	require.Contains(t, table, "| (no target) group-rush holds granted/s ÷ synchronous, SKIP LOCKED | 0.25× | – | – |")
 	require.Contains(t, table, "| synchronous group rush, SKIP LOCKED, per fan | 1.000 | – | 0.500 | – | 0.400 | – | – | 2000/s | 2000/s | 100% |")
 	require.Contains(t, table, "| holdfast group-rush, per fan (writes + outcomes) | 1.000 |")
 	require.NotContains(t, table, "Hold storm")

@@ -73,7 +73,7 @@ type Options struct {
 	DatabaseURL string
 	Seed        uint64 // random choices (room types, dates, carts, groups)
 	// SeatHoldSeconds, for group-rush and baseline-group-rush, is how long
-	// the event's holds last (0: 10).
+	// the event's holds last (0: 5).
 	SeatHoldSeconds int
 	// MetricsURLs are scraped for process_resident_memory_bytes while the
 	// scenario runs, by name ("api", "worker").

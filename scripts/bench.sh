@@ -71,7 +71,7 @@
 # N options of an older catalog product, in both cart runs; load -cart-tail),
 # BENCH_HOLD_USERS (3000), BENCH_ISOLATION_BACKLOG (20000),
 # BENCH_RECOVERY_WRITES (10000), BENCH_GROUP_FANS (20000), BENCH_GROUP_SEATS
-# (10000), BENCH_GROUP_HOLD_SECONDS (10), BENCH_GROUP_LOCKED (0). BENCH_ONLY=drop, cart or hold runs
+# (10000), BENCH_GROUP_HOLD_SECONDS (5), BENCH_GROUP_LOCKED (0). BENCH_ONLY=drop, cart or hold runs
 # that part alone (in both regimes), with the same stores and sizes, and
 # writes its table to bin/bench/latest-drop.md, latest-cart.md or
 # latest-hold.md; BENCH_ONLY=keys runs part 7 alone (latest-keys.md), and
@@ -89,7 +89,7 @@ drop_users="${BENCH_DROP_USERS:-3000}" drop_stock="${BENCH_DROP_STOCK:-1000}"
 cart_users="${BENCH_CART_USERS:-3000}" cart_stock="${BENCH_CART_STOCK:-300}" cart_tail="${BENCH_CART_TAIL:-0}"
 hold_users="${BENCH_HOLD_USERS:-3000}"
 iso_backlog="${BENCH_ISOLATION_BACKLOG:-20000}" rec_writes="${BENCH_RECOVERY_WRITES:-10000}"
-group_fans="${BENCH_GROUP_FANS:-20000}" group_seats="${BENCH_GROUP_SEATS:-10000}" group_hold="${BENCH_GROUP_HOLD_SECONDS:-10}"
+group_fans="${BENCH_GROUP_FANS:-20000}" group_seats="${BENCH_GROUP_SEATS:-10000}" group_hold="${BENCH_GROUP_HOLD_SECONDS:-5}"
 group_modes=(group-skiplocked); [ "${BENCH_GROUP_LOCKED:-0}" = 1 ] && group_modes+=(group)
 delay="${BENCH_COMMIT_DELAY_US:-1000}" fcfs_delayed="${BENCH_FCFS_DELAYED:-0}"
 only="${BENCH_ONLY:-}"

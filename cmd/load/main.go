@@ -38,7 +38,7 @@
 // in Postgres at the end, so it needs -database-url (the baseline's with
 // search_path=group_baseline):
 //
-//	load -database-url $DATABASE_URL -users 20000 -seats 10000 -seat-hold-seconds 10 group-rush
+//	load -database-url $DATABASE_URL -users 20000 -seats 10000 -seat-hold-seconds 5 group-rush
 package main
 
 import (
@@ -97,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.IntVar(&opt.AdmitPerMinute, "admit-per-minute", 0, "waiting-room-rush: the event's admitPerMinute (0: none)")
 	fs.DurationVar(&opt.Duration, "hold", 0, "idle-streams: how long to hold every stream open (0: 60s); needs -concurrency ≥ -users")
 	fs.Uint64Var(&opt.Seed, "seed", 1, "seed of the random choices")
-	fs.IntVar(&opt.SeatHoldSeconds, "seat-hold-seconds", 0, "group-rush, baseline-group-rush: how long the event's holds last (0: 10)")
+	fs.IntVar(&opt.SeatHoldSeconds, "seat-hold-seconds", 0, "group-rush, baseline-group-rush: how long the event's holds last (0: 5)")
 	fs.StringVar(&opt.RedisURL, "redis", "", "holdfast's Redis URL: after the run, fire the Asynq tasks it left scheduled and measure their CPU; soak: sample its memory and keys")
 	fs.DurationVar(&opt.Duration, "duration", 0, "soak: how long to write (0: 5m)")
 	fs.IntVar(&opt.Rate, "rate", 300, "soak: writes per second, each on a new key")
