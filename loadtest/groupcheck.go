@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,8 +39,8 @@ import (
 // are the worker's own; the baseline's (bench/baseline/group.go) keep
 // holdfast's table names and judge a hold by its expires_at, with no
 // sweeper, so settled and the readers there turn a hold past its time
-// into an expired one. Each query takes the event ($1) and the snapshot's
-// time ($2).
+// into an expired one. Each query takes the event ($1) and, the
+// baseline's, the snapshot's time ($2).
 type groupTables struct {
 	name    string
 	settled string // count of holds still to expire, or to be swept
@@ -50,17 +51,16 @@ type groupTables struct {
 
 var holdfastTables = groupTables{
 	name:    "holdfast",
-	settled: `SELECT count(*) FROM seat_holds WHERE event_id = $1 AND status = 'HELD' AND $2::timestamptz IS NOT NULL`,
-	event:   `SELECT total_seats, seats_taken, seat_hold_seconds FROM events WHERE id = $1 AND $2::timestamptz IS NOT NULL`,
-	seats:   `SELECT id, section, row_no, pos, reserved, hold_id FROM seats WHERE event_id = $1 AND $2::timestamptz IS NOT NULL`,
-	holds: `SELECT id, user_id, seat_ids, status, created_at, expires_at, updated_at FROM seat_holds
-		WHERE event_id = $1 AND $2::timestamptz IS NOT NULL`,
+	settled: `SELECT count(*) FROM seat_holds WHERE event_id = $1 AND status = 'HELD'`,
+	event:   `SELECT total_seats, seats_taken, seat_hold_seconds FROM events WHERE id = $1`,
+	seats:   `SELECT id, section, row_no, pos, reserved, hold_id FROM seats WHERE event_id = $1`,
+	holds:   `SELECT id, user_id, seat_ids, status, created_at, expires_at, updated_at FROM seat_holds WHERE event_id = $1`,
 }
 
 var baselineTables = groupTables{
 	name:    "baseline",
 	settled: `SELECT count(*) FROM seat_holds WHERE event_id = $1 AND status = 'HELD' AND expires_at > $2`,
-	event:   `SELECT total_seats, NULL::bigint, seat_hold_seconds FROM events WHERE id = $1 AND $2::timestamptz IS NOT NULL`,
+	event:   `SELECT total_seats, NULL::bigint, seat_hold_seconds FROM events WHERE id = $1`,
 	seats: `SELECT id, section, row_no, pos, sold OR held_until > $2, CASE WHEN sold OR held_until > $2 THEN hold_id END
 		FROM seats WHERE event_id = $1`,
 	holds: `SELECT id, user_id, seat_ids, CASE WHEN status = 'HELD' AND expires_at <= $2 THEN 'EXPIRED' ELSE status END,
@@ -107,7 +107,7 @@ func (b *groupBook) checkTables(ctx context.Context, databaseURL string, t group
 	deadline := time.Now().Add(time.Duration(b.report.HoldSeconds)*time.Second + settleTimeout)
 	for {
 		var open int
-		if err := conn.QueryRow(ctx, t.settled, b.eventID, time.Now()).Scan(&open); err != nil {
+		if err := conn.QueryRow(ctx, t.settled, args(t.settled, b.eventID, time.Now())...).Scan(&open); err != nil {
 			return nil, nil, fmt.Errorf("group check: %w", err)
 		}
 		if open == 0 {
@@ -149,10 +149,10 @@ func readGroupSnapshot(ctx context.Context, conn *pgx.Conn, t groupTables, ev in
 	if err := conn.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
 		return nil, err
 	}
-	if err := conn.QueryRow(ctx, t.event, ev, now).Scan(&s.total, &s.seatsTaken, &s.holdSeconds); err != nil {
+	if err := conn.QueryRow(ctx, t.event, args(t.event, ev, now)...).Scan(&s.total, &s.seatsTaken, &s.holdSeconds); err != nil {
 		return nil, fmt.Errorf("event: %w", err)
 	}
-	rows, err := conn.Query(ctx, t.seats, ev, now)
+	rows, err := conn.Query(ctx, t.seats, args(t.seats, ev, now)...)
 	if err != nil {
 		return nil, fmt.Errorf("seats: %w", err)
 	}
@@ -165,7 +165,7 @@ func readGroupSnapshot(ctx context.Context, conn *pgx.Conn, t groupTables, ev in
 	}); err != nil {
 		return nil, fmt.Errorf("seats: %w", err)
 	}
-	rows, err = conn.Query(ctx, t.holds, ev, now)
+	rows, err = conn.Query(ctx, t.holds, args(t.holds, ev, now)...)
 	if err != nil {
 		return nil, fmt.Errorf("holds: %w", err)
 	}
@@ -178,6 +178,15 @@ func readGroupSnapshot(ctx context.Context, conn *pgx.Conn, t groupTables, ev in
 		return nil, fmt.Errorf("holds: %w", err)
 	}
 	return s, nil
+}
+
+// args are a table query's arguments: the event, and the time when the
+// query takes one ($2).
+func args(query string, ev int64, now time.Time) []any {
+	if strings.Contains(query, "$2") {
+		return []any{ev, now}
+	}
+	return []any{ev}
 }
 
 func (s *groupSnapshot) takenSeats() int {
