@@ -9,13 +9,28 @@ import (
 
 // Catalog calls are synchronous and need a staff or admin token (SPEC §2.1).
 
-// NewEvent describes an event to create. Give SeatCount or Seats (labels).
-// Nil pointers take the API's defaults.
+// NewEvent describes an event to create. Give SeatCount, Seats (labels) or
+// Sections (a seat map). Nil pointers take the API's defaults.
 type NewEvent struct {
-	Name      string   `json:"name"`
-	SeatCount int      `json:"seatCount,omitempty"`
-	Seats     []string `json:"seats,omitempty"`
+	Name      string    `json:"name"`
+	SeatCount int       `json:"seatCount,omitempty"`
+	Seats     []string  `json:"seats,omitempty"`
+	Sections  []Section `json:"sections,omitempty"`
 	EventSettings
+}
+
+// Section is a section of a seat map: sections are listed best first, and
+// a section's rows too.
+type Section struct {
+	Name      string `json:"name"`
+	PriceTier string `json:"priceTier,omitempty"`
+	Rows      []Row  `json:"rows"`
+}
+
+// Row is a row of a section and its seat count; its seats are side by side.
+type Row struct {
+	Label string `json:"label"`
+	Seats int    `json:"seats"`
 }
 
 // EventSettings are an event's settings (SPEC §6, §6.1); nil takes the
@@ -32,6 +47,8 @@ type EventSettings struct {
 	QueueOpensAt           *time.Time `json:"queueOpensAt,omitempty"`
 	SalesStartAt           *time.Time `json:"salesStartAt,omitempty"`
 	ReturnURL              *string    `json:"returnUrl,omitempty"`
+	SeatHoldSeconds        *int       `json:"seatHoldSeconds,omitempty"`
+	MaxSeatsPerUser        *int       `json:"maxSeatsPerUser,omitempty"`
 }
 
 // Event is a created event.

@@ -49,6 +49,12 @@ type Bench struct {
 	// (load -hot-options 1), every cart one unit of it; cart-rush and
 	// baseline-cart. Nil in runs before them.
 	DropRush, DropBaseline *Report
+	// The group rush (best-available seats for groups of 1–6, two thirds
+	// confirmed, a third let expire), at local commits only: group-rush
+	// against holdfast, and baseline-group-rush against cmd/baseline's
+	// group-skiplocked mode (GroupBaseline) and group mode (GroupLocked),
+	// one transaction per request. Nil in runs before them.
+	GroupRush, GroupBaseline, GroupLocked *Report
 	// Per-key serialization, measured at local commits only: isolation
 	// (K4, one key's backlog drains while other keys' writes are timed)
 	// and recovery (K5, a worker killed with SIGKILL mid-work). Nil in
@@ -121,6 +127,9 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 	}
 	if b.has(holdRuns) {
 		section(b.writeHold)
+	}
+	if b.GroupRush != nil && b.GroupBaseline != nil {
+		section(b.writeGroup)
 	}
 	b.writeCPU(w)
 	return ok
@@ -379,7 +388,7 @@ func (b *Bench) writeCPU(w io.Writer) {
 // costed reports whether regime b measured a run the CPU table prints a
 // line of: not the per-key part alone, which measures time.
 func (b *Bench) costed() bool {
-	for _, runs := range []pick{dropRuns, cartRuns, holdRuns} {
+	for _, runs := range []pick{dropRuns, cartRuns, holdRuns, groupRuns} {
 		if h, s := runs(b); h != nil && s != nil {
 			return true
 		}
@@ -409,6 +418,9 @@ func (b *Bench) writeRegimeCPU(t cpuTable) {
 		t.line("synchronous hold storm, per journey", s.CPUSeconds, s.Journeys, journeysPerSec(s), "api")
 		t.holdfast("holdfast hold-storm, per journey (writes + outcomes)", h, journeysPerSec(h))
 	}
+	if h, s := groupRuns(b); h != nil && s != nil {
+		b.writeGroupCPU(t)
+	}
 	if b.Rush != nil {
 		writeDeferredNote(t.w, "fcfs-rush", "the event's drain", b.Rush)
 	}
@@ -422,6 +434,9 @@ func (b *Bench) writeRegimeCPU(t cpuTable) {
 	}
 	if b.HoldStorm != nil {
 		writeDeferredNote(t.w, "hold-storm", "the drains of their room types' keys", b.HoldStorm)
+	}
+	if b.GroupRush != nil {
+		writeDeferredNote(t.w, "group-rush", "the event's drain", b.GroupRush)
 	}
 }
 

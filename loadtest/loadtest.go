@@ -62,14 +62,19 @@ type Options struct {
 	// on for Idle after the last write; Retention is the system's
 	// REQUEST_RETENTION, for the check of the requests table's rows; and
 	// DatabaseURL is holdfast's Postgres, whose tables are sampled (none
-	// when empty).
+	// when empty). group-rush and baseline-group-rush need DatabaseURL: their
+	// checks read the design's seats and holds there (the baseline's tables
+	// through the URL's search_path).
 	Rate        int
 	SampleEvery time.Duration
 	WarmUp      time.Duration // soak: memory must hold after this (0: a fifth of Duration)
 	Idle        time.Duration
 	Retention   time.Duration
 	DatabaseURL string
-	Seed        uint64 // random choices (room types, dates, carts)
+	Seed        uint64 // random choices (room types, dates, carts, groups)
+	// SeatHoldSeconds, for group-rush and baseline-group-rush, is how long
+	// the event's holds last (0: 5).
+	SeatHoldSeconds int
 	// MetricsURLs are scraped for process_resident_memory_bytes while the
 	// scenario runs, by name ("api", "worker").
 	MetricsURLs map[string]string
@@ -147,6 +152,8 @@ var Scenarios = map[string]func() Scenario{
 	"baseline-roundtrip":  func() Scenario { return &baselineRoundTrip{} },
 	"baseline-cart":       func() Scenario { return &baselineCart{} },
 	"baseline-hold-storm": func() Scenario { return &baselineHoldStorm{} },
+	"group-rush":          func() Scenario { return &groupRush{} },
+	"baseline-group-rush": func() Scenario { return &baselineGroupRush{} },
 }
 
 // Names lists the scenarios in order.
@@ -417,6 +424,9 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	}
 	if r, ok := sc.(interface{ holdReport() *HoldReport }); ok {
 		rep.Hold = r.holdReport()
+	}
+	if r, ok := sc.(interface{ groupReport() *GroupReport }); ok {
+		rep.Group = r.groupReport()
 	}
 	if r, ok := sc.(interface{ soakReport() *SoakReport }); ok {
 		rep.Soak = r.soakReport()

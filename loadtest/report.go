@@ -61,6 +61,9 @@ type Report struct {
 	// Hold is what hold-storm and baseline-hold-storm saw of the holds and
 	// stays.
 	Hold *HoldReport `json:"holdStorm,omitempty"`
+	// Group is what group-rush and baseline-group-rush saw of the groups'
+	// holds and what the design's tables hold at the end.
+	Group *GroupReport `json:"groupRush,omitempty"`
 	// Soak is what soak sampled over its run, and its checks.
 	Soak *SoakReport `json:"soak,omitempty"`
 	// Order is fcfs-rush's check of the real-time order guarantee.

@@ -40,6 +40,18 @@
 #                with the workers held back until the last 202 (-hold-apply):
 #                the API's intake alone, as with workers on other machines.
 #   7. keys:     isolation (K4) and recovery (K5: a worker killed mid-work), local commits.
+#   8. group:    best-available seats for groups, a group rush: BENCH_GROUP_FANS
+#                fans each ask for 1–6 seats side by side in one row of a map
+#                of BENCH_GROUP_SEATS seats (sections of 20 rows of 50); of
+#                the holds granted, two thirds are confirmed and a third let
+#                expire (holds last BENCH_GROUP_HOLD_SECONDS); first done
+#                synchronously, one transaction per request that locks a row
+#                of the map FOR UPDATE SKIP LOCKED (bin/baseline -mode
+#                group-skiplocked, bin/load baseline-group-rush; with
+#                BENCH_GROUP_LOCKED=1 also plain FOR UPDATE, -mode group, about
+#                three times slower), then holdfast's group-rush (clients wait
+#                for each outcome); each run's checks read its design's tables
+#                (-database-url). Local commits only.
 #
 # Two commit regimes. The hot-row parts (3, 4, 5: drop, cart, hold) run twice:
 # at local commits, then with every design's database at
@@ -58,10 +70,12 @@
 # BENCH_CART_TAIL (0: with N, every cart of the cart part also holds one of
 # N options of an older catalog product, in both cart runs; load -cart-tail),
 # BENCH_HOLD_USERS (3000), BENCH_ISOLATION_BACKLOG (20000),
-# BENCH_RECOVERY_WRITES (10000). BENCH_ONLY=drop, cart or hold runs that
-# part alone (in both regimes), with the same stores and sizes, and writes
-# its table to bin/bench/latest-drop.md, latest-cart.md or latest-hold.md;
-# BENCH_ONLY=keys runs part 7 alone (latest-keys.md).
+# BENCH_RECOVERY_WRITES (10000), BENCH_GROUP_FANS (20000), BENCH_GROUP_SEATS
+# (10000), BENCH_GROUP_HOLD_SECONDS (5), BENCH_GROUP_LOCKED (0). BENCH_ONLY=drop, cart or hold runs
+# that part alone (in both regimes), with the same stores and sizes, and
+# writes its table to bin/bench/latest-drop.md, latest-cart.md or
+# latest-hold.md; BENCH_ONLY=keys runs part 7 alone (latest-keys.md), and
+# BENCH_ONLY=group part 8 (latest-group.md).
 # Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs, the
 # runs at the commit delay in its subdirectory commit-delay/) and
 # bin/bench/latest.md. Everything uses its own databases (holdfast_bench,
@@ -75,16 +89,19 @@ drop_users="${BENCH_DROP_USERS:-3000}" drop_stock="${BENCH_DROP_STOCK:-1000}"
 cart_users="${BENCH_CART_USERS:-3000}" cart_stock="${BENCH_CART_STOCK:-300}" cart_tail="${BENCH_CART_TAIL:-0}"
 hold_users="${BENCH_HOLD_USERS:-3000}"
 iso_backlog="${BENCH_ISOLATION_BACKLOG:-20000}" rec_writes="${BENCH_RECOVERY_WRITES:-10000}"
+group_fans="${BENCH_GROUP_FANS:-20000}" group_seats="${BENCH_GROUP_SEATS:-10000}" group_hold="${BENCH_GROUP_HOLD_SECONDS:-5}"
+group_modes=(group-skiplocked); [ "${BENCH_GROUP_LOCKED:-0}" = 1 ] && group_modes+=(group)
 delay="${BENCH_COMMIT_DELAY_US:-1000}" fcfs_delayed="${BENCH_FCFS_DELAYED:-0}"
 only="${BENCH_ONLY:-}"
-case "$only" in "" | drop | cart | hold | keys) ;; *) echo "BENCH_ONLY must be drop, cart, hold, keys or unset" >&2; exit 2 ;; esac
-[ "$only" = keys ] && delay=0 # the keys part runs at local commits only
+case "$only" in "" | drop | cart | hold | keys | group) ;; *) echo "BENCH_ONLY must be drop, cart, hold, keys, group or unset" >&2; exit 2 ;; esac
+case "$only" in keys | group) delay=0 ;; esac # the keys and group parts run at local commits only
 case "$delay" in "" | *[!0-9]*) echo "BENCH_COMMIT_DELAY_US must be a whole number of µs (0: local commits only)" >&2; exit 2 ;; esac
 case "$fcfs_delayed" in 0 | 1) ;; *) echo "BENCH_FCFS_DELAYED must be 0 or 1" >&2; exit 2 ;; esac
 part() { [ -z "$only" ] || [ "$only" = "$1" ]; } # part NAME: whether this run measures part NAME
 # fcfs: whether this regime measures the floors and the FCFS part.
 fcfs() { [ -z "$only" ] && { [ "$regime" = 0 ] || [ "$fcfs_delayed" = 1 ]; }; }
 keys() { part keys && [ "$regime" = 0 ]; } # keys: whether this regime measures the keys part
+group() { part group && [ "$regime" = 0 ]; } # group: whether this regime measures the group part
 pg_base="${BENCH_PG:-postgres://postgres@127.0.0.1:5432}"
 export DATABASE_URL="$pg_base/holdfast_bench?sslmode=disable"
 redis_port="${BENCH_REDIS_PORT:-16399}"
@@ -204,6 +221,14 @@ measure() {
     step "baseline: synchronous hold (seed 000's locked flow), hold storm of $hold_users users, $conc clients, $commits"
     sync_run hold hold-baseline -users "$hold_users" baseline-hold-storm
   fi
+  if group; then
+    group_args=(-users "$group_fans" -seats "$group_seats" -seat-hold-seconds "$group_hold")
+    for mode in "${group_modes[@]}"; do
+      step "baseline: synchronous group holds ($mode), $group_fans fans for $group_seats seats, $conc clients, $commits"
+      name=group-baseline; [ "$mode" = group ] && name=group-locked
+      sync_run "$mode" "$name" "${group_args[@]}" -database-url "$pg_base/holdfast_bench?sslmode=disable&search_path=group_baseline" baseline-group-rush
+    done
+  fi
 
   step "holdfast: API and worker, $commits"
   start_holdfast
@@ -218,6 +243,10 @@ measure() {
   if part hold; then
     step "holdfast: hold-storm, $hold_users users, $conc clients, $commits"
     holdfast_run hold-storm -users "$hold_users" hold-storm
+  fi
+  if group; then
+    step "holdfast: group-rush, $group_fans fans for $group_seats seats, $conc clients, $commits"
+    holdfast_run group-rush "${group_args[@]}" -database-url "$DATABASE_URL" group-rush
   fi
   if fcfs; then
     step "holdfast: fcfs-rush, $commits"

@@ -9,7 +9,8 @@
 // It is deliberately the seed's design, flaws included; it is not part of
 // holdfast. The cart mode is seed 002's order reserve built the same way,
 // one transaction per HTTP request, in its strongest plain form (cart.go),
-// and the hold mode seed 000's locked hold flow the same way (hold.go).
+// the hold mode seed 000's locked hold flow the same way (hold.go), and the
+// group modes best-available seat holds for groups (group.go).
 // Three more modes measure parts of what holdfast does: a handler that only
 // enqueues an Asynq task, one that first makes the request durable with
 // holdfast's own intake, and that plus the rest of a write's round trip
@@ -84,15 +85,22 @@ const (
 	// HTTP request that locks the room type's stock rows for the stay's
 	// nights (see hold.go), in a schema of its own (SetupHold).
 	Holds Mode = "hold"
+	// Group is best-available seat holds for groups done synchronously, one
+	// transaction per HTTP request that locks a row of the seat map,
+	// waiting its turn (see group.go), in a schema of its own (SetupGroup).
+	Group Mode = "group"
+	// GroupSkipLocked is Group with the candidate rows locked FOR UPDATE
+	// SKIP LOCKED: a hold takes the best row no one else is deciding on.
+	GroupSkipLocked Mode = "group-skiplocked"
 )
 
 // ParseMode reads a mode name.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case Literal, SkipLocked, Lean, Enqueue, Durable, RoundTrip, RoundTripTasks, Cart, Holds:
+	case Literal, SkipLocked, Lean, Enqueue, Durable, RoundTrip, RoundTripTasks, Cart, Holds, Group, GroupSkipLocked:
 		return m, nil
 	}
-	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, lean, enqueue, durable, roundtrip, roundtrip-tasks, cart or hold)", s)
+	return "", fmt.Errorf("baseline: unknown mode %q (want literal, skiplocked, lean, enqueue, durable, roundtrip, roundtrip-tasks, cart, hold, group or group-skiplocked)", s)
 }
 
 // UsesPostgres reports whether the mode needs a Postgres pool: all but
@@ -153,7 +161,7 @@ type Reply struct {
 // Options configure a Server. Zero values take the defaults.
 type Options struct {
 	Mode            Mode          // required
-	Schema          string        // Postgres schema of the seats (default DefaultSchema), or the cart or hold mode's tables (DefaultCartSchema, DefaultHoldSchema)
+	Schema          string        // Postgres schema of the seats (default DefaultSchema), or the cart, hold or group modes' tables (DefaultCartSchema, DefaultHoldSchema, DefaultGroupSchema)
 	HoldTTL         time.Duration // the hold mode's hold lifetime; default DefaultHoldTTL
 	Queue           string        // queue of the enqueue, durable and roundtrip modes; default DefaultQueue
 	Concurrency     int           // the roundtrip-tasks mode's Asynq handlers; default 64, as the Asynq floor's
@@ -176,8 +184,9 @@ type Server struct {
 	stop     context.CancelFunc
 	app      *fiber.App
 	sql      queries
-	cart     cartQueries // cart mode
-	holds    holdQueries // hold mode
+	cart     cartQueries  // cart mode
+	holds    holdQueries  // hold mode
+	group    groupQueries // group modes
 	// beforeInsert, when set, runs in a reserve whose cart fits, or a hold
 	// that fits, before its INSERT: the tests' barrier.
 	beforeInsert func(user string)
@@ -223,6 +232,8 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 			opt.Schema = DefaultCartSchema
 		case Holds:
 			opt.Schema = DefaultHoldSchema
+		case Group, GroupSkipLocked:
+			opt.Schema = DefaultGroupSchema
 		}
 	}
 	if opt.HoldTTL <= 0 {
@@ -274,6 +285,9 @@ func New(pool *pgxpool.Pool, rdb redis.UniversalClient, opt Options) (*Server, e
 	case Holds:
 		s.holds = newHoldQueries(opt.Schema, true)
 		s.mountHold()
+	case Group, GroupSkipLocked:
+		s.group = newGroupQueries(opt.Schema, opt.Mode == GroupSkipLocked)
+		s.mountGroup()
 	default:
 		s.app.Post(ReservePath, s.reserve)
 	}

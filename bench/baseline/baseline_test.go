@@ -58,6 +58,9 @@ func start(t *testing.T, mode baseline.Mode, seats int) system {
 		case baseline.Holds:
 			sys.schema = "hold_" + randomName()
 			require.NoError(t, baseline.SetupHold(ctx, pool, sys.schema))
+		case baseline.Group, baseline.GroupSkipLocked:
+			sys.schema = "group_" + randomName()
+			require.NoError(t, baseline.SetupGroup(ctx, pool, sys.schema))
 		default:
 			sys.schema = "fcfs_" + randomName()
 			require.NoError(t, baseline.Setup(ctx, pool, sys.schema, seats))

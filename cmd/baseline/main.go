@@ -9,8 +9,12 @@
 // tables created in schema cart_baseline if missing, its products created
 // over HTTP by the load tool); or seed 000's locked hold flow done
 // synchronously, one transaction per request (-mode hold, its tables in
-// schema hold_baseline, its hotel created over HTTP by the load tool). It
-// is not part of holdfast and never runs in production.
+// schema hold_baseline, its hotel created over HTTP by the load tool); or
+// best-available seat holds for groups done synchronously, one transaction
+// per request that locks a row of the seat map (-mode group, or
+// group-skiplocked, its tables in schema group_baseline, its event created
+// over HTTP by the load tool). It is not part of holdfast and never runs in
+// production.
 //
 // Settings are flags; each defaults to the environment variable named in
 // its usage (baseline -h), else to a local default:
@@ -18,6 +22,7 @@
 //	baseline -mode skiplocked -seats 1000
 //	baseline -mode cart
 //	baseline -mode hold -hold-ttl 10m
+//	baseline -mode group-skiplocked
 //	BASELINE_MODE=enqueue baseline
 package main
 
@@ -64,7 +69,7 @@ func run(args []string) error {
 		}
 	}
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, lean, enqueue, durable, roundtrip, roundtrip-tasks, cart or hold (BASELINE_MODE)")
+	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, lean, enqueue, durable, roundtrip, roundtrip-tasks, cart, hold, group or group-skiplocked (BASELINE_MODE)")
 	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
 	redisURL := fs.String("redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")
@@ -135,6 +140,8 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool, mode baseline.Mode, se
 		return baseline.SetupCart(ctx, pool, baseline.DefaultCartSchema)
 	case mode == baseline.Holds:
 		return baseline.SetupHold(ctx, pool, baseline.DefaultHoldSchema)
+	case mode == baseline.Group || mode == baseline.GroupSkipLocked:
+		return baseline.SetupGroup(ctx, pool, baseline.DefaultGroupSchema)
 	case seats > 0 && !mode.StoresRequests():
 		return baseline.Setup(ctx, pool, baseline.DefaultSchema, seats)
 	}

@@ -41,7 +41,8 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 // literal.json, skiplocked.json, lean.json (optional), rush.json, intake.json, machine.txt, and
 // durable.json, roundtrip.json, roundtrip-intake.json, intake-held.json,
 // drop-baseline.json, drop-rush.json, cart-baseline.json, cart-rush.json,
-// hold-baseline.json, hold-storm.json, isolation.json, recovery.json and
+// hold-baseline.json, hold-storm.json, group-baseline.json, group-locked.json,
+// group-rush.json, isolation.json, recovery.json and
 // commit-delay-us.txt when present) and prints the comparison table. A
 // directory of some parts alone (BENCH_ONLY: machine.txt and the parts'
 // files) prints those sections.
@@ -69,9 +70,9 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 		}
 	}
 	if b.Rush == nil && (b.DropRush == nil || b.DropBaseline == nil) && (b.CartRush == nil || b.CartBaseline == nil) &&
-		(b.HoldStorm == nil || b.HoldBaseline == nil) && b.Isolation == nil && b.Recovery == nil {
+		(b.HoldStorm == nil || b.HoldBaseline == nil) && (b.GroupRush == nil || b.GroupBaseline == nil) && b.Isolation == nil && b.Recovery == nil {
 		return 1, fmt.Errorf("%s: neither rush.json, nor drop-rush.json with drop-baseline.json, nor cart-rush.json with cart-baseline.json, "+
-			"nor hold-storm.json with hold-baseline.json, nor isolation.json or recovery.json", dir)
+			"nor hold-storm.json with hold-baseline.json, nor group-rush.json with group-baseline.json, nor isolation.json or recovery.json", dir)
 	}
 	if !b.WriteTable(stdout) {
 		return 1, nil
@@ -96,6 +97,7 @@ func readBench(dir string) (*loadtest.Bench, error) {
 	if err := readReports(dir, map[string]**loadtest.Report{"drop-baseline.json": &b.DropBaseline, "drop-rush.json": &b.DropRush,
 		"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush,
 		"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm,
+		"group-baseline.json": &b.GroupBaseline, "group-locked.json": &b.GroupLocked, "group-rush.json": &b.GroupRush,
 		"isolation.json": &b.Isolation, "recovery.json": &b.Recovery}, true); err != nil {
 		return nil, err
 	}

@@ -7,10 +7,10 @@
 //	load table DIR                       the make bench table from a run's JSON files
 //
 // Scenarios: fcfs-rush, waiting-room-rush, hold-storm, cart-checkout,
-// cart-rush, availability-read, idle-streams, soak, isolation, recovery;
-// and, against cmd/baseline,
-// baseline-fcfs, enqueue-floor, baseline-roundtrip, baseline-cart and
-// baseline-hold-storm. The
+// cart-rush, group-rush, availability-read, idle-streams, soak, isolation,
+// recovery; and, against cmd/baseline, baseline-fcfs, enqueue-floor,
+// baseline-roundtrip, baseline-cart, baseline-hold-storm and
+// baseline-group-rush. The
 // tool mints its own tokens, so it needs the API's JWT_SECRET (from the
 // environment or -secret). It exits 1 when an invariant is violated.
 //
@@ -33,6 +33,12 @@
 //
 //	load -redis $REDIS_URL -users 20000 isolation
 //	load -redis $REDIS_URL -users 10000 -kill-pid $VICTIM -victim-metrics http://127.0.0.1:19192/metrics -lease-ttl 5s recovery
+//
+// group-rush (and baseline-group-rush) checks the design's seats and holds
+// in Postgres at the end, so it needs -database-url (the baseline's with
+// search_path=group_baseline):
+//
+//	load -database-url $DATABASE_URL -users 20000 -seats 10000 -seat-hold-seconds 5 group-rush
 package main
 
 import (
@@ -91,6 +97,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.IntVar(&opt.AdmitPerMinute, "admit-per-minute", 0, "waiting-room-rush: the event's admitPerMinute (0: none)")
 	fs.DurationVar(&opt.Duration, "hold", 0, "idle-streams: how long to hold every stream open (0: 60s); needs -concurrency ≥ -users")
 	fs.Uint64Var(&opt.Seed, "seed", 1, "seed of the random choices")
+	fs.IntVar(&opt.SeatHoldSeconds, "seat-hold-seconds", 0, "group-rush, baseline-group-rush: how long the event's holds last (0: 5)")
 	fs.StringVar(&opt.RedisURL, "redis", "", "holdfast's Redis URL: after the run, fire the Asynq tasks it left scheduled and measure their CPU; soak: sample its memory and keys")
 	fs.DurationVar(&opt.Duration, "duration", 0, "soak: how long to write (0: 5m)")
 	fs.IntVar(&opt.Rate, "rate", 300, "soak: writes per second, each on a new key")
@@ -98,7 +105,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.DurationVar(&opt.WarmUp, "warm-up", 0, "soak: memory must hold from this far into the writes on (0: a fifth of -duration)")
 	fs.DurationVar(&opt.Idle, "idle", 0, "soak: keep sampling this long after the last write, then check Redis against its baseline")
 	fs.DurationVar(&opt.Retention, "retention", 0, "soak: the system's REQUEST_RETENTION, to check the requests rows against (0: not checked)")
-	fs.StringVar(&opt.DatabaseURL, "database-url", "", "soak: holdfast's Postgres, to sample its table sizes ('' to skip)")
+	fs.StringVar(&opt.DatabaseURL, "database-url", "", "soak: holdfast's Postgres, to sample its table sizes ('' to skip); group-rush, baseline-group-rush: the design's Postgres, for the checks (required)")
 	fs.DurationVar(&opt.PreferWait, "prefer-wait", 10*time.Second, "writes ask for their outcome in the answer (Prefer: wait=N): one HTTP exchange a write; 0 submits, then polls")
 	fs.BoolVar(&opt.IdempotencyKeys, "idempotency-keys", false, "every write carries an Idempotency-Key of its own, as a client that retries safely sends")
 	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")

@@ -1,0 +1,89 @@
+package baseline_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/holdfast/holdfast/bench/baseline"
+)
+
+// Many groups race for the seats of a small map (two rows of 8, Front
+// before Back) on each locking mode: no seat is held twice, every group
+// gets seats side by side in one row or a refusal, and the seats held and
+// the remaining seats add up. Once the holds lapse (1 s), their seats are
+// free again: the public count says so and a new group holds six of them
+// side by side and confirms them in time, for good; a confirm after its
+// hold lapsed is refused HOLD_EXPIRED.
+func TestGroupHoldsRaceOnTheBestRows(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []baseline.Mode{baseline.Group, baseline.GroupSkipLocked} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			sys := start(t, mode, 0)
+			var ev struct{ EventID, TotalSeats int64 }
+			call(t, sys, http.MethodPost, baseline.EventsPath, "", map[string]any{"name": "race", "seatHoldSeconds": 1, "maxSeatsPerUser": 6,
+				"sections": []baseline.GroupSection{{Name: "Front", Rows: []baseline.GroupRow{{Label: "A", Seats: 8}}},
+					{Name: "Back", Rows: []baseline.GroupRow{{Label: "B", Seats: 8}}}}}).decode(t, &ev)
+			require.Equal(t, int64(16), ev.TotalSeats)
+			holds := fmt.Sprintf("%s/%d/holds", baseline.EventsPath, ev.EventID)
+			var mu sync.Mutex
+			got := map[string][]int64{}
+			var wg sync.WaitGroup
+			for i := range 12 {
+				wg.Go(func() {
+					user := fmt.Sprint("fan", i)
+					a, err := tryCall(sys, http.MethodPost, holds, user, map[string]int{"quantity": 1 + i%3})
+					if err != nil || a.status >= 300 {
+						require.Contains(t, []string{"SOLD_OUT", "SEATS_NOT_TOGETHER"}, a.code, "%v %s", err, a.body)
+						return
+					}
+					var h baseline.SeatHold
+					a.decode(t, &h)
+					mu.Lock()
+					got[user] = h.SeatIDs
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			seen, held := map[int64]string{}, 0
+			for user, seats := range got {
+				slices.Sort(seats)
+				for j, s := range seats {
+					require.NotContains(t, seen, s, "seat %d held by %s and %s", s, seen[s], user)
+					seen[s] = user
+					if j > 0 {
+						require.Equal(t, seats[j-1]+1, s, "%s's seats %v side by side", user, seats)
+					}
+				}
+				require.True(t, seats[0] > 8 || seats[len(seats)-1] <= 8, "%s's seats %v in one row", user, seats)
+				held += len(seats)
+			}
+			require.Greater(t, held, 8, "both rows were used")
+			remaining := func() int {
+				var e struct{ RemainingSeats int }
+				call(t, sys, http.MethodGet, fmt.Sprintf("%s/%d", baseline.PublicEventsPath, ev.EventID), "", nil).decode(t, &e)
+				return e.RemainingSeats
+			}
+			require.Equal(t, 16-held, remaining())
+
+			time.Sleep(1100 * time.Millisecond) // the holds' lifetime: what is measured is their lapse
+			require.Equal(t, 16, remaining(), "every hold lapsed at its time")
+			var h baseline.SeatHold
+			call(t, sys, http.MethodPost, holds, "buyer", map[string]int{"quantity": 6}).decode(t, &h)
+			require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, h.SeatIDs, "the Front row's best seats, free again (a fresh schema numbers seats from 1)")
+			call(t, sys, http.MethodPost, fmt.Sprintf("%s/%d/confirm", holds, h.HoldID), "buyer", map[string]string{"paymentReference": "p"}).decode(t, &h)
+			require.Equal(t, "confirmed", h.Status)
+			call(t, sys, http.MethodPost, holds, "late", map[string]int{"quantity": 6}).decode(t, &h)
+			time.Sleep(1100 * time.Millisecond)
+			a := call(t, sys, http.MethodPost, fmt.Sprintf("%s/%d/confirm", holds, h.HoldID), "late", map[string]string{"paymentReference": "p"})
+			require.Equal(t, "HOLD_EXPIRED", a.code)
+			require.Equal(t, 10, remaining(), "the order stays; the lapsed hold does not")
+		})
+	}
+}
