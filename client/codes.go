@@ -45,5 +45,7 @@ const (
 	CodeNotYourTurn                = "NOT_YOUR_TURN"
 	CodeQueueNotOpen               = "QUEUE_NOT_OPEN"
 	CodeSettingLocked              = "SETTING_LOCKED"
+	CodeSeatLimit                  = "SEAT_LIMIT"
+	CodeSeatsNotTogether           = "SEATS_NOT_TOGETHER"
 	CodeProbeLimitReached          = "PROBE_LIMIT_REACHED"
 )

@@ -160,7 +160,7 @@ func (b *groupBook) journey(ctx context.Context, w groupWriter, i int, user stri
 	case client.IsCode(err, client.CodeSoldOut):
 		b.count(&b.report.SoldOut, 1)
 		return nil
-	case client.IsCode(err, "SEATS_NOT_TOGETHER"):
+	case client.IsCode(err, client.CodeSeatsNotTogether):
 		b.count(&b.report.NotTogether, 1)
 		return nil
 	case err != nil:
