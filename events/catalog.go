@@ -31,6 +31,7 @@ type Event struct {
 	seed     []byte     // the shuffle seed: secret until SalesStartAt
 	version  int64      // settings_version
 	sealedAt *time.Time // when the pre-queue was sealed (seal.go)
+	soldOut  bool       // sold out through seat holds once (events.sold_out_at)
 }
 
 // RoomSettings are the waiting room's settings a visitor plans by (SPEC
@@ -156,14 +157,14 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, m SeatMap) (Event, e
 const eventColumns = `id, name, total_seats, max_concurrent, token_ttl_seconds, entry_token_required,
 	fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds, admit_per_minute, admission_paused,
 	queue_opens_at, sales_start_at, return_url, shuffle_seed, settings_version, prequeue_sealed_at, created_at,
-	seat_hold_seconds, max_seats_per_user, starts_at, venue, image_url`
+	seat_hold_seconds, max_seats_per_user, starts_at, venue, image_url, sold_out_at IS NOT NULL`
 
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	err := row.Scan(&e.EventID, &e.Name, &e.TotalSeats, &e.MaxConcurrent, &e.TokenTTLSeconds, &e.EntryTokenRequired,
 		&e.FCFSEntryTokenRequired, &e.PresenceTimeoutSeconds, &e.ClaimWindowSeconds, &e.AdmitPerMinute, &e.AdmissionPaused,
 		&e.QueueOpensAt, &e.SalesStartAt, &e.ReturnURL, &e.seed, &e.version, &e.sealedAt, &e.CreatedAt,
-		&e.SeatHoldSeconds, &e.MaxSeatsPerUser, &e.StartsAt, &e.Venue, &e.ImageURL)
+		&e.SeatHoldSeconds, &e.MaxSeatsPerUser, &e.StartsAt, &e.Venue, &e.ImageURL, &e.soldOut)
 	e.ShuffleCommitment = Commitment(e.seed)
 	for _, t := range []**time.Time{&e.QueueOpensAt, &e.SalesStartAt, &e.sealedAt, &e.StartsAt} {
 		if *t != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,9 @@ type FCFS struct {
 	// Counts, when set, has the event's copy set to the seats a batch left,
 	// after commit.
 	Counts *Counts
+	// Room, when set, learns the seats left of an event that sold out
+	// through seat holds (Room.SetLeft).
+	Room *Room
 }
 
 // fcfsOutcomes are the outcome labels of holdfast_fcfs_total.
@@ -113,7 +117,7 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	if len(users) == 0 {
 		return nil
 	}
-	free, taken, err := f.load(ctx, tx, eventID, users)
+	free, taken, soldOut, err := f.load(ctx, tx, b, eventID, users)
 	if errors.Is(err, pgx.ErrNoRows) {
 		for i := start; i < end; i++ {
 			if outs[i].Status == "" {
@@ -129,7 +133,7 @@ func (f *FCFS) applyRun(ctx context.Context, tx pgx.Tx, b *keyed.Batch, payloads
 	if len(g.seats) == 0 {
 		return nil
 	}
-	return f.reserve(ctx, tx, b, eventID, g.seats, g.holders, g.phones)
+	return f.reserve(ctx, tx, b, eventID, g, soldOut)
 }
 
 // tally counts a batch's outcomes by label.
@@ -183,9 +187,11 @@ func (f *FCFS) assign(rs []*requests.Request, payloads []FCFSPayload, outs []req
 	return g
 }
 
-// reserve gives seats to holders (with their phones), in one statement
-// each, and has the event's count and passed mark follow once committed.
-func (f *FCFS) reserve(ctx context.Context, tx pgx.Tx, b *keyed.Batch, eventID int64, seats []int64, holders, phones []string) error {
+// reserve gives g's seats to their holders (with their phones), in one
+// statement each, and has the event's count, and its room if it sold out
+// through holds, follow once committed.
+func (f *FCFS) reserve(ctx context.Context, tx pgx.Tx, b *keyed.Batch, eventID int64, g grant, soldOut bool) error {
+	seats, holders, phones := g.seats, g.holders, g.phones
 	// Seats are taken lowest id first, so every seat up to the last one
 	// granted is taken: the next batch looks for free seats after it (the
 	// free-seat index still holds the taken seats' entries until vacuum,
@@ -196,9 +202,14 @@ func (f *FCFS) reserve(ctx context.Context, tx pgx.Tx, b *keyed.Batch, eventID i
 		WHERE id = $1 RETURNING total_seats - seats_taken`, eventID, len(seats), seats[len(seats)-1]).Scan(&remaining); err != nil {
 		return err
 	}
-	if f.Counts != nil {
-		b.AfterCommit(func(ctx context.Context) { _ = f.Counts.Set(ctx, eventID, remaining) })
-	}
+	b.AfterCommit(func(ctx context.Context) {
+		if f.Counts != nil {
+			_ = f.Counts.Set(ctx, eventID, remaining)
+		}
+		if f.Room != nil && soldOut {
+			_ = f.Room.SetLeft(ctx, eventID, remaining, true)
+		}
+	})
 	if _, err := tx.Exec(ctx, `UPDATE seats SET reserved = true, updated_at = $2 WHERE id = ANY($1)`, seats, b.Now); err != nil {
 		return err
 	}
@@ -227,24 +238,41 @@ const (
 )
 
 // load reads, for the users of a batch, up to one free seat each in seat-id
-// order and the seats some of them already hold. pgx.ErrNoRows means no such
-// event.
-func (f *FCFS) load(ctx context.Context, tx pgx.Tx, eventID int64, users []string) (free []int64, taken map[string]int64, err error) {
-	// Locked: the periodic sweep of expired holds may lower the mark.
+// order and the seats some of them already hold, and whether the event has
+// sold out through seat holds. Seat holds past their time are expired
+// first: their seats are free for this batch as for the holds' own.
+// pgx.ErrNoRows means no such event.
+func (f *FCFS) load(ctx context.Context, tx pgx.Tx, b *keyed.Batch, eventID int64, users []string) (
+	free []int64, taken map[string]int64, soldOut bool, err error) {
+	// Locked: a seat hold's release, in a batch or the periodic sweep,
+	// lowers the mark.
 	var after int64
-	if err := tx.QueryRow(ctx, `SELECT fcfs_after FROM events WHERE id = $1 FOR UPDATE`, eventID).Scan(&after); err != nil {
-		return nil, nil, err
+	if err := tx.QueryRow(ctx, `SELECT fcfs_after, sold_out_at IS NOT NULL FROM events WHERE id = $1 FOR UPDATE`,
+		eventID).Scan(&after, &soldOut); err != nil {
+		return nil, nil, false, err
+	}
+	expired, left, err := expireDue(ctx, tx, eventID, b.Now)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if len(expired) > 0 {
+		after = min(after, slices.Min(seatsOf(expired))-1)
+		b.AfterCommit(func(ctx context.Context) {
+			if f.Counts != nil {
+				_ = f.Counts.SetHolds(ctx, eventID, left, nil, expired)
+			}
+		})
 	}
 	rows, err := tx.Query(ctx, freeSeatsSQL, eventID, len(users), after)
 	if err != nil {
-		return nil, nil, fmt.Errorf("events: free seats: %w", err)
+		return nil, nil, false, fmt.Errorf("events: free seats: %w", err)
 	}
 	if free, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-		return nil, nil, fmt.Errorf("events: free seats: %w", err)
+		return nil, nil, false, fmt.Errorf("events: free seats: %w", err)
 	}
 	rows, err = tx.Query(ctx, heldSeatsSQL, eventID, users)
 	if err != nil {
-		return nil, nil, fmt.Errorf("events: seats held: %w", err)
+		return nil, nil, false, fmt.Errorf("events: seats held: %w", err)
 	}
 	defer rows.Close()
 	taken = map[string]int64{}
@@ -252,9 +280,9 @@ func (f *FCFS) load(ctx context.Context, tx pgx.Tx, eventID int64, users []strin
 		var u string
 		var s int64
 		if err := rows.Scan(&u, &s); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		taken[u] = s
 	}
-	return free, taken, rows.Err()
+	return free, taken, soldOut, rows.Err()
 }

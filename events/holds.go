@@ -126,6 +126,7 @@ type holdsRun struct {
 	taken, released []int64 // seats newly held, and freed (released or expired)
 	gone            []*hold // holds that left the expiry set: confirmed, released, expired
 	nextID          []int64 // ids reserved for the holds this batch may create
+	soldOut         bool    // the event has sold out through holds, now or before
 }
 
 // apply decides a batch of one event's hold writes, the event locked.
@@ -227,14 +228,19 @@ func loadHolds(ctx context.Context, tx pgx.Tx, b *keyed.Batch, ev int64) (*holds
 		run.gone = append(run.gone, x)
 	}
 	var users []string
-	var ids []int64
-	creates := 0
+	var ids, named []int64 // holds acted on; seats asked for by id
+	creates, best := 0, false
 	for _, r := range b.Requests {
-		var p HoldActionPayload
+		var p struct {
+			HoldID  int64   `json:"holdId"`
+			SeatIDs []int64 `json:"seatIds"`
+		}
 		_ = json.Unmarshal(r.Payload, &p)
 		users = append(users, r.UserID)
 		if r.Type == TypeSeatHold {
 			creates++
+			named = append(named, p.SeatIDs...)
+			best = best || len(p.SeatIDs) == 0
 		} else {
 			ids = append(ids, p.HoldID)
 		}
@@ -246,7 +252,10 @@ func loadHolds(ctx context.Context, tx pgx.Tx, b *keyed.Batch, ev int64) (*holds
 		run.free = &freeSeats{}
 		return run, nil
 	}
-	if run.free, err = readFreeSeats(ctx, tx, ev); err != nil {
+	if best { // some request wants the best seats: every free seat is read
+		named = nil
+	}
+	if run.free, err = readFreeSeats(ctx, tx, ev, named); err != nil {
 		return nil, err
 	}
 	rows, err := tx.Query(ctx, `SELECT nextval(pg_get_serial_sequence('seat_holds', 'id')) FROM generate_series(1, $1)`, creates)
@@ -352,8 +361,10 @@ func (run *holdsRun) act(typ, user string, p HoldActionPayload, now time.Time) r
 	}
 	switch x.status {
 	case holdHeld:
+		// Its seats are offered from the next batch on: a later request
+		// of this batch that took them would have them freed by this
+		// release's write.
 		x.status, x.changed = holdReleased, true
-		run.free.give(x.seats)
 		run.released = append(run.released, x.seats...)
 		run.gone = append(run.gone, x)
 	case holdConfirmed:
@@ -430,21 +441,48 @@ func (run *holdsRun) write(ctx context.Context, tx pgx.Tx, now time.Time) (int64
 			return 0, err
 		}
 	}
-	return countSeats(ctx, tx, run.event, len(run.taken)-len(run.released), run.released)
+	remaining, soldOut, err := countSeats(ctx, tx, run.event, len(run.taken)-len(run.released), run.released)
+	run.soldOut = soldOut
+	return remaining, err
 }
 
 // countSeats counts n more seats of event ev as taken (fewer when n < 0),
 // lets FCFS look for free seats from the lowest of freed on, and returns
-// how many remain.
-func countSeats(ctx context.Context, tx pgx.Tx, ev int64, n int, freed []int64) (remaining int64, err error) {
+// how many remain and whether the event has sold out through holds (the
+// first time none remains after a batch of holds: events.sold_out_at).
+func countSeats(ctx context.Context, tx pgx.Tx, ev int64, n int, freed []int64) (remaining int64, soldOut bool, err error) {
 	lowest := int64(0)
 	if len(freed) > 0 {
 		lowest = slices.Min(freed)
 	}
 	err = tx.QueryRow(ctx, `UPDATE events SET seats_taken = seats_taken + $2,
-			fcfs_after = CASE WHEN $3 > 0 THEN least(fcfs_after, $3 - 1) ELSE fcfs_after END
-		WHERE id = $1 RETURNING total_seats - seats_taken`, ev, n, lowest).Scan(&remaining)
-	return remaining, err
+			fcfs_after = CASE WHEN $3 > 0 THEN least(fcfs_after, $3 - 1) ELSE fcfs_after END,
+			sold_out_at = CASE WHEN total_seats - seats_taken - $2 <= 0 THEN coalesce(sold_out_at, now()) ELSE sold_out_at END
+		WHERE id = $1 RETURNING total_seats - seats_taken, sold_out_at IS NOT NULL`, ev, n, lowest).Scan(&remaining, &soldOut)
+	return remaining, soldOut, err
+}
+
+// expireDue expires event ev's holds due at now and counts their seats
+// free, for a write of another kind on the event (FCFS, a booking) that
+// must see them free as the holds' own batches do. The caller has locked
+// the event. It returns the holds expired and the seats then remaining.
+func expireDue(ctx context.Context, tx pgx.Tx, ev int64, now time.Time) ([]*hold, int64, error) {
+	expired, err := expireHolds(ctx, tx, ev, now)
+	if err != nil || len(expired) == 0 {
+		return nil, 0, err
+	}
+	freed := seatsOf(expired)
+	remaining, _, err := countSeats(ctx, tx, ev, -len(freed), freed)
+	return expired, remaining, err
+}
+
+// seatsOf is the seats of holds.
+func seatsOf(holds []*hold) []int64 {
+	var seats []int64
+	for _, x := range holds {
+		seats = append(seats, x.seats...)
+	}
+	return seats
 }
 
 func deref(s *string) string {
@@ -465,7 +503,7 @@ func (h *Holds) after(b *keyed.Batch, run *holdsRun, remaining int64, admitted [
 		if h.Room == nil {
 			return
 		}
-		_ = h.Room.SetLeft(ctx, run.event, remaining)
+		_ = h.Room.SetLeft(ctx, run.event, remaining, run.soldOut)
 		if len(admitted) == 0 {
 			return
 		}
@@ -511,6 +549,7 @@ func (h *Holds) Sweep(ctx context.Context, pool *pgxpool.Pool) error {
 	for _, ev := range evs {
 		var expired []*hold
 		var remaining int64
+		var soldOut bool
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if err := lockEvent(ctx, tx, ev); err != nil {
 				return err
@@ -523,11 +562,8 @@ func (h *Holds) Sweep(ctx context.Context, pool *pgxpool.Pool) error {
 			if expired, err = expireHolds(ctx, tx, ev, now); err != nil {
 				return err
 			}
-			var freed []int64
-			for _, x := range expired {
-				freed = append(freed, x.seats...)
-			}
-			remaining, err = countSeats(ctx, tx, ev, -len(freed), freed)
+			freed := seatsOf(expired)
+			remaining, soldOut, err = countSeats(ctx, tx, ev, -len(freed), freed)
 			return err
 		})
 		if err != nil {
@@ -538,7 +574,7 @@ func (h *Holds) Sweep(ctx context.Context, pool *pgxpool.Pool) error {
 			errs = append(errs, h.Counts.SetHolds(ctx, ev, remaining, nil, expired))
 		}
 		if h.Room != nil {
-			errs = append(errs, h.Room.SetLeft(ctx, ev, remaining))
+			errs = append(errs, h.Room.SetLeft(ctx, ev, remaining, soldOut))
 		}
 	}
 	return errors.Join(errs...)

@@ -466,3 +466,100 @@ func TestReleasedSeatsGoToTheLineInOrder(t *testing.T) {
 	require.Equal(t, "ready", status("u2").Status)
 	require.Equal(t, "waiting", status("u3").Status)
 }
+
+// A hold made and released in one batch gives its seat back from the next
+// batch on: a later request of the same batch cannot take it, or the
+// release's write would free a seat that request holds.
+func TestASeatReleasedInABatchIsOfferedFromTheNext(t *testing.T) {
+	t.Parallel()
+	r := newHoldRig(t, nil, func(e *Event) { e.TotalSeats = 3 })
+	now := time.Now()
+	first := held(t, r.apply(now, r.holdReq("x", HoldPayload{SeatIDs: []int64{r.seats["3"]}}))[0])
+	next, seat := first.HoldID+1, r.seats["1"] // the id this batch's first hold gets
+	outs := r.apply(now.Add(time.Second),
+		r.holdReq("a", HoldPayload{SeatIDs: []int64{seat}}),
+		r.actReq(TypeHoldRelease, "a", next, ""),
+		r.holdReq("b", HoldPayload{SeatIDs: []int64{seat}}))
+	require.Equal(t, next, held(t, outs[0]).HoldID)
+	require.Equal(t, "released", held(t, outs[1]).Status)
+	rejected(t, outs[2], domain.CodeSeatTaken)
+	held(t, r.apply(now.Add(2*time.Second), r.holdReq("c", HoldPayload{SeatIDs: []int64{seat}}))[0])
+	rejected(t, r.apply(now.Add(3*time.Second), r.holdReq("d", HoldPayload{SeatIDs: []int64{seat}}))[0], domain.CodeSeatTaken)
+}
+
+// A seat whose hold has expired is free for FCFS and for the one-seat
+// booking at once, as for the holds' own batches, before any sweep; the
+// remaining count is not doubled by it.
+func TestExpiredHoldsSeatsAreFreeForFCFSAndBooking(t *testing.T) {
+	t.Parallel()
+	r := newHoldRig(t, nil, func(e *Event) { e.TotalSeats = 2 })
+	ctx := context.Background()
+	now := time.Now()
+	h := held(t, r.apply(now, r.holdReq("x", HoldPayload{Quantity: 2}))[0])
+	later := h.ExpiresAt.Add(time.Second)
+	f := NewFCFS(0)
+	f.Counts = r.h.Counts
+	w := &RoomWrites{Room: r.h.Room, Counts: r.h.Counts}
+	var outs []requests.Outcome
+	b := r.batch(later, req{TypeFCFS, "grabber", FCFSPayload{EventID: r.e.EventID}})
+	require.NoError(t, pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		outs, err = f.apply(ctx, tx, b)
+		return err
+	}))
+	b.Committed(ctx)
+	require.Equal(t, domain.StatusSucceeded, outs[0].Status, "%+v", outs[0].Problem)
+	left, err := r.h.Counts.Remaining(ctx, r.e.EventID)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, left, "one of the two freed seats granted")
+
+	b = r.batch(later, req{TypeSeatBook, "booker", BookPayload{EventID: r.e.EventID, SeatID: h.SeatIDs[1]}})
+	var out requests.Outcome
+	require.NoError(t, pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = w.book(ctx, tx, b, b.Requests[0], &BookPayload{EventID: r.e.EventID, SeatID: h.SeatIDs[1]})
+		return err
+	}))
+	b.Committed(ctx)
+	require.Equal(t, domain.StatusSucceeded, out.Status, "%+v", out.Problem)
+	left, err = r.h.Counts.Remaining(ctx, r.e.EventID)
+	require.NoError(t, err)
+	require.Zero(t, left)
+}
+
+// The room's offer of released seats is set again from Postgres by the
+// periodic task: a release whose write to the room was lost (a crash
+// after its commit) still makes the next user in line ready.
+func TestTheLineIsOfferedSeatsAfterALostWrite(t *testing.T) {
+	t.Parallel()
+	r := newHoldRig(t, nil, func(e *Event) { e.TotalSeats, e.MaxConcurrent = 1, 10 })
+	ctx := context.Background()
+	room, e := r.h.Room, r.e
+	_, err := enterHeld(room, e, "u1", 1)
+	require.NoError(t, err)
+	now := time.Now()
+	h := held(t, r.apply(now, r.holdReq("buyer", HoldPayload{Quantity: 1}))[0])
+	st, err := room.Status(ctx, e, "u1")
+	require.NoError(t, err)
+	require.True(t, st.SoldOut)
+	r.h.Room = nil // the release commits; its write to the room is lost
+	held(t, r.apply(now.Add(time.Second), r.actReq(TypeHoldRelease, "buyer", h.HoldID, ""))[0])
+	r.h.Room = room
+	st, err = room.Status(ctx, e, "u1")
+	require.NoError(t, err)
+	require.Equal(t, "waiting", st.Status, "control: the room has not heard of the release")
+
+	require.NoError(t, NewRooms(r.pool, room, NewSealer(r.pool, room), r.h.Counts).Reconcile(ctx))
+	st, err = room.Status(ctx, e, "u1")
+	require.NoError(t, err)
+	require.Equal(t, "ready", st.Status)
+
+	// A room whose settings Redis lost is sold out again from Postgres.
+	require.NoError(t, r.rdb.Del(ctx, roomKey(e.EventID, "cfg")).Err())
+	held(t, r.apply(now.Add(2*time.Second), r.holdReq("buyer2", HoldPayload{Quantity: 1}))[0])
+	require.NoError(t, r.rdb.Del(ctx, roomKey(e.EventID, "cfg")).Err())
+	require.NoError(t, NewRooms(r.pool, room, NewSealer(r.pool, room), r.h.Counts).Reconcile(ctx))
+	st, err = room.Status(ctx, e, "u1")
+	require.NoError(t, err)
+	require.True(t, st.SoldOut, "%+v", st)
+}

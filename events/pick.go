@@ -24,10 +24,15 @@ type freeSeats struct {
 	at    map[int64]int // seat id → index
 }
 
-// readFreeSeats reads event ev's free seats.
-func readFreeSeats(ctx context.Context, tx pgx.Tx, ev int64) (*freeSeats, error) {
+// readFreeSeats reads event ev's free seats: all of them, or those of
+// only when it is not nil (a batch of holds of seats named by id reads no
+// more than those, whatever the size of the map). A batch that asks for
+// the best seats reads them all, one row each, so its cost grows with the
+// free seats of the map; a rush shares it out over the batch's requests
+// (figures in docs/events.md).
+func readFreeSeats(ctx context.Context, tx pgx.Tx, ev int64, only []int64) (*freeSeats, error) {
 	rows, err := tx.Query(ctx, `SELECT id, section, row_no, pos FROM seats
-		WHERE event_id = $1 AND NOT reserved ORDER BY id`, ev)
+		WHERE event_id = $1 AND NOT reserved AND ($2::bigint[] IS NULL OR id = ANY($2)) ORDER BY id`, ev, only)
 	if err != nil {
 		return nil, err
 	}
@@ -97,16 +102,5 @@ func (f *freeSeats) best(section string, n int, apart bool) ([]int64, *domain.Pr
 func (f *freeSeats) take(ids []int64) {
 	for _, id := range ids {
 		f.seats[f.at[id]].used = true
-	}
-}
-
-// give makes seats taken earlier in this batch free again, when their hold
-// is released in it too. A seat that was held when the batch began was not
-// read as free: it is offered from the next batch on.
-func (f *freeSeats) give(ids []int64) {
-	for _, id := range ids {
-		if i, ok := f.at[id]; ok {
-			f.seats[i].used = false
-		}
 	}
 }

@@ -49,18 +49,23 @@ func holdsKey(ev int64) string { return keyed.KeyTag(EventKey(ev)) + ":holds" }
 // from Postgres, and returns the seats remaining now.
 func (c *Counts) Recount(ctx context.Context, ev int64) (int64, error) {
 	var n, expired int64
-	if err := c.pool.QueryRow(ctx, `SELECT total_seats - seats_taken, coalesce((SELECT sum(cardinality(seat_ids))
-		FROM seat_holds WHERE event_id = $1 AND status = 'HELD' AND expires_at <= now()), 0) FROM events WHERE id = $1`,
-		ev).Scan(&n, &expired); err != nil {
-		return 0, err
-	}
-	rows, err := c.pool.Query(ctx, `SELECT id, seat_ids, expires_at FROM seat_holds WHERE event_id = $1 AND status = 'HELD'`, ev)
-	if err != nil {
-		return 0, err
-	}
-	held, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*hold, error) {
-		x := &hold{}
-		return x, r.Scan(&x.id, &x.seats, &x.expires)
+	var held []*hold
+	// One snapshot: the count and the holds agree with each other.
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT total_seats - seats_taken, coalesce((SELECT sum(cardinality(seat_ids))
+			FROM seat_holds WHERE event_id = $1 AND status = 'HELD' AND expires_at <= now()), 0) FROM events WHERE id = $1`,
+			ev).Scan(&n, &expired); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT id, seat_ids, expires_at FROM seat_holds WHERE event_id = $1 AND status = 'HELD'`, ev)
+		if err != nil {
+			return err
+		}
+		held, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*hold, error) {
+			x := &hold{}
+			return x, r.Scan(&x.id, &x.seats, &x.expires)
+		})
+		return err
 	})
 	if err != nil {
 		return 0, err
@@ -191,6 +196,11 @@ func (r *Rooms) Reconcile(ctx context.Context) error {
 		r.counts.RemainingGauge.WithLabelValues(label).Set(float64(n))
 		if err := r.room.Configure(ctx, e); err != nil {
 			return err
+		}
+		if e.soldOut { // the room's offer of released seats, set again from Postgres
+			if err := r.room.SetLeft(ctx, e.EventID, n, true); err != nil {
+				return err
+			}
 		}
 		if e.SalesStartAt != nil && e.sealedAt == nil { // Seal decides by Postgres' clock whether it is time
 			if _, err := r.sealer.Seal(ctx, e.EventID); err != nil {

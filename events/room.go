@@ -338,26 +338,33 @@ redis.call('HSET', KEYS[1], 'ver', ARGV[1], 'max', ARGV[2], 'rate', ARGV[3], 'pr
   'claim', ARGV[5], 'paused', ARGV[6], 'start', ARGV[7], 'sealed', ARGV[8])
 return 1`)
 
-// leftScript tells the room how many seats are left. The first time none
-// is, the room turns to offering released seats: the tokens of the users
-// admitted before the sell-out lapse (they found nothing to hold), and
-// from then on the users at the front of the line are admitted only while
-// the seats left outnumber the valid tokens, so each seat a holder releases
-// or lets expire goes to the next present user in line.
-// KEYS: cfg, tokens. ARGV: seats left.
+// leftScript tells the room how many seats are left, and whether the
+// event has sold out through seat holds (Postgres' events.sold_out_at).
+// The first time it has, the room turns to offering released seats: the
+// tokens of the users admitted before the sell-out lapse (they found
+// nothing to hold), and from then on the users at the front of the line
+// are admitted only while the seats left outnumber the valid tokens, so
+// each seat a holder releases or lets expire goes to the next present user
+// in line. Writes after each batch of holds, FCFS grabs or bookings keep
+// the count; the periodic task sets both from Postgres, so a lost write or
+// a lost settings hash heals within EVENTS_RECONCILE_INTERVAL.
+// KEYS: cfg, tokens. ARGV: seats left, sold out ("1" or "0").
 var leftScript = redis.NewScript(`
 redis.call('HSET', KEYS[1], 'left', ARGV[1])
-if tonumber(ARGV[1]) <= 0 and redis.call('HGET', KEYS[1], 'soldout') ~= '1' then
+if ARGV[2] == '1' and redis.call('HGET', KEYS[1], 'soldout') ~= '1' then
   redis.call('HSET', KEYS[1], 'soldout', '1')
   redis.call('DEL', KEYS[2])
 end
 return 1`)
 
-// SetLeft tells ev's room how many seats are left (leftScript). Seat holds
-// call it after each batch: an event sold through holds offers the seats
-// released after its sell-out to its line.
-func (r *Room) SetLeft(ctx context.Context, ev int64, left int64) error {
-	return leftScript.Run(ctx, r.rdb, []string{roomKey(ev, "cfg"), roomKey(ev, "tokens")}, left).Err()
+// SetLeft tells ev's room how many seats are left and whether the event
+// has sold out through holds (leftScript).
+func (r *Room) SetLeft(ctx context.Context, ev int64, left int64, soldOut bool) error {
+	flag := "0"
+	if soldOut {
+		flag = "1"
+	}
+	return leftScript.Run(ctx, r.rdb, []string{roomKey(ev, "cfg"), roomKey(ev, "tokens")}, left, flag).Err()
 }
 
 // Configure stores e's admission settings in Redis, where every script

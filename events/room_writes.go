@@ -130,10 +130,13 @@ func queueNotOpen(e Event) *domain.Problem {
 // book reserves chosen seats, in seq order, on one event; success
 // gives the caller's entry token back.
 func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch, r *requests.Request, p *BookPayload) (requests.Outcome, error) {
-	var reserved bool
+	if err := w.expireDue(ctx, tx, b, p.EventID); err != nil {
+		return requests.Outcome{}, err
+	}
+	var reserved, soldOut bool
 	var seed []byte
-	err := tx.QueryRow(ctx, `SELECT s.reserved, e.shuffle_seed FROM seats s JOIN events e ON e.id = s.event_id
-		WHERE s.id = $1 AND s.event_id = $2`, p.SeatID, p.EventID).Scan(&reserved, &seed)
+	err := tx.QueryRow(ctx, `SELECT s.reserved, e.shuffle_seed, e.sold_out_at IS NOT NULL FROM seats s JOIN events e ON e.id = s.event_id
+		WHERE s.id = $1 AND s.event_id = $2`, p.SeatID, p.EventID).Scan(&reserved, &seed, &soldOut)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return requests.Reject(domain.CodeNotFound, "no such seat in this event"), nil
 	}
@@ -174,10 +177,34 @@ func (w *RoomWrites) book(ctx context.Context, tx pgx.Tx, b *keyed.Batch, r *req
 	res.BookingReference = BookingReference(refSeat, res.ReservationID)
 	ev, user := Event{EventID: p.EventID, seed: seed}, r.UserID
 	b.AfterCommit(func(ctx context.Context) {
+		if soldOut { // the room offers released seats: one fewer now
+			_ = w.Room.SetLeft(ctx, ev.EventID, remaining, true)
+		}
 		_ = w.Room.Leave(ctx, ev, user)
 		if w.Counts != nil {
 			_ = w.Counts.Set(ctx, ev.EventID, remaining)
 		}
 	})
 	return requests.Succeeded(res), nil
+}
+
+// expireDue expires event ev's seat holds past their time, if it has any,
+// so that their seats are free for this booking as for the holds' own
+// batches. Only then is the event locked (as the holds' batches and the
+// sweep lock it before they touch a hold): a booking of an event without
+// holds takes no lock of its own.
+func (w *RoomWrites) expireDue(ctx context.Context, tx pgx.Tx, b *keyed.Batch, ev int64) error {
+	var due bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seat_holds
+		WHERE event_id = $1 AND status = 'HELD' AND expires_at <= $2)`, ev, b.Now).Scan(&due); err != nil || !due {
+		return err
+	}
+	if err := lockEvent(ctx, tx, ev); err != nil {
+		return err
+	}
+	expired, left, err := expireDue(ctx, tx, ev, b.Now)
+	if len(expired) > 0 && w.Counts != nil {
+		b.AfterCommit(func(ctx context.Context) { _ = w.Counts.SetHolds(ctx, ev, left, nil, expired) })
+	}
+	return err
 }

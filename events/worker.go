@@ -21,6 +21,7 @@ func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Ty
 		f := NewFCFS(fcfsLockWait)
 		f.Counts = counts
 		room := NewRoom(st.Redis, secret)
+		f.Room = room
 		sealer := NewSealer(st.Pool, room)
 		rw := &RoomWrites{Room: room, Sealer: sealer, Counts: counts}
 		rooms := NewRooms(st.Pool, room, sealer, counts)

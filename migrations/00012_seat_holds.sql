@@ -17,6 +17,8 @@
 -- event (or the periodic task) marks it EXPIRED and frees its seats.
 -- events.fcfs_after replaces each worker's memory of the last seat FCFS
 -- granted: FCFS looks for free seats after it, and freeing a seat lowers it.
+-- events.sold_out_at is when a batch of seat holds first left no seat: from
+-- then on the waiting room offers each seat that comes free to its line.
 CREATE TABLE event_sections (
     event_id   bigint  NOT NULL REFERENCES events,
     name       text    NOT NULL CHECK (name <> ''),
@@ -29,7 +31,8 @@ INSERT INTO event_sections (event_id, name, preference) SELECT id, 'General', 1 
 ALTER TABLE events
     ADD COLUMN seat_hold_seconds integer NOT NULL DEFAULT 600 CHECK (seat_hold_seconds BETWEEN 1 AND 86400),
     ADD COLUMN max_seats_per_user integer NOT NULL DEFAULT 6 CHECK (max_seats_per_user BETWEEN 1 AND 100),
-    ADD COLUMN fcfs_after bigint NOT NULL DEFAULT 0;
+    ADD COLUMN fcfs_after bigint NOT NULL DEFAULT 0,
+    ADD COLUMN sold_out_at timestamptz;
 
 ALTER TABLE seats
     ADD COLUMN section text    NOT NULL DEFAULT 'General',
@@ -61,5 +64,6 @@ CREATE INDEX seat_holds_ended ON seat_holds (updated_at) WHERE status IN ('RELEA
 -- +goose Down
 DROP TABLE seat_holds;
 ALTER TABLE seats DROP COLUMN section, DROP COLUMN row_label, DROP COLUMN row_no, DROP COLUMN pos, DROP COLUMN hold_id;
-ALTER TABLE events DROP COLUMN seat_hold_seconds, DROP COLUMN max_seats_per_user, DROP COLUMN fcfs_after;
+ALTER TABLE events DROP COLUMN seat_hold_seconds, DROP COLUMN max_seats_per_user, DROP COLUMN fcfs_after,
+    DROP COLUMN sold_out_at;
 DROP TABLE event_sections;
