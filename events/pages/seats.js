@@ -25,8 +25,10 @@
     }).then(function (r) {
       if (r.status === 200) {
         hold = null;
+        // The server judges a hold's expiry by its own clock: a phone's
+        // clock may run ahead or behind.
         r.body.items.forEach(function (h) {
-          if (!hold && h.status === "held" && Date.parse(h.expiresAt) > Date.now()) { hold = h; }
+          if (!hold && h.status === "held") { hold = h; }
         });
       }
       return hf.call("GET", base + "/seats");
@@ -64,6 +66,7 @@
       held(sentence);
       return;
     }
+    clearInterval(ticking);
     hf.show("hold", false);
     together(sections, free);
     if (free === 0) {
@@ -168,9 +171,10 @@
       }
       refused(what, r);
     }, function () {
+      // The hold may have been accepted before the connection dropped:
+      // what the server holds for the caller is read again.
       hf.connection(false);
-      setBusy(false);
-      hf.say("state", "Could not reach the server; " + what + " is not held. Try again.");
+      setTimeout(function () { load("The connection dropped while holding " + what + "."); }, 2000);
     });
   }
 
@@ -220,10 +224,15 @@
 
   // ranOut asks the server how the hold ended once its time is up.
   function ranOut() {
+    if (!hold) { return; }
     hf.call("GET", base + "/holds").then(function (r) {
       var mine = r.status === 200 ? r.body.items.filter(function (h) { return hold && h.holdId === hold.holdId; })[0] : null;
       if (mine && mine.status === "confirmed") {
         booked(mine);
+        return;
+      }
+      if (mine && mine.status === "held") { // this device's clock runs ahead of the server's
+        setTimeout(ranOut, 1000);
         return;
       }
       hold = null;
@@ -254,25 +263,29 @@
         clearInterval(ticking);
         hold = null;
         load("Your hold ran out before the confirmation, and the seats went back on sale.");
+      } else if (v.error && ["INVALID_STATUS_TRANSITION", "NOT_FOUND", "CONFLICT"].indexOf(v.error.code) >= 0) {
+        hold = null; // the hold is no longer what this page showed: read it again
+        load(v.error.message);
       } else {
         refused("your seats", r);
       }
     }, function () {
       hf.connection(false);
-      setBusy(false);
-      hf.say("state", "Could not reach the server; your seats are not confirmed yet. Try again.");
+      setTimeout(function () { load("The connection dropped while confirming."); }, 2000);
     });
   };
 
   hf.$("release").onclick = function () {
     setBusy(true);
     submit("DELETE", base + "/holds/" + hold.holdId, {}).then(function (r) {
+      var v = r.body || {};
       clearInterval(ticking);
       hold = null;
-      load(r.status === 200 ? "You released the seats." : "");
+      load(r.status === 200 && v.status === "succeeded" && v.result.status === "released" ? "You released the seats." :
+        (v.error ? v.error.message : hf.message(r)));
     }, function () {
       hf.connection(false);
-      setBusy(false);
+      setTimeout(function () { hold = null; load("The connection dropped while releasing."); }, 2000);
     });
   };
 
