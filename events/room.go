@@ -292,8 +292,8 @@ return {gone, {'admitted', now + ttl}}`)
 
 // enterScript puts member in line at place, if the caller still holds the
 // queue's lease (KEYS[9]) and member neither holds a token nor is in line
-// already (then it keeps its place). ARGV: fence ("0": the keyed engine runs
-// unguarded, a control case), member, place.
+// already (then it keeps its place). ARGV: fence (the holder's lease
+// token), member, place.
 // Returns gone, then the member's status.
 var enterScript = redis.NewScript(keyed.FenceCheck(9) + roomPrelude + `
 local m = ARGV[2]

@@ -195,7 +195,7 @@ func (s *HoldStore) versions(ctx context.Context, roomTypes []int64) (map[int64]
 // putScript stores a hold (new, or an existing one with a later expiry) and
 // the result of the request that did it, if the caller still holds the room
 // type's lease. KEYS: lease, hold, idx, snap, done, held per night. ARGV:
-// token ("0": unguarded control case), hold JSON, holdId, expiry ms, ttl ms,
+// token, hold JSON, holdId, expiry ms, ttl ms,
 // result JSON, now ms, done ttl ms. Expiries and now are the batch's clock
 // (Postgres'); Redis is given only durations, never told a time of its own
 // clock, so a night's count outlives its last hold whatever Redis's clock
