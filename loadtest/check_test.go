@@ -3,7 +3,6 @@ package loadtest
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -201,28 +200,6 @@ func TestReportJSON(t *testing.T) {
 	require.True(t, got.OK)
 	require.InDelta(t, 20, got.Submit.P50Ms, 0.5)
 	require.Equal(t, 3, got.Deferred.Tasks)
-}
-
-// The progress bar shows journeys done of all, and draws nothing where the
-// output is not a terminal (a pipe, a file, a buffer).
-func TestProgressBar(t *testing.T) {
-	var buf bytes.Buffer
-	require.False(t, isTerminal(&buf))
-	f, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	defer f.Close()
-	require.False(t, isTerminal(f), "a regular file is not a terminal")
-	quiet := newProgress(&buf, "fcfs-rush", 10)
-	quiet.Step()
-	quiet.Done()
-	require.Zero(t, buf.Len())
-
-	p := &progress{w: &buf, name: "fcfs-rush", total: 10, start: time.Now()}
-	for range 4 {
-		p.Step()
-	}
-	p.draw()
-	require.Contains(t, buf.String(), "fcfs-rush [################........................] 4/10")
 }
 
 // The cart section puts holdfast's cart-rush beside the synchronous

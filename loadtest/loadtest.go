@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -78,7 +77,6 @@ type Options struct {
 	// MetricsURLs are scraped for process_resident_memory_bytes while the
 	// scenario runs, by name ("api", "worker").
 	MetricsURLs map[string]string
-	Progress    io.Writer // a progress bar is drawn here when non-nil
 	// Intake, for fcfs-rush and baseline-roundtrip, only submits: clients
 	// do not wait for outcomes while submitting, so the report's accepted/s
 	// is the API's intake rate.
@@ -354,7 +352,6 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	mem := watchMemory(ctx, opt.MetricsURLs)
 	cpu := startCPU(ctx, opt.MetricsURLs)
 	e.Rec.Start()
-	bar := newProgress(opt.Progress, name, total)
 	var next, failed atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
@@ -372,7 +369,6 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 					failed.Add(1)
 					errOnce.Do(func() { firstErr = err })
 				}
-				bar.Step()
 			}
 		}()
 	}
@@ -399,7 +395,6 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		}
 	}
 	e.Rec.Stop()
-	bar.Done()
 	peaks := mem.stop()
 	cpuSeconds := cpu.read(ctx)
 	violations, err := sc.Check(ctx, e)

@@ -150,9 +150,6 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	if *workerMetrics != "" {
 		opt.MetricsURLs["worker"] = *workerMetrics
 	}
-	if !*asJSON {
-		opt.Progress = stderr
-	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
