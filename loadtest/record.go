@@ -186,16 +186,3 @@ func percentiles(s []time.Duration) Percentiles {
 	}
 	return Percentiles{Count: len(s), P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: at(1)}
 }
-
-// cdf samples sorted latencies at 100 evenly spaced quantiles, for the HTML
-// report's latency chart.
-func cdf(s []time.Duration) []float64 {
-	if len(s) == 0 {
-		return nil
-	}
-	out := make([]float64, 101)
-	for q := range out {
-		out[q] = float64(s[q*(len(s)-1)/100].Microseconds()) / 1000
-	}
-	return out
-}

@@ -1,10 +1,8 @@
 package loadtest
 
 import (
-	_ "embed"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"io"
 	"maps"
 	"slices"
@@ -76,10 +74,8 @@ type Report struct {
 	Violations []string        `json:"violations"`
 	OK         bool            `json:"ok"`
 
-	AcceptedSeries  []int     `json:"acceptedPerSecondSeries"`
-	CompletedSeries []int     `json:"completedPerSecondSeries"`
-	SubmitCDF       []float64 `json:"-"`
-	DoneCDF         []float64 `json:"-"`
+	AcceptedSeries  []int `json:"acceptedPerSecondSeries"`
+	CompletedSeries []int `json:"completedPerSecondSeries"`
 }
 
 // Report summarises the run.
@@ -97,7 +93,6 @@ func (r *Recorder) Report(scenario string, opt Options, journeys int, peaks map[
 		Outcomes: maps.Clone(r.outcomes), Throttled: maps.Clone(r.throttled), Errors: maps.Clone(r.errors),
 		ErrorSamples: maps.Clone(r.firstErr), PeakRSSMiB: peaks, Violations: violations, OK: len(violations) == 0,
 		AcceptedSeries: slices.Clone(r.accepted), CompletedSeries: slices.Clone(r.completed),
-		SubmitCDF: cdf(submit), DoneCDF: cdf(server),
 	}
 	if rep.Violations == nil {
 		rep.Violations = []string{}
@@ -246,57 +241,4 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)
-}
-
-//go:embed report.html.tmpl
-var htmlReport string
-
-var htmlTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
-	"series": polyline, "sorted": func(m map[string]int) []string { return slices.Sorted(maps.Keys(m)) },
-}).Parse(htmlReport))
-
-// WriteHTML writes a self-contained HTML page with the report, a
-// throughput-over-time chart and latency distribution charts.
-func (rep *Report) WriteHTML(w io.Writer) error {
-	return htmlTmpl.Execute(w, rep)
-}
-
-// chartW and chartH are the SVG charts' drawing area.
-const chartW, chartH = 640.0, 200.0
-
-// polyline scales ys (ints or floats) to the chart and returns the points
-// attribute of an SVG polyline; ymax 0 scales to the data's maximum.
-func polyline(ys any, ymax float64) template.HTMLAttr {
-	var vals []float64
-	switch v := ys.(type) {
-	case []int:
-		for _, x := range v {
-			vals = append(vals, float64(x))
-		}
-	case []float64:
-		vals = v
-	}
-	if ymax <= 0 {
-		for _, v := range vals {
-			ymax = max(ymax, v)
-		}
-	}
-	xs := make([]float64, len(vals))
-	for i := range xs {
-		xs[i] = float64(i)
-	}
-	return points(xs, vals, float64(max(len(vals)-1, 1)), ymax)
-}
-
-// points scales (xs[i], ys[i]) to the chart, x from 0 to xmax and y from 0
-// to ymax, and returns the points attribute of an SVG polyline.
-func points(xs, ys []float64, xmax, ymax float64) template.HTMLAttr {
-	if len(ys) == 0 || ymax <= 0 || xmax <= 0 {
-		return ""
-	}
-	var b strings.Builder
-	for i, v := range ys {
-		fmt.Fprintf(&b, "%.1f,%.1f ", xs[i]/xmax*chartW, chartH-v/ymax*chartH)
-	}
-	return template.HTMLAttr(`points="` + strings.TrimSpace(b.String()) + `"`)
 }

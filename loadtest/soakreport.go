@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"fmt"
-	"html/template"
 	"io"
 	"math"
 	"strings"
@@ -249,7 +248,7 @@ type soakTable struct {
 	Rows   [][]string
 }
 
-// Table is the samples as a table, for the text and HTML reports.
+// Table is the samples as a table, for the text report.
 func (r *SoakReport) Table() soakTable {
 	var header []string
 	var rows [][]string
@@ -358,87 +357,4 @@ func (r *SoakReport) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "    %-7s %s: %s%s\n", c.Verdict, c.Name, c.Measured, bound)
 	}
-}
-
-// soakChart is one chart of the HTML report: lines over the run's time.
-type soakChart struct {
-	Title   string
-	Max     float64 // the value at the top of the chart
-	Seconds float64 // the time at its right edge, since the first sample
-	Lines   []soakLine
-}
-
-type soakLine struct {
-	Name, Color string
-	Points      template.HTMLAttr
-}
-
-var soakColors = []string{"#1565c0", "#2e7d32", "#6a1b9a", "#ef6c00", "#c62828", "#00838f"}
-
-// Charts draws memory, keys, and table sizes and rows over time.
-func (r *SoakReport) Charts() []soakChart {
-	type series struct {
-		name string
-		v    func(SoakSample) (float64, bool)
-	}
-	mapped := func(m func(SoakSample) map[string]float64, k string) func(SoakSample) (float64, bool) {
-		return func(s SoakSample) (float64, bool) { v, ok := m(s)[k]; return v, ok }
-	}
-	var memory []series
-	for _, p := range soakProcesses {
-		memory = append(memory,
-			series{p + " RSS", mapped(func(s SoakSample) map[string]float64 { return s.RSSMiB }, p)},
-			series{p + " heap in use", mapped(func(s SoakSample) map[string]float64 { return s.HeapMiB }, p)})
-	}
-	memory = append(memory, series{"Redis used_memory", func(s SoakSample) (float64, bool) {
-		if s.Redis == nil {
-			return 0, false
-		}
-		return s.Redis.UsedMemoryMiB, true
-	}})
-	keys := []series{
-		{"distinct keys written", func(s SoakSample) (float64, bool) { return float64(s.Keys), true }},
-		{"Redis keys", func(s SoakSample) (float64, bool) {
-			if s.Redis == nil {
-				return 0, false
-			}
-			return float64(s.Redis.Keys), true
-		}},
-	}
-	var sizes, rows []series
-	for _, t := range tableNames(r.Samples) {
-		sizes = append(sizes, series{t, func(s SoakSample) (float64, bool) { v, ok := s.Tables[t]; return v.MiB, ok }})
-		rows = append(rows, series{t, func(s SoakSample) (float64, bool) { v, ok := s.Tables[t]; return float64(v.Rows), ok }})
-	}
-	if len(r.Samples) == 0 {
-		return nil
-	}
-	t0, span := r.Samples[0].Seconds, r.Samples[len(r.Samples)-1].Seconds-r.Samples[0].Seconds
-	draw := func(title string, ss []series) soakChart {
-		c := soakChart{Title: title, Seconds: span}
-		for _, se := range ss {
-			for _, s := range r.Samples {
-				if v, ok := se.v(s); ok {
-					c.Max = max(c.Max, v)
-				}
-			}
-		}
-		for i, se := range ss {
-			var xs, ys []float64
-			for _, s := range r.Samples {
-				if v, ok := se.v(s); ok {
-					xs, ys = append(xs, s.Seconds-t0), append(ys, v)
-				}
-			}
-			if len(xs) > 0 {
-				c.Lines = append(c.Lines, soakLine{Name: se.name, Color: soakColors[i%len(soakColors)], Points: points(xs, ys, span, c.Max)})
-			}
-		}
-		return c
-	}
-	out := []soakChart{draw("Memory (MiB)", memory), draw("Keys", keys)}
-	if len(sizes) > 0 {
-		out = append(out, draw("Table size, with indexes (MiB)", sizes), draw("Table rows", rows))
-	}
-	return out
 }

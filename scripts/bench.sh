@@ -76,8 +76,8 @@
 # writes its table to bin/bench/latest-drop.md, latest-cart.md or
 # latest-hold.md; BENCH_ONLY=keys runs part 7 alone (latest-keys.md), and
 # BENCH_ONLY=group part 8 (latest-group.md).
-# Results: bin/bench/<time>/ (JSON per run, HTML for the holdfast runs, the
-# runs at the commit delay in its subdirectory commit-delay/) and
+# Results: bin/bench/<time>/ (JSON per run, the runs at the commit delay in
+# its subdirectory commit-delay/) and
 # bin/bench/latest.md. Everything uses its own databases (holdfast_bench,
 # wiped first) and its own redis-server on a spare port (BENCH_REDIS_PORT,
 # 16399), so a running `make run` or `make test` is not disturbed.
@@ -147,12 +147,12 @@ sync_run() {
   stop "$pid"
 }
 # holdfast_run NAME LOAD_ARGS...: rush holdfast with bin/load LOAD_ARGS;
-# report in $out/NAME.json and NAME.html.
+# report in $out/NAME.json.
 holdfast_run() {
   local name=$1; shift
   settle
   bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -concurrency "$conc" \
-    -json -html "$out/$name.html" "$@" > "$out/$name.json" || true
+    -json "$@" > "$out/$name.json" || true
 }
 
 fresh_stores holdfast_bench "$redis_port"

@@ -11,7 +11,7 @@
 # LEASE_TTL), so both pass within the idle wait. Its own database (holdfast_soak,
 # wiped first) and redis-server on a spare port (SOAK_REDIS_PORT, 16397), so
 # a running `make run` or `make test` is not disturbed. The report lands in
-# bin/soak/<time>/report.txt and report.html; a failed check exits 1.
+# bin/soak/<time>/report.txt; a failed check exits 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,4 +36,4 @@ start_holdfast
 step "soak: $rate probe writes/s on new keys for $duration, then $idle idle (REQUEST_RETENTION=$REQUEST_RETENTION, KEY_FORGET_AFTER=$KEY_FORGET_AFTER, a sample every $sample)"
 bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -database-url "$DATABASE_URL" \
   -rate "$rate" -duration "$duration" -sample-every "$sample" -idle "$idle" -warm-up "$warmup" -retention "$REQUEST_RETENTION" \
-  -html "$out/report.html" soak | tee "$out/report.txt"
+  soak | tee "$out/report.txt"

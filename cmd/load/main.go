@@ -23,7 +23,7 @@
 // baseline after -idle, requests rows bounded by rate × -retention (the
 // system's REQUEST_RETENTION). make soak runs it:
 //
-//	load -redis $REDIS_URL -database-url $DATABASE_URL -retention 60s -idle 2m -html soak.html soak
+//	load -redis $REDIS_URL -database-url $DATABASE_URL -retention 60s -idle 2m soak
 //
 // isolation (K4) and recovery (K5) hold holdfast's workers back (-redis)
 // while they submit a backlog of FCFS grabs: isolation's on one event, whose
@@ -120,7 +120,6 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	apiMetrics := fs.String("api-metrics", "auto", "the API's /metrics for peak memory ('auto': URL/metrics, '' to skip)")
 	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:8081/metrics"), "the worker's /metrics for peak memory ('' to skip)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	htmlFile := fs.String("html", "", "also write an HTML report with charts to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (go tool pprof)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give the run up after this long (0: never): a write that never ends fails the run instead of holding it forever")
 	if err := fs.Parse(args); err != nil {
@@ -176,19 +175,6 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 		}
 	} else {
 		rep.WriteText(stdout)
-	}
-	if *htmlFile != "" {
-		f, err := os.Create(*htmlFile)
-		if err != nil {
-			return 1, err
-		}
-		if err := rep.WriteHTML(f); err != nil {
-			f.Close()
-			return 1, err
-		}
-		if err := f.Close(); err != nil {
-			return 1, err
-		}
 	}
 	if !rep.OK {
 		return 1, nil
