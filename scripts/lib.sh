@@ -1,5 +1,6 @@
-# Shared by scripts/bench.sh and scripts/ab.sh: start processes, wait for
-# them, stop them all on exit. Set $out (where logs go) before sourcing.
+# Shared by scripts/bench.sh, soak.sh, streams.sh and redis-away.sh: start
+# processes, wait for them, stop them all on exit. Set $out (where logs go)
+# before sourcing.
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
