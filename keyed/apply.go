@@ -256,10 +256,8 @@ func missing(ids []uuid.UUID, open []*requests.Request) []string {
 
 // leasesOf returns those of leases whose key the batch names: a transaction
 // fences the keys of what it applies (doc.go, "Groups"), not every key its
-// group holds. Measured in a cart rush whose every cart also holds one of
-// 200 long-tail options (load -cart-tail 200, 40,000 carts, 2026-11-28,
-// Postgres' own counters): 32,243 key_fences row updates against 91,238
-// when every held key was fenced; docs/benchmarks.md has the rates.
+// group holds, so a key held for a request that waits is not rewritten at
+// every step (docs/benchmarks.md, "Measured speed-ups").
 func leasesOf(leases []Lease, named map[string]int64) []Lease {
 	var out []Lease
 	for _, l := range leases {

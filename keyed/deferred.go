@@ -33,11 +33,8 @@ import (
 //   - schedule: the task is scheduled a minute or more ahead and runs by
 //     itself, a drain attempt on its first key.
 //
-// Measured (scripts/ab.sh, fcfs-rush of 40,000 users, two pairs against
-// scheduling): the deferred tasks' CPU, once the run was over, went from
-// 0.280–0.284 ms a write (Redis 0.102–0.106, worker 0.176–0.179) to
-// 0.007–0.011 ms, and Redis' all-in CPU a write from 0.173–0.177 ms to
-// 0.072–0.089 ms; the folds made during the run are in the latter.
+// Folding spares Redis and the worker most of what the deferred tasks cost
+// when each runs by itself (docs/benchmarks.md, "Measured speed-ups").
 const DeferredGroup = "deferred"
 
 // The worker's aggregation settings: a group is folded once it holds

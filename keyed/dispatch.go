@@ -106,14 +106,11 @@ func (e *Engine) Enqueue(ctx context.Context, r *requests.Request, p requests.Po
 // and leaves the worker's slots and Redis to the drain while a rush lasts;
 // it runs later as a no-op. A request that nothing else would apply, the
 // doorbell of idle keys, has its task due at once. Deferring on any held
-// key, not only the first (the one the task drains), measured in the cart
-// rush with every cart also holding one of 200 long-tail options
-// (scripts/ab.sh, -cart-tail 200, two pairs, 2026-11-27): 2,238 and 1,930
-// carts a second against 1,213 and 1,207, CPU per journey 0.64 and 0.76 ms
-// against 1.27; a cart whose long-tail option sorts first no longer starts
-// a drain of its own at once that waits for the hot option (a fold still
-// drains its first key, after the aggregator's wait). The duration is the
-// schedule's; a folded task waits for the aggregator instead.
+// key, not only the first (the one the task drains), keeps a cart whose
+// long-tail option sorts first from starting a drain of its own at once
+// that waits for the hot option (a fold still drains its first key, after
+// the aggregator's wait; docs/benchmarks.md, "Measured speed-ups"). The
+// duration is the schedule's; a folded task waits for the aggregator instead.
 func deferral(p requests.Posting, after int) time.Duration {
 	if p.Backlog <= int64(after) && !p.Held {
 		return 0

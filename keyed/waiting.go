@@ -91,28 +91,9 @@ import (
 // key go since, the request is gathered by whoever holds it, as after a
 // yield. A take moves the inbox of the drain it takes over with its group.
 //
-// Measured (2026-11-27, BenchmarkBatchApply's case keys=24+shared-last/
-// drains=8, 400 requests, three runs of each, alternating): taking over,
-// 1,444 / 1,323 / 1,460 requests a second at 100–133 a transaction; the
-// first two alone, 395 / 342 / 318 at 2.6; plain, 126–159 at 2.6–2.9. The
-// shared key sorting first ran 924–1,544 in the same runs. In e2e
-// (TestMultiKeyOrder, two workers), from the last 202 to the last
-// outcome: 1.6–2.6 s, against 4.0–4.8 s without taking over and 8.7–10.5 s
-// plain. A cart rush whose every cart also holds one of 200 long-tail
-// options (scripts/ab.sh, load -cart-tail 200, 40,000 carts, two pairs):
-// 1,149 and 1,579 carts a second against 150 and 154 before, at 1.4 and
-// 1.0 ms of CPU a journey against 10.5 and 10.2. docs/benchmarks.md has
-// these and the earlier measurements of the first two.
-//
-// Giving away, measured (2026-11-28, the same cart rush, two pairs against
-// c1ee839, which took over but did not give): 1,659 and 1,529 carts a
-// second against 1,341 and 1,240, at 0.90 and 0.97 ms of CPU a journey
-// against 1.16 and 1.23; keys yielded with requests left, 778 against
-// 16,921. Taking over, measured again beside it: no difference in the
-// benchmark and the e2e test above, nor in the 40,000-cart rush, but in
-// make bench's short tailed cart rush (3,000 carts) the p99 from accept to
-// outcome was 651, 748 and 760 ms with it and 775 to 1,821 ms without (a
-// shared key then goes from drain to drain one gift a step), so it stays.
+// Taking over and giving away each multiplied the carts a second of a cart
+// rush with a long tail: docs/benchmarks.md, "Measured speed-ups", has the
+// figures, and how and when they were measured.
 //
 // Options.PlainWaiting (QUIET_WAITING=false) turns all four off: every
 // look is a whole step, on its timer alone, and keys move between drains
