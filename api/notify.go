@@ -22,7 +22,7 @@ import (
 // is announced, and waits for it without reading Postgres.
 //
 // Answering from the announced view, rather than reading Postgres once
-// woken, measured in pairs (scripts/ab.sh, fcfs-rush of 40,000 users on two
+// woken, measured in pairs (A/B pairs, docs/benchmarks.md, fcfs-rush of 40,000 users on two
 // cores, 2026-11-26): 6,608 and 6,552 journeys a second against 3,832 and
 // 3,683 without it, and 0.232 and 0.240 ms of CPU a journey against 0.363
 // and 0.384. ANNOUNCED_VIEWS=false turns that off (await); the

@@ -73,7 +73,7 @@ func (s *Server) Accept(c *fiber.Ctx, sub requests.Submission) error {
 		return c.JSON(r.View())
 	}
 	// Prefer: wait makes a write one exchange instead of a submit and a
-	// poll: in the cart rush (3,000 reserves, 200 clients, scripts/ab.sh)
+	// poll: in the cart rush (3,000 reserves, 200 clients, A/B pairs, docs/benchmarks.md)
 	// 2,791–2,910 → 3,160–3,607 reserves/s, 0.56–0.64 → 0.47–0.54 ms of CPU
 	// a reserve. A client that does not send it gets the 202 at once.
 	if wait := preferredWait(c.Request().Header.PeekAll("Prefer"), s.cfg.PollMaxWait); wait > 0 {

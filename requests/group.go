@@ -31,10 +31,10 @@ import (
 // averaged 17, for 3,900 against 4,900 202s per second and a p99 of 82
 // against 71 ms. A leader runs one batch and hands on, as the other users of
 // storage.Turns do; letting it run up to three in a row made no difference
-// beyond the noise (scripts/ab.sh, six pairs each, 2026-11-26: fcfs-rush
+// beyond the noise (A/B pairs, docs/benchmarks.md, six pairs each, 2026-11-26: fcfs-rush
 // 2,639 against 2,664 a second, cart-rush 1,840 against 1,839).
 //
-// Its gain, measured in pairs with it bypassed (scripts/ab.sh, fcfs-rush of
+// Its gain, measured in pairs with it bypassed (A/B pairs, docs/benchmarks.md, fcfs-rush of
 // 40,000 users on two cores, 2026-11-26): 6,023 and 6,156 accepted writes a
 // second against 3,771 and 4,624, and 0.267 and 0.234 ms of CPU a journey
 // against 0.483 and 0.385 (Postgres alone 0.058 and 0.054 against 0.174 and

@@ -24,7 +24,7 @@ func API() api.Mount {
 			return carts[user], err
 		}
 		if cfg := s.Config(); cfg.CartGroupRead {
-			// In the cart rush (3,000 reserves, 200 clients, scripts/ab.sh,
+			// In the cart rush (3,000 reserves, 200 clients, A/B pairs, docs/benchmarks.md,
 			// four pairs): 3,131–3,927 → 3,990–4,511 reserves/s, 0.43–0.52
 			// → 0.32–0.40 ms of CPU a reserve (Postgres 0.14–0.15 → 0.09–0.12).
 			carts := storage.NewGroupRead(h.catalog.cartSnapshots, maxCartsARead, cfg.DependencyTimeout)

@@ -116,7 +116,7 @@ const scopeCTE = `h AS (
 // prepared, and the benchmark's hotel (10 types of 50 rooms, 50,000 stays)
 // 3.7–4.2 against 2.6–3.0 ms (psql, EXPLAIN-less EXECUTE, 8 runs each);
 // make benchgo's Availability31Nights 4.16 → 3.08 ms; the load tool's
-// availability-read (scripts/ab.sh, 3 pairs) 1,005–1,057 → 1,488–1,561
+// availability-read (A/B pairs, docs/benchmarks.md, 3 pairs) 1,005–1,057 → 1,488–1,561
 // reads/s, Postgres 0.70–0.74 → 0.20–0.21 ms of CPU a read.
 var (
 	aggregateSQL       = aggregateStatement(false)

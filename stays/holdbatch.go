@@ -52,7 +52,7 @@ type holdOp struct {
 // batch's time: a hold counts until its expiry, no sweeper involved.
 //
 // Against deciding each request by itself (3cca34c), three pairs of a
-// 3,000-journey hold storm (scripts/ab.sh, 2026-11-29): 1,167 / 1,128 /
+// 3,000-journey hold storm (A/B pairs, docs/benchmarks.md, 2026-11-29): 1,167 / 1,128 /
 // 1,132 → 2,242 / 2,124 / 2,316 writes/s; CPU a journey 1.97–2.07 →
 // 0.97–1.11 ms, of which Postgres' 0.97–1.03 → 0.32–0.37.
 type holdBatch struct {

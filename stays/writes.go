@@ -45,7 +45,7 @@ type Writes struct {
 	// Together has a batch's creates, confirms and cancels reach apply in
 	// one call and be decided in one pass (HOLD_WRITES_TOGETHER); without
 	// it, each run of one type is a pass of its own, with its own reads.
-	// Hold storm, four pairs of 3,000 journeys (scripts/ab.sh, 2026-11-29):
+	// Hold storm, four pairs of 3,000 journeys (A/B pairs, docs/benchmarks.md, 2026-11-29):
 	// 1,652 / 1,958 / 1,832 / 1,661 writes/s one type at a time, 2,006 /
 	// 1,944 / 1,903 / 1,844 together, Postgres CPU 0.43–0.53 against
 	// 0.37–0.43 ms a journey.

@@ -89,7 +89,7 @@ func (b *Batcher) send(batch []*batchCall) {
 // through the client it was given); should that change, enqueues go one by
 // one again, still correct.
 //
-// Its gain, measured in seven pairs (scripts/ab.sh, fcfs-rush of 40,000
+// Its gain, measured in seven pairs (A/B pairs, docs/benchmarks.md, fcfs-rush of 40,000
 // users on two cores, 2026-11-26; five against a build that bypassed it,
 // two with BATCH_ENQUEUE=false on the same build): Redis CPU a journey
 // 0.034–0.040 ms against 0.042–0.047, lower in every pair, and CPU a
