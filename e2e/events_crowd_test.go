@@ -26,6 +26,7 @@ import (
 	"github.com/holdfast/holdfast/client"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
+	"github.com/holdfast/holdfast/events/draw"
 	"github.com/holdfast/holdfast/internal/systest"
 )
 
@@ -364,17 +365,17 @@ func TestPrequeueOrderIsVerifiable(t *testing.T) {
 	list := prequeueList(t, s, e.EventID, 300)
 	require.True(t, list.Sealed)
 	require.Len(t, list.Entrants, early)
-	order, _, err := events.VerifyPrequeue(events.Prequeue{Commitment: pub.ShuffleCommitment, Seed: *pub.ShuffleSeed, Entrants: list.Entrants}, "")
+	order, _, err := draw.Verify(draw.Prequeue{Commitment: pub.ShuffleCommitment, Seed: *pub.ShuffleSeed, Entrants: list.Entrants}, "")
 	require.NoError(t, err)
 
 	byPlace := make([]*systest.Client, early+late)
 	for _, u := range pre {
-		_, place, err := events.VerifyPrequeue(events.Prequeue{Commitment: pub.ShuffleCommitment, Seed: *pub.ShuffleSeed, Entrants: list.Entrants}, u.User)
+		_, place, err := draw.Verify(draw.Prequeue{Commitment: pub.ShuffleCommitment, Seed: *pub.ShuffleSeed, Entrants: list.Entrants}, u.User)
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, place, 0, "%s entered the pre-queue", u.User)
 		st := queueStatus(t, u, e.EventID)
 		require.Equal(t, int64(place), *st.Rank, "%s: the room's place is the verifier's", u.User)
-		require.Equal(t, order[place], events.Pseudonym(mustHex(t, *pub.ShuffleSeed), u.User))
+		require.Equal(t, order[place], draw.Pseudonym(mustHex(t, *pub.ShuffleSeed), u.User))
 		byPlace[place] = u
 	}
 	for i, u := range after {
@@ -496,7 +497,7 @@ func TestPositionStream(t *testing.T) {
 		queueStatus(t, us[0], e.EventID)
 		queueStatus(t, us[1], e.EventID)
 	}
-	member := events.Pseudonym(mustHex(t, seedOf(t, s, e.EventID)), watcher.User)
+	member := draw.Pseudonym(mustHex(t, seedOf(t, s, e.EventID)), watcher.User)
 	_, err := s.Redis.ZScore(context.Background(), fmt.Sprintf("hf:{events:q:%d}:queue", e.EventID), member).Result()
 	require.NoError(t, err, "the stream kept the watcher in line")
 	// The two ahead take their turn and leave.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/holdfast/holdfast/events/draw"
 	"github.com/holdfast/holdfast/storage"
 )
 
@@ -58,7 +59,7 @@ func (e Event) queueOpen(t time.Time) bool {
 }
 
 // member is user's name in the event's waiting room: its pseudonym.
-func (e Event) member(user string) string { return Pseudonym(e.seed, user) }
+func (e Event) member(user string) string { return draw.Pseudonym(e.seed, user) }
 
 // Public is the unauthenticated view of an event: its seats, and the
 // waiting-room settings a visitor plans by. ShuffleSeed is null until the
@@ -120,11 +121,11 @@ func (c *Catalog) CreateEvent(ctx context.Context, e Event, m SeatMap) (Event, e
 	}
 	seats := m.seats()
 	e.TotalSeats = len(seats)
-	seed, err := NewSeed()
+	seed, err := draw.NewSeed()
 	if err != nil {
 		return e, err
 	}
-	e.seed, e.ShuffleCommitment, e.version = seed, Commitment(seed), 1
+	e.seed, e.ShuffleCommitment, e.version = seed, draw.Commitment(seed), 1
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `INSERT INTO events (name, total_seats, max_concurrent, token_ttl_seconds,
 				entry_token_required, fcfs_entry_token_required, presence_timeout_seconds, claim_window_seconds,
@@ -165,7 +166,7 @@ func scanEvent(row pgx.Row) (Event, error) {
 		&e.FCFSEntryTokenRequired, &e.PresenceTimeoutSeconds, &e.ClaimWindowSeconds, &e.AdmitPerMinute, &e.AdmissionPaused,
 		&e.QueueOpensAt, &e.SalesStartAt, &e.ReturnURL, &e.seed, &e.version, &e.sealedAt, &e.CreatedAt,
 		&e.SeatHoldSeconds, &e.MaxSeatsPerUser, &e.StartsAt, &e.Venue, &e.ImageURL, &e.soldOut)
-	e.ShuffleCommitment = Commitment(e.seed)
+	e.ShuffleCommitment = draw.Commitment(e.seed)
 	for _, t := range []**time.Time{&e.QueueOpensAt, &e.SalesStartAt, &e.sealedAt, &e.StartsAt} {
 		if *t != nil {
 			u := (*t).UTC()

@@ -15,7 +15,7 @@
 // sweeper, and users who walk away lose their place after a presence
 // timeout, when the line reaches them (a user silent far back keeps it),
 // or a claim window. Entries before salesStartAt form a pre-queue
-// whose order is drawn from a seed committed to at creation (shuffle.go)
+// whose order is drawn from a seed committed to at creation (package draw)
 // and opens once sealed (seal.go); position streams fan out one script per
 // event per API process (stream.go). docs/waiting-room.md explains why.
 package events

@@ -197,7 +197,7 @@ func (h *handlers) public(c *fiber.Ctx) error {
 }
 
 // prequeue lists the pre-queue's entrants in entry order, a page at a time,
-// with what a verifier needs beside them (shuffle.go). The list is shown
+// with what a verifier needs beside them (package draw). The list is shown
 // once the pre-queue is sealed, complete: before, anyone who spotted its
 // own pseudonym (the newest entry) and sorted the list would know its place
 // in the draw before the start, and could keep its best account's.

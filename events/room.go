@@ -33,7 +33,7 @@ func QueueKey(id int64) string { return "events:q:" + strconv.FormatInt(id, 10) 
 //	hf:{events:q:7}:admits   sorted set "member:µs" → µs: admissions of the last minute
 //	hf:{events:q:7}:expired  sorted set member → when it lost its place (ms), for an hour
 //
-// A member is the user's pseudonym (shuffle.go). A place is the entry's
+// A member is the user's pseudonym (package draw). A place is the entry's
 // acceptance seq, or 0 for a pre-queue entrant: equal places sort by
 // member, which is the published shuffle. A user in line is in seen or in
 // away, never both.

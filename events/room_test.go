@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/events/draw"
 	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/keyed"
 )
@@ -19,7 +20,7 @@ import (
 func testRoom(t *testing.T, e Event, users ...string) (*Room, Event) {
 	t.Helper()
 	_, rdb := testenv.Redis(t)
-	seed, err := NewSeed()
+	seed, err := draw.NewSeed()
 	require.NoError(t, err)
 	e.EventID, e.seed, e.version = 1, seed, 1
 	if e.TokenTTLSeconds == 0 {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/client"
-	"github.com/holdfast/holdfast/events"
+	"github.com/holdfast/holdfast/events/draw"
 )
 
 // waitingRoomRush: users join an event's waiting room, wait for their turn
@@ -219,7 +219,7 @@ func (s *waitingRoomRush) prequeuePlaces(ctx context.Context, e *Env) (map[strin
 	if pub.ShuffleSeed == nil || !sealed {
 		return nil, []string{"the sale started, but the pre-queue's seed is not public or its list not sealed"}, nil
 	}
-	p := events.Prequeue{Commitment: pub.ShuffleCommitment, Seed: *pub.ShuffleSeed, Entrants: entrants}
+	p := draw.Prequeue{Commitment: pub.ShuffleCommitment, Seed: *pub.ShuffleSeed, Entrants: entrants}
 	places := map[string]int{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,7 +227,7 @@ func (s *waitingRoomRush) prequeuePlaces(ctx context.Context, e *Env) (map[strin
 		if !v.prequeue {
 			continue
 		}
-		_, place, err := events.VerifyPrequeue(p, v.user)
+		_, place, err := draw.Verify(p, v.user)
 		if err != nil {
 			return nil, []string{"pre-queue: " + err.Error()}, nil
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/events"
+	"github.com/holdfast/holdfast/events/draw"
 )
 
 // verifyPrequeue recomputes an event's pre-queue order from what the API
@@ -36,7 +37,7 @@ func verifyPrequeue(ctx context.Context, args []string, out io.Writer) error {
 	if err := getJSON(ctx, root, &pub); err != nil {
 		return err
 	}
-	p := events.Prequeue{Commitment: pub.ShuffleCommitment}
+	p := draw.Prequeue{Commitment: pub.ShuffleCommitment}
 	if pub.ShuffleSeed != nil {
 		p.Seed = *pub.ShuffleSeed
 	}
@@ -52,7 +53,7 @@ func verifyPrequeue(ctx context.Context, args []string, out io.Writer) error {
 		}
 		offset = *page.NextOffset
 	}
-	order, place, err := events.VerifyPrequeue(p, *user)
+	order, place, err := draw.Verify(p, *user)
 	if err != nil {
 		return err
 	}

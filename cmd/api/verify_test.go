@@ -13,6 +13,7 @@ import (
 
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
+	"github.com/holdfast/holdfast/events/draw"
 	"github.com/holdfast/holdfast/internal/systest"
 )
 
@@ -40,7 +41,7 @@ func TestVerifyPrequeueCommand(t *testing.T) {
 
 	var out bytes.Buffer
 	err := verifyPrequeue(context.Background(), []string{"-url", s.URL, "-event", fmt.Sprint(e.EventID)}, &out)
-	require.ErrorIs(t, err, events.ErrSeedNotRevealed, "before the start")
+	require.ErrorIs(t, err, draw.ErrSeedNotRevealed, "before the start")
 
 	// The seed is revealed at salesStartAt by the server's clock; the event
 	// starts on a whole second, as RFC 3339 carries it here.
@@ -57,7 +58,7 @@ func TestVerifyPrequeueCommand(t *testing.T) {
 			out.Reset()
 			err := verifyPrequeue(context.Background(),
 				[]string{"-url", s.URL, "-event", fmt.Sprint(e.EventID), "-user", u.User}, &out)
-			if errors.Is(err, events.ErrSeedNotRevealed) {
+			if errors.Is(err, draw.ErrSeedNotRevealed) {
 				return false
 			}
 			require.NoError(t, err)

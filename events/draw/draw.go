@@ -1,4 +1,9 @@
-package events
+// Package draw is the pre-queue's provably fair draw (SPEC §6.1): the
+// seed, its commitment, pseudonyms and the admission order anyone can
+// re-derive. Pure functions, no I/O: the events vertical draws with them,
+// and a fan, the load tool or `api verify-prequeue` checks a draw with
+// them without importing the vertical.
+package draw
 
 import (
 	"crypto/hmac"
@@ -27,7 +32,7 @@ import (
 //     shuffleSeed, and GET /api/v1/public/events/{id}/prequeue lists the
 //     entrants' pseudonyms in entry order. Anyone checks SHA-256(seed)
 //     against the commitment and sorts the list; a user finds its own
-//     place by computing its pseudonym (VerifyPrequeue, `api verify-prequeue`).
+//     place by computing its pseudonym (Verify, `api verify-prequeue`).
 //
 // The waiting room stores every user under its pseudonym, and gives every
 // pre-queue entrant the same score, so Redis orders them by pseudonym
@@ -63,9 +68,9 @@ func Pseudonym(seed []byte, user string) string {
 	return hex.EncodeToString(m.Sum(nil)[:pseudonymBytes])
 }
 
-// AdmissionOrder turns the pre-queue's entrants (pseudonyms, in any order)
+// Order turns the pre-queue's entrants (pseudonyms, in any order)
 // into the order they are admitted in: ascending.
-func AdmissionOrder(entrants []string) []string {
+func Order(entrants []string) []string {
 	order := slices.Clone(entrants)
 	slices.Sort(order)
 	return order
@@ -79,14 +84,14 @@ type Prequeue struct {
 }
 
 // ErrSeedNotRevealed means the sale has not started, so the seed is secret.
-var ErrSeedNotRevealed = errors.New("events: the shuffle seed is revealed when the sale starts")
+var ErrSeedNotRevealed = errors.New("draw: the shuffle seed is revealed when the sale starts")
 
-// VerifyPrequeue checks the published data and recomputes the admission
+// Verify checks the published data and recomputes the admission
 // order from it: the seed must match the commitment and every entrant must
 // be a well-formed pseudonym, listed once. When user is not empty it also
 // returns that user's 0-based place in the order, or -1 if it did not enter
 // the pre-queue.
-func VerifyPrequeue(p Prequeue, user string) (order []string, place int, err error) {
+func Verify(p Prequeue, user string) (order []string, place int, err error) {
 	if p.Seed == "" {
 		return nil, -1, ErrSeedNotRevealed
 	}
@@ -108,7 +113,7 @@ func VerifyPrequeue(p Prequeue, user string) (order []string, place int, err err
 		}
 		seen[e] = true
 	}
-	order = AdmissionOrder(p.Entrants)
+	order = Order(p.Entrants)
 	place = -1
 	if user != "" {
 		if i, ok := slices.BinarySearch(order, Pseudonym(seed, user)); ok {

@@ -1,4 +1,4 @@
-package events
+package draw
 
 import (
 	"crypto/sha256"
@@ -78,7 +78,7 @@ func upperGamma(a, x float64) float64 {
 // entry order as a FIFO pre-queue would, is rejected outright.
 func TestShuffleIsUniform(t *testing.T) {
 	const n, trials = 8, 8000
-	byPseudonym := func(_ []byte, entrants []string) []string { return AdmissionOrder(entrants) }
+	byPseudonym := func(_ []byte, entrants []string) []string { return Order(entrants) }
 	p := chiSquareP(positionTable(t, n, trials, byPseudonym), trials)
 	t.Logf("shuffle: p = %.3f", p)
 	require.Greater(t, p, 0.001)
@@ -100,7 +100,7 @@ func TestUpperGamma(t *testing.T) {
 
 // The verifier re-derives the order from the public data, finds a user's
 // place from its own id, and refuses data that does not add up.
-func TestVerifyPrequeue(t *testing.T) {
+func TestVerify(t *testing.T) {
 	seed, err := NewSeed()
 	require.NoError(t, err)
 	var entrants []string
@@ -109,11 +109,11 @@ func TestVerifyPrequeue(t *testing.T) {
 	}
 	pub := Prequeue{Commitment: Commitment(seed), Seed: hex.EncodeToString(seed), Entrants: entrants}
 
-	order, place, err := VerifyPrequeue(pub, "cy")
+	order, place, err := Verify(pub, "cy")
 	require.NoError(t, err)
-	require.Equal(t, AdmissionOrder(entrants), order)
+	require.Equal(t, Order(entrants), order)
 	require.Equal(t, Pseudonym(seed, "cy"), order[place])
-	_, place, err = VerifyPrequeue(pub, "eve")
+	_, place, err = Verify(pub, "eve")
 	require.NoError(t, err)
 	require.Equal(t, -1, place, "not an entrant")
 
@@ -121,7 +121,7 @@ func TestVerifyPrequeue(t *testing.T) {
 		p := pub
 		p.Entrants = slices.Clone(pub.Entrants)
 		edit(&p)
-		_, _, err := VerifyPrequeue(p, "")
+		_, _, err := Verify(p, "")
 		return err
 	}
 	require.ErrorIs(t, bad(func(p *Prequeue) { p.Seed = "" }), ErrSeedNotRevealed)
