@@ -131,11 +131,11 @@ type holdsRun struct {
 
 // apply decides a batch of one event's hold writes, the event locked.
 func (h *Holds) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]requests.Outcome, error) {
-	ev, outs := holdsEvent(b)
+	ev, writes, outs := holdsEvent(b)
 	err := lockEvent(ctx, tx, ev)
 	var run *holdsRun
 	if err == nil {
-		run, err = loadHolds(ctx, tx, b, ev)
+		run, err = loadHolds(ctx, tx, b, ev, writes)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		for i := range outs {
@@ -148,7 +148,7 @@ func (h *Holds) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]request
 	if err != nil {
 		return nil, err
 	}
-	admitted := run.decide(b, outs)
+	admitted := run.decide(b, writes, outs)
 	remaining, err := run.write(ctx, tx, b.Now)
 	if err != nil {
 		return nil, err
@@ -157,42 +157,43 @@ func (h *Holds) apply(ctx context.Context, tx pgx.Tx, b *keyed.Batch) ([]request
 	return outs, nil
 }
 
-// holdsEvent returns the event of b's requests (one key is one event) and
-// their outcomes, those whose payload cannot be read failed already.
-func holdsEvent(b *keyed.Batch) (int64, []requests.Outcome) {
+// holdWrite is a seat-hold write's payload, whichever its type: each
+// request of a batch is decoded once.
+type holdWrite struct {
+	HoldPayload
+	HoldID           int64  `json:"holdId,omitempty"`
+	PaymentReference string `json:"paymentReference,omitempty"`
+}
+
+// holdsEvent decodes b's requests and returns their event (one key is one
+// event), their payloads and their outcomes, those whose payload cannot
+// be read failed already.
+func holdsEvent(b *keyed.Batch) (int64, []holdWrite, []requests.Outcome) {
 	outs := make([]requests.Outcome, len(b.Requests))
+	writes := make([]holdWrite, len(b.Requests))
 	var ev int64
 	for i, r := range b.Requests {
-		var p struct {
-			EventID int64 `json:"eventId"`
-		}
-		if err := json.Unmarshal(r.Payload, &p); err != nil {
+		if err := json.Unmarshal(r.Payload, &writes[i]); err != nil {
 			outs[i] = requests.Failed("undecodable " + r.Type + " payload")
 			continue
 		}
-		ev = p.EventID
+		ev = writes[i].EventID
 	}
-	return ev, outs
+	return ev, writes, outs
 }
 
 // decide decides b's open requests in seq order and returns the users who
 // got seats.
-func (run *holdsRun) decide(b *keyed.Batch, outs []requests.Outcome) (admitted []string) {
+func (run *holdsRun) decide(b *keyed.Batch, writes []holdWrite, outs []requests.Outcome) (admitted []string) {
 	for i, r := range b.Requests {
-		if outs[i].Status != "" {
-			continue
-		}
-		switch r.Type {
-		case TypeSeatHold:
-			var p HoldPayload
-			_ = json.Unmarshal(r.Payload, &p)
-			if outs[i] = run.hold(r.UserID, p, b.Now); outs[i].Status == domain.StatusSucceeded {
+		switch {
+		case outs[i].Status != "":
+		case r.Type == TypeSeatHold:
+			if outs[i] = run.hold(r.UserID, writes[i].HoldPayload, b.Now); outs[i].Status == domain.StatusSucceeded {
 				admitted = append(admitted, r.UserID)
 			}
 		default:
-			var p HoldActionPayload
-			_ = json.Unmarshal(r.Payload, &p)
-			outs[i] = run.act(r.Type, r.UserID, p, b.Now)
+			outs[i] = run.act(r.Type, r.UserID, writes[i])
 		}
 	}
 	return admitted
@@ -211,7 +212,7 @@ func lockEvent(ctx context.Context, tx pgx.Tx, ev int64) error {
 // loadHolds expires event ev's holds past their time at b.Now, and reads
 // its free seats and the holds b's requests name or whose owners it acts
 // for. The caller has locked the event (lockEvent).
-func loadHolds(ctx context.Context, tx pgx.Tx, b *keyed.Batch, ev int64) (*holdsRun, error) {
+func loadHolds(ctx context.Context, tx pgx.Tx, b *keyed.Batch, ev int64, writes []holdWrite) (*holdsRun, error) {
 	run := &holdsRun{event: ev, holds: map[int64]*hold{}, byUser: map[string][]*hold{}}
 	var holdSeconds int
 	if err := tx.QueryRow(ctx, `SELECT seat_hold_seconds, max_seats_per_user, shuffle_seed
@@ -230,12 +231,8 @@ func loadHolds(ctx context.Context, tx pgx.Tx, b *keyed.Batch, ev int64) (*holds
 	var users []string
 	var ids, named []int64 // holds acted on; seats asked for by id
 	creates, best := 0, false
-	for _, r := range b.Requests {
-		var p struct {
-			HoldID  int64   `json:"holdId"`
-			SeatIDs []int64 `json:"seatIds"`
-		}
-		_ = json.Unmarshal(r.Payload, &p)
+	for i, r := range b.Requests {
+		p := writes[i]
 		users = append(users, r.UserID)
 		if r.Type == TypeSeatHold {
 			creates++
@@ -351,7 +348,7 @@ func (run *holdsRun) hold(user string, p HoldPayload, now time.Time) requests.Ou
 }
 
 // act confirms or releases a hold of user's.
-func (run *holdsRun) act(typ, user string, p HoldActionPayload, now time.Time) requests.Outcome {
+func (run *holdsRun) act(typ, user string, p holdWrite) requests.Outcome {
 	x, ok := run.holds[p.HoldID]
 	if !ok || x.user != user {
 		return requests.Reject(domain.CodeNotFound, "no hold %d of yours for this event", p.HoldID)

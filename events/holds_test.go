@@ -353,13 +353,13 @@ func raceTwoGroups(t *testing.T, r *holdRig, now time.Time, locked bool) []reque
 		if locked {
 			return r.h.apply(ctx, tx, b)
 		}
-		run, err := loadHolds(ctx, tx, b, r.e.EventID)
+		ev, writes, outs := holdsEvent(b)
+		run, err := loadHolds(ctx, tx, b, ev, writes)
 		if err != nil {
 			return nil, err
 		}
 		close(read)
-		outs := make([]requests.Outcome, len(b.Requests))
-		run.decide(b, outs)
+		run.decide(b, writes, outs)
 		_, err = run.write(ctx, tx, b.Now)
 		return outs, err
 	}
