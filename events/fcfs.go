@@ -246,14 +246,21 @@ func (f *FCFS) load(ctx context.Context, tx pgx.Tx, b *keyed.Batch, eventID int6
 	free []int64, taken map[string]int64, soldOut bool, err error) {
 	// Locked: a seat hold's release, in a batch or the periodic sweep,
 	// lowers the mark.
+	// Whether holds are due is asked in the same statement, so a batch of
+	// an event with none costs no extra round trip.
 	var after int64
-	if err := tx.QueryRow(ctx, `SELECT fcfs_after, sold_out_at IS NOT NULL FROM events WHERE id = $1 FOR UPDATE`,
-		eventID).Scan(&after, &soldOut); err != nil {
+	var due bool
+	if err := tx.QueryRow(ctx, `SELECT fcfs_after, sold_out_at IS NOT NULL, EXISTS (SELECT 1 FROM seat_holds
+			WHERE event_id = $1 AND status = 'HELD' AND expires_at <= $2)
+		FROM events WHERE id = $1 FOR UPDATE`, eventID, b.Now).Scan(&after, &soldOut, &due); err != nil {
 		return nil, nil, false, err
 	}
-	expired, left, err := expireDue(ctx, tx, eventID, b.Now)
-	if err != nil {
-		return nil, nil, false, err
+	var expired []*hold
+	var left int64
+	if due {
+		if expired, left, err = expireDue(ctx, tx, eventID, b.Now); err != nil {
+			return nil, nil, false, err
+		}
 	}
 	if len(expired) > 0 {
 		after = min(after, slices.Min(seatsOf(expired))-1)

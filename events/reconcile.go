@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,27 +49,39 @@ func holdsKey(ev int64) string { return keyed.KeyTag(EventKey(ev)) + ":holds" }
 // Recount sets the event's remaining-seat copy and its holds' expiry set
 // from Postgres, and returns the seats remaining now.
 func (c *Counts) Recount(ctx context.Context, ev int64) (int64, error) {
-	var n, expired int64
-	var held []*hold
-	// One snapshot: the count and the holds agree with each other.
-	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT total_seats - seats_taken, coalesce((SELECT sum(cardinality(seat_ids))
-			FROM seat_holds WHERE event_id = $1 AND status = 'HELD' AND expires_at <= now()), 0) FROM events WHERE id = $1`,
-			ev).Scan(&n, &expired); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT id, seat_ids, expires_at FROM seat_holds WHERE event_id = $1 AND status = 'HELD'`, ev)
-		if err != nil {
-			return err
-		}
-		held, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*hold, error) {
-			x := &hold{}
-			return x, r.Scan(&x.id, &x.seats, &x.expires)
-		})
-		return err
-	})
+	// One statement, one snapshot: the count and the holds agree.
+	rows, err := c.pool.Query(ctx, `SELECT e.total_seats - e.seats_taken, now(), h.id, h.seat_ids, h.expires_at
+		FROM events e LEFT JOIN seat_holds h ON h.event_id = e.id AND h.status = 'HELD' WHERE e.id = $1`, ev)
 	if err != nil {
 		return 0, err
+	}
+	var n, expired int64
+	var held []*hold
+	found := false
+	for rows.Next() {
+		var now time.Time
+		var id *int64
+		var expires *time.Time
+		x := &hold{}
+		if err := rows.Scan(&n, &now, &id, &x.seats, &expires); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		found = true
+		if id == nil { // no hold held: the left join's one row
+			continue
+		}
+		x.id, x.expires = *id, *expires
+		held = append(held, x)
+		if !x.expires.After(now) {
+			expired += int64(len(x.seats))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, pgx.ErrNoRows
 	}
 	_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, remainingKey(ev), n, 0)
