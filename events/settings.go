@@ -192,21 +192,17 @@ func parseInstant(field string, v optional[string], now time.Time) (*time.Time, 
 
 // checkReturnURL allows an absolute https URL or a path on this host.
 func checkReturnURL(v string) error {
+	if httpsURL(v, maxReturnURL) {
+		return nil
+	}
 	bad := invalidField("returnUrl", "returnUrl must be an https URL or a path on this site starting with /, at most %d characters", maxReturnURL)
-	if v == "" || len(v) > maxReturnURL || strings.ContainsAny(v, "\\\x00\r\n\t ") {
+	if v == "" || len(v) > maxReturnURL || strings.ContainsAny(v, "\\\x00\r\n\t ") || !strings.HasPrefix(v, "/") || strings.HasPrefix(v, "//") {
 		return bad
 	}
-	u, err := url.Parse(v)
-	if err != nil {
+	if u, err := url.Parse(v); err != nil || u.Scheme != "" || u.Host != "" {
 		return bad
 	}
-	switch {
-	case u.Scheme == "https" && u.Host != "" && u.User == nil:
-		return nil
-	case u.Scheme == "" && u.Host == "" && strings.HasPrefix(v, "/") && !strings.HasPrefix(v, "//"):
-		return nil
-	}
-	return bad
+	return nil
 }
 
 func invalidField(field, format string, args ...any) *domain.Problem {
