@@ -26,18 +26,22 @@ type result struct {
 
 type pickFunc func(open []*requests.Request, limit int) []*requests.Request
 
-// applyRetrying runs apply transactions until one commits.
-//   - A fenced lease whose Redis entry is still ours (Redis lost the key's
+// applyRetrying runs apply transactions until one commits. Its switch
+// classifies a failed one's error, and says what follows:
+//   - a fenced lease whose Redis entry is still ours (Redis lost the key's
 //     fence, or its clock is behind: doc.go, "Forgetting") is re-issued,
-//     once per key.
-//   - A transient failure (connection, serialization, deadlock, Redis) is
-//     retried with backoff, then returned: the key is handed on and the task
-//     retried later, and the request is never marked failed for it.
-//   - Any other failure (an applier's, or one of the transaction's own
+//     once per key (reissueFenced);
+//   - an earlier request on the keys, durable but missing from its
+//     mailbox, is put back there, and the caller reads again;
+//   - a transient failure (connection, serialization, deadlock, Redis) is
+//     retried after a pause, three times, then returned: the key is handed
+//     on and the task retried later, and the request is never marked
+//     failed for it;
+//   - any other failure (an applier's, or one of the transaction's own
 //     statements' that is not transient) is taken to come from some request
-//     in the batch: the batch is halved until that request is alone; a
-//     request that fails alone twice is recorded as failed, so it cannot
-//     block its key.
+//     in the batch, which is halved until that request is alone; one that
+//     fails alone twice is recorded as failed, so it cannot block its key
+//     (isolate).
 //
 // It works on the group's state: a re-issued lease replaces the one held,
 // and g.limit, the batch size, is halved while a failing request is
@@ -45,9 +49,9 @@ type pickFunc func(open []*requests.Request, limit int) []*requests.Request
 func (g *group) applyRetrying(ctx context.Context, ids []uuid.UUID, pick pickFunc) (result, error) {
 	e, leases := g.e, g.leases()
 	reissued := map[string]bool{}
-	transientTries, aloneFailures := 0, 0
+	backOffs, aloneFailures := 0, 0
 	for {
-		stop := e.keepAlive(ctx, func() []Lease { return append(slices.Clip(leases), g.w.gifts()...) })
+		stop := e.keepAlive(ctx, func() []Lease { return append(slices.Clip(leases), g.wait.gifts()...) })
 		res, err := e.attempt(ctx, leases, ids, pick, g.limit, nil)
 		stop()
 		var fenced *fencedError
@@ -56,50 +60,61 @@ func (g *group) applyRetrying(ctx context.Context, ids []uuid.UUID, pick pickFun
 			g.limit = min(g.limit*2, e.opt.BatchMax)
 			return res, nil
 		case errors.As(err, &fenced):
-			if reissued[fenced.key] {
-				return res, ErrLeaseLost
-			}
-			reissued[fenced.key] = true
-			i := slices.IndexFunc(leases, func(l Lease) bool { return l.Key == fenced.key })
-			nl, rerr := e.reissue(ctx, leases[i])
-			if rerr != nil {
-				return res, rerr
-			}
-			leases[i], g.held[nl.Key] = nl, nl
-			continue
-		case ctx.Err() != nil:
-			return res, err
-		case errors.Is(err, ErrLeaseLost): // an applier's own fenced script
-			return res, ErrLeaseLost
-		case errors.Is(err, errOvertaking):
-			// An earlier request on these keys never reached its mailbox: put
-			// it there (it sorts first by seq) and let the caller re-read.
-			if rerr := e.Redispatch(ctx, leaseKeys(leases)); rerr != nil {
-				return res, rerr
-			}
-			return result{}, nil
-		case transient(err):
-			if transientTries++; transientTries > 3 {
+			if err := g.reissueFenced(ctx, leases, fenced.key, reissued); err != nil {
 				return res, err
 			}
-			e.log.Warn("apply failed, retrying", "keys", leaseKeys(leases), "try", transientTries, "err", err)
-			time.Sleep(time.Duration(25<<(2*(transientTries-1))) * time.Millisecond)
-			continue
+		case ctx.Err() != nil, errors.Is(err, ErrLeaseLost): // ErrLeaseLost: an applier's own fenced script
+			return res, err
+		case errors.Is(err, errOvertaking):
+			return result{}, e.Redispatch(ctx, g.keys()) // the earlier request sorts first by seq
+		case transient(err):
+			if backOffs++; backOffs > 3 {
+				return res, err
+			}
+			e.log.Warn("apply failed, retrying", "keys", g.keys(), "try", backOffs, "err", err)
+			sleep(ctx, time.Duration(25<<(2*(backOffs-1)))*time.Millisecond, nil)
 		case len(res.tried) == 0:
 			return res, err
+		default:
+			if g.isolate(res, err, &aloneFailures) {
+				return e.attempt(ctx, leases, []uuid.UUID{res.tried[0].ID}, pick, 1, err)
+			}
 		}
-		e.log.Warn("applier failed; isolating the request", "keys", leaseKeys(leases), "batch", len(res.tried), "err", err)
-		if len(res.tried) > 1 {
-			g.limit = len(res.tried) / 2
-			continue
-		}
-		if aloneFailures++; aloneFailures < 2 {
-			continue
-		}
-		g.limit = 1
-		res, ferr := e.attempt(ctx, leases, []uuid.UUID{res.tried[0].ID}, pick, 1, err)
-		return res, ferr
 	}
+}
+
+// reissueFenced re-issues the lease of key, which a fence refused, in leases and in
+// the group, unless it was re-issued once already (reissued): then the
+// lease is lost.
+func (g *group) reissueFenced(ctx context.Context, leases []Lease, key string, reissued map[string]bool) error {
+	if reissued[key] {
+		return ErrLeaseLost
+	}
+	reissued[key] = true
+	i := slices.IndexFunc(leases, func(l Lease) bool { return l.Key == key })
+	l, err := g.e.reissue(ctx, leases[i])
+	if err != nil {
+		return err
+	}
+	leases[i], g.held[l.Key] = l, l
+	return nil
+}
+
+// isolate halves the batch after a failure taken to come from one of its
+// requests, and reports whether that request is alone and failed alone
+// twice (aloneFailures): then it is to be recorded as failed.
+func (g *group) isolate(res result, err error, aloneFailures *int) (failed bool) {
+	g.e.log.Warn("applier failed; isolating the request", "keys", g.keys(), "batch", len(res.tried), "err", err)
+	if len(res.tried) > 1 {
+		g.limit = len(res.tried) / 2
+		return false
+	}
+	*aloneFailures++
+	if *aloneFailures < 2 {
+		return false
+	}
+	g.limit = 1
+	return true
 }
 
 // errOvertaking means the batch would be applied ahead of an earlier request
@@ -160,14 +175,14 @@ func (e *Engine) attempt(ctx context.Context, leases []Lease, ids []uuid.UUID, p
 			through[k] = r.Seq // the batch is in seq order
 		}
 	}
-	if err := fence(ctx, tx, leasesOf(leases, through), e.opt.ForgetAfter); err != nil {
+	if err := fence(ctx, tx, leases, through, e.opt.ForgetAfter); err != nil {
 		return res, err
 	}
 	waiting, now, err := requests.UndispatchedBefore(ctx, tx, through, picked)
-	if err != nil {
+	switch {
+	case err != nil:
 		return res, err
-	}
-	if waiting {
+	case waiting:
 		return res, errOvertaking
 	}
 	var outs []requests.Outcome
@@ -249,20 +264,6 @@ func missing(ids []uuid.UUID, open []*requests.Request) []string {
 	for _, id := range ids {
 		if !have[id] {
 			out = append(out, id.String())
-		}
-	}
-	return out
-}
-
-// leasesOf returns those of leases whose key the batch names: a transaction
-// fences the keys of what it applies (doc.go, "Groups"), not every key its
-// group holds, so a key held for a request that waits is not rewritten at
-// every step (docs/benchmarks.md, "Measured speed-ups").
-func leasesOf(leases []Lease, named map[string]int64) []Lease {
-	var out []Lease
-	for _, l := range leases {
-		if _, ok := named[l.Key]; ok {
-			out = append(out, l)
 		}
 	}
 	return out

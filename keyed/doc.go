@@ -25,10 +25,10 @@
 //     and FenceCheck for appliers' own scripts.
 //  5. drain.go: Drain and drainHeld, the loop a holder runs until its
 //     mailboxes are empty or its slice is up; finish, lostLease, keepAlive.
-//     Its calls into quiet waiting (g.w and g.quiet: receive, track, park,
-//     resume, done, gifts, unchanged, stepped, gather, giveAway, and
-//     wakers.wake) do nothing when waiting plain: skip them on a first
-//     reading; waiting.go, after the protocol, explains them.
+//     Quiet waiting is behind one seam, g.wait (the waiting interface in
+//     waiting.go): its implementation for waiting plain does nothing but
+//     pause between looks, so skip those calls on a first reading;
+//     waiting.go, after the protocol, explains them.
 //  6. group.go with apply.go: one step of that loop over every key the
 //     drain holds (peek, merge, apply, and then take the keys its blocked
 //     requests want), how keys held elsewhere are waited for without

@@ -36,13 +36,11 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 	g := e.newGroup(queue, l)
 	deadline := time.Now().Add(e.opt.DrainSlice)
 	var wait time.Duration
-	w := g.w
-	defer w.done()
+	defer g.wait.done()
 	for {
-		// Its group empty, the drain closes its inbox (waiting.go) and ends,
-		// unless a group was given to it before it closed: it goes on with
-		// that one, taking no more.
-		if err := g.receive(ctx, len(g.held) == 0); err != nil {
+		// Its group empty, the drain ends, unless a group was given to it
+		// meanwhile (waiting.go): it goes on with that one, taking no more.
+		if err := g.wait.receive(ctx, g, len(g.held) == 0); err != nil {
 			return errors.Join(err, g.leave(ctx, time.Second))
 		}
 		if len(g.held) == 0 {
@@ -65,7 +63,6 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 			return err // retried, and shown in Asynqmon
 		case progress:
 			wait = 0
-			w.track(g)
 			continue
 		}
 		// Everything left waits for keys that other drains hold and will
@@ -73,12 +70,7 @@ func (e *Engine) drainHeld(ctx context.Context, l Lease, queue string) error {
 		// yields one to this group; or end, the group empty, once a drain
 		// took it over (waiting.go).
 		wait = min(max(2*wait, time.Millisecond), 20*time.Millisecond)
-		select {
-		case <-time.After(wait):
-		case <-w.park(g):
-		case <-ctx.Done():
-		}
-		w.resume()
+		g.wait.pause(ctx, g, wait)
 	}
 }
 
@@ -188,10 +180,13 @@ func every(ctx context.Context, d time.Duration, fn func(context.Context)) (stop
 	return func() { cancel(); <-done }
 }
 
-func leaseKeys(ls []Lease) []string {
-	out := make([]string, len(ls))
-	for i, l := range ls {
-		out[i] = l.Key
+// sleep waits d, until wake delivers, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-ctx.Done():
 	}
-	return out
 }

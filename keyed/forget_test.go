@@ -135,7 +135,7 @@ func TestForgottenFenceControlNaiveCheckTakesAnOldToken(t *testing.T) {
 
 	tx, err := r.pool.Begin(ctx)
 	require.NoError(t, err)
-	require.ErrorIs(t, fence(ctx, tx, []Lease{{Key: "k", Token: old}}, forgetAfter), ErrFenced)
+	require.ErrorIs(t, fence(ctx, tx, []Lease{{Key: "k", Token: old}}, map[string]int64{"k": 0}, forgetAfter), ErrFenced)
 	require.NoError(t, tx.Rollback(ctx))
 
 	tx, err = r.pool.Begin(ctx)

@@ -28,14 +28,12 @@ type group struct {
 	// limit is the batch size: halved to isolate a request whose applier
 	// fails, doubled back after each successful batch.
 	limit int
-	// quiet is what the last step saw when it applied nothing, and w the
-	// drain's registration with its engine (waiting.go). Waiting plain,
-	// quiet is nil and w.ws too, and their methods do nothing.
-	quiet *quiet
-	w     *waiter
+	// wait is how the drain waits for keys other drains hold: quietly or
+	// plainly (waiting.go).
+	wait waiting
 	// dropped are leases of keys the group got twice, from a gift or a
-	// take, that it let go of for the other one (add); the next receive
-	// releases them.
+	// take of quiet waiting, that it let go of for the other one (add);
+	// the next receive releases them.
 	dropped []Lease
 }
 
@@ -55,7 +53,7 @@ const (
 )
 
 func (e *Engine) newGroup(queue string, l Lease) *group {
-	return &group{e: e, queue: queue, held: map[string]Lease{l.Key: l}, limit: e.opt.BatchMax, quiet: e.newQuiet(), w: e.newWaiter(queue)}
+	return &group{e: e, queue: queue, held: map[string]Lease{l.Key: l}, limit: e.opt.BatchMax, wait: e.newWaiting(queue)}
 }
 
 func (g *group) keys() []string { return slices.Sorted(maps.Keys(g.held)) }
@@ -72,8 +70,6 @@ type window struct {
 	// up to it is in ids. A window that took the whole mailbox covers all.
 	last int64
 }
-
-func (w window) covers(seq int64) bool { return seq <= w.last }
 
 // peek extends every held lease and reads the head of each mailbox, in one
 // round trip. A lease found lost is reported in lost. renewed is false when
@@ -189,7 +185,7 @@ func (g *group) picker(wins map[string]window, p *plan) pickFunc {
 				if _, holds := g.held[k]; !holds {
 					lacking = append(lacking, k)
 					ok = false
-				} else if blocked[k] || !seen || !w.covers(r.Seq) {
+				} else if blocked[k] || !seen || r.Seq > w.last {
 					ok = false
 				}
 			}
@@ -225,48 +221,59 @@ func (g *group) picker(wins map[string]window, p *plan) pickFunc {
 func (g *group) step(ctx context.Context) (progress bool, err error) {
 	keys := g.keys()
 	wins, lost, renewed, err := g.look(ctx, keys)
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, err
-	}
-	if len(lost) > 0 {
+	case len(lost) > 0:
 		return false, &lostKeys{keys: lost}
-	}
-	if !renewed {
+	case !renewed:
 		return false, nil // lost again: look again
 	}
-	released, err := g.releaseEmpty(ctx, wins)
-	if err != nil {
+	if progress, err = g.releaseEmpty(ctx, wins); err != nil {
 		return false, err
 	}
-	progress = released
 	merged := merge(wins)
 	if len(merged) == 0 {
 		return progress, nil
 	}
+	p, applied, err := g.applyWindows(ctx, keys, wins, merged)
+	if err != nil || len(p.wanted) == 0 {
+		return progress || applied, err
+	}
+	moved, err := g.want(ctx, p)
+	return progress || applied || moved, err
+}
+
+// applyWindows applies one batch of the requests merged from wins, and
+// returns the plan for those it could not apply. A step that sees what
+// the last idle one saw reuses its plan instead (waiting.go).
+func (g *group) applyWindows(ctx context.Context, keys []string, wins map[string]window, merged []entry) (p plan, applied bool, err error) {
 	ids, bad := requestIDs(merged)
 	if len(ids) == 0 {
 		g.e.finish(ctx, g.queue, result{gone: bad}, mailboxesOf(merged))
-		return true, nil
+		return p, true, nil
 	}
-	p, unchanged := g.quiet.unchanged(keys, merged)
-	if !unchanged {
-		if err := g.e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
-			return false, err
-		}
-		// Each attempt's pick fills p anew: the last one's plan stands.
-		res, err := g.applyRetrying(ctx, ids, g.picker(wins, &p))
-		if err != nil {
-			return false, err
-		}
-		res.gone = append(res.gone, bad...)
-		g.e.finish(ctx, g.queue, res, mailboxesOf(merged))
-		applied := len(res.applied)+len(res.gone) > 0
-		progress = progress || applied
-		g.quiet.stepped(keys, merged, p, applied)
+	if p, ok := g.wait.unchanged(keys, merged); ok {
+		return p, false, nil
 	}
-	if len(p.wanted) == 0 {
-		return progress, nil
+	if err := g.e.store.MarkProcessing(ctx, progressMarks(wins)); err != nil {
+		return p, false, err
 	}
+	// Each attempt's pick fills p anew: the last one's plan stands.
+	res, err := g.applyRetrying(ctx, ids, g.picker(wins, &p))
+	if err != nil {
+		return p, false, err
+	}
+	res.gone = append(res.gone, bad...)
+	g.e.finish(ctx, g.queue, res, mailboxesOf(merged))
+	applied = len(res.applied)+len(res.gone) > 0
+	g.wait.stepped(keys, merged, p, applied)
+	return p, applied, nil
+}
+
+// want takes the keys p's blocked requests want, making room first
+// (roomFor), and yields for those whose smallest key another drain holds.
+func (g *group) want(ctx context.Context, p plan) (moved bool, err error) {
 	wanted := p.wanted
 	if lacking, others := g.roomFor(p); lacking != nil {
 		if err := g.giveUp(ctx, others, nil, "h", 0); err != nil {
@@ -274,13 +281,13 @@ func (g *group) step(ctx context.Context) (progress bool, err error) {
 		}
 		wanted = lacking
 	}
-	wanted, took := g.gather(ctx, wanted)
+	wanted, took := g.wait.gather(ctx, g, wanted)
 	got, failed, err := g.acquire(ctx, wanted)
 	if err != nil {
 		return false, err
 	}
 	yielded, err := g.yield(ctx, p.blocked, failed)
-	return progress || took || yielded || got > 0, err
+	return took || yielded || got > 0, err
 }
 
 // roomFor checks that the keys still lacking for the first blocked request
@@ -468,7 +475,7 @@ func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed m
 	if len(give) == 0 {
 		return false, nil
 	}
-	if g.giveAway(holders) {
+	if g.wait.giveAway(g, holders) {
 		return true, nil
 	}
 	return true, g.giveUp(ctx, slices.Sorted(maps.Keys(give)), give, "y", yieldDelay)
@@ -479,7 +486,7 @@ func (g *group) yield(ctx context.Context, blocked []*requests.Request, failed m
 // completes even once ctx is cancelled (a drain that is stopping), as
 // giveUp does.
 func (g *group) leave(ctx context.Context, delay time.Duration) error {
-	err := g.receive(ctx, true)
+	err := g.wait.receive(ctx, g, true)
 	return errors.Join(err, g.giveUp(ctx, g.keys(), nil, "h", delay))
 }
 
@@ -510,9 +517,7 @@ func (g *group) release(ctx context.Context, ls []Lease, keptFor map[string]stri
 		return fmt.Errorf("keyed: release: %w", err)
 	}
 	var errs []error
-	for _, p := range keptFor {
-		g.e.wakers.wake(p)
-	}
+	g.wait.yielded(keptFor)
 	for i, l := range ls {
 		st, err := cmds[i].Int()
 		switch {

@@ -76,20 +76,23 @@ func floorSQL(n int) string {
 	return fmt.Sprintf("(extract(epoch FROM clock_timestamp()) * 1000000)::bigint - $%d", n)
 }
 
-// fence records each lease's token in key_fences inside tx, in one
-// statement and in key order (the order every apply transaction takes these
+// fence records the token of each lease whose key named names in
+// key_fences inside tx, in one statement and in key order (the order every apply transaction takes these
 // rows in, so two of them never wait for each other in a cycle). A token is
 // refused if a newer one has already applied changes to its key, or it was
 // issued more than forget ago (floorSQL): fence then returns a
 // *fencedError (ErrFenced) naming that key. The row locks it takes also
-// serialize every apply transaction on the keys.
-func fence(ctx context.Context, tx pgx.Tx, ls []Lease, forget time.Duration) error {
-	sorted := slices.Clone(ls)
-	slices.SortFunc(sorted, func(a, b Lease) int { return strings.Compare(a.Key, b.Key) })
-	keys := make([]string, len(sorted))
-	toks := make([]int64, len(sorted))
-	for i, l := range sorted {
-		keys[i], toks[i] = l.Key, l.Token
+// serialize every apply transaction on the keys. A transaction fences the
+// keys of what it applies (doc.go, "Groups"), not every key its group holds,
+// so a key held for a request that waits is not rewritten at every step
+// (docs/benchmarks.md, "Measured speed-ups").
+func fence(ctx context.Context, tx pgx.Tx, ls []Lease, named map[string]int64, forget time.Duration) error {
+	var keys []string
+	var toks []int64
+	for _, l := range slices.SortedFunc(slices.Values(ls), func(a, b Lease) int { return strings.Compare(a.Key, b.Key) }) {
+		if _, ok := named[l.Key]; ok {
+			keys, toks = append(keys, l.Key), append(toks, l.Token)
+		}
 	}
 	rows, err := tx.Query(ctx, `INSERT INTO key_fences (key, token)
 		SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(key, token) WHERE u.token > `+floorSQL(3)+`

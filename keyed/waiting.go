@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/holdfast/holdfast/requests"
 )
@@ -101,38 +102,76 @@ import (
 // so a wake that is lost, a drain not taken over, a gift refused or a yield
 // by a drain of another worker costs only the wait.
 
-// quiet is the last step of a group that applied nothing: what it saw and
-// what it planned. A nil *quiet is waiting plain.
-type quiet struct {
-	sig  string
-	plan plan
+// waiting is the seam between the protocol and quiet waiting: the drain
+// loop (drain.go) and a step (group.go, apply.go) call only these
+// (TestTheProtocolCallsQuietWaitingOnlyThroughItsSeam). *waiter waits
+// quietly; plainWaiting does nothing in each but pause, so the protocol
+// reads without them.
+type waiting interface {
+	// receive merges the groups given to the drain into g before a step,
+	// and registers the drain under the keys g then holds; closing, it
+	// takes no more after them.
+	receive(ctx context.Context, g *group, closing bool) error
+	// pause waits up to d between two looks, or less when woken.
+	pause(ctx context.Context, g *group, d time.Duration)
+	// done ends the drain's registration.
+	done()
+	// unchanged returns the plan of the last idle step if a step sees what
+	// that one saw; stepped records a step that ran its transaction.
+	unchanged(keys []string, merged []entry) (plan, bool)
+	stepped(keys []string, merged []entry, p plan, applied bool)
+	// gather takes over parked drains holding keys g wants, and returns
+	// the keys still wanted.
+	gather(ctx context.Context, g *group, wanted map[string]string) (left map[string]string, took bool)
+	// giveAway gives g's whole group to the drain that holds one of holders
+	// instead of yielding for them, and reports whether it did.
+	giveAway(g *group, holders []string) bool
+	// yielded wakes the drains that keys were yielded to (keptFor's values).
+	yielded(keptFor map[string]string)
+	// gifts are the leases given to the drain and not merged yet.
+	gifts() []Lease
 }
 
-func (e *Engine) newQuiet() *quiet {
+// plainWaiting is Options.PlainWaiting: every look a whole step, on its
+// timer alone, and keys moved between drains through Redis only.
+type plainWaiting struct{}
+
+func (plainWaiting) receive(context.Context, *group, bool) error          { return nil }
+func (plainWaiting) pause(ctx context.Context, _ *group, d time.Duration) { sleep(ctx, d, nil) }
+func (plainWaiting) done()                                                {}
+func (plainWaiting) unchanged([]string, []entry) (plan, bool)             { return plan{}, false }
+func (plainWaiting) stepped([]string, []entry, plan, bool)                {}
+func (plainWaiting) giveAway(*group, []string) bool                       { return false }
+func (plainWaiting) yielded(map[string]string)                            {}
+func (plainWaiting) gifts() []Lease                                       { return nil }
+func (plainWaiting) gather(_ context.Context, _ *group, w map[string]string) (map[string]string, bool) {
+	return w, false
+}
+
+// newWaiting is a new drain's waiting, quiet unless Options.PlainWaiting.
+func (e *Engine) newWaiting(queue string) waiting {
 	if e.opt.PlainWaiting {
-		return nil
+		return plainWaiting{}
 	}
-	return &quiet{}
+	return &waiter{ws: &e.wakers, ch: make(chan struct{}, 1), queue: queue}
 }
 
 // unchanged reports whether a step that holds keys and sees merged in their
-// windows sees what the last idle step saw, and returns that step's plan.
-func (q *quiet) unchanged(keys []string, merged []entry) (plan, bool) {
-	if q == nil || q.sig == "" || q.sig != signature(keys, merged) {
+// windows sees what the last idle step saw (sig), and returns that step's
+// plan.
+func (w *waiter) unchanged(keys []string, merged []entry) (plan, bool) {
+	if w.sig == "" || w.sig != signature(keys, merged) {
 		return plan{}, false
 	}
-	return q.plan, true
+	return w.plan, true
 }
 
 // stepped records a step that ran its apply transaction: what it saw and
 // planned if it applied nothing, or that the group moved on.
-func (q *quiet) stepped(keys []string, merged []entry, p plan, applied bool) {
-	if q == nil {
-		return
-	}
-	q.sig, q.plan = "", plan{}
+func (w *waiter) stepped(keys []string, merged []entry, p plan, applied bool) {
+	w.sig, w.plan = "", plan{}
 	if !applied {
-		q.sig, q.plan = signature(keys, merged), p
+		w.sig, w.plan = signature(keys, merged), p
 	}
 }
 
@@ -155,8 +194,8 @@ func signature(keys []string, merged []entry) string {
 // parked holding keys g wants (wakers.take), and returns the keys it still
 // wants: the next step applies what those drains waited for with g's own.
 // A drain that is stopping takes nothing: it is about to hand its keys on.
-func (g *group) gather(ctx context.Context, wanted map[string]string) (left map[string]string, took bool) {
-	if g.quiet == nil || ctx.Err() != nil || g.e.stopping.Load() {
+func (w *waiter) gather(ctx context.Context, g *group, wanted map[string]string) (left map[string]string, took bool) {
+	if ctx.Err() != nil || g.e.stopping.Load() {
 		return wanted, false
 	}
 	for k := range wanted {
@@ -219,12 +258,15 @@ func (ws *wakers) take(key string, into *group) bool {
 	return true
 }
 
-// waiter is one drain's registration with its engine's wakers.
+// waiter is one drain's quiet waiting: its registration with its engine's
+// wakers, and what its last idle step saw (sig) and planned.
 type waiter struct {
-	ws    *wakers // nil when waiting plain
+	ws    *wakers
 	ch    chan struct{}
 	queue string
 	keys  []string
+	sig   string
+	plan  plan
 
 	mu sync.Mutex
 	// parked is set while the drain waits between two looks, and g is its
@@ -237,19 +279,12 @@ type waiter struct {
 	closed bool
 }
 
-func (e *Engine) newWaiter(queue string) *waiter {
-	if e.opt.PlainWaiting {
-		return &waiter{queue: queue}
-	}
-	return &waiter{ws: &e.wakers, ch: make(chan struct{}, 1), queue: queue}
-}
-
 // track registers the drain under the keys g holds now; a drain that holds
 // the keys it is registered under leaves the registry as it is. A drain
 // is registered from its first step until done.
 func (w *waiter) track(g *group) {
 	keys := g.keys()
-	if w.ws == nil || slices.Equal(keys, w.keys) {
+	if slices.Equal(keys, w.keys) {
 		return
 	}
 	w.ws.mu.Lock()
@@ -261,27 +296,24 @@ func (w *waiter) track(g *group) {
 	w.keys = keys
 }
 
+// pause parks the drain for up to d, or until a wake. Once it looks again
+// no other drain takes its group, which is empty if one did.
+func (w *waiter) pause(ctx context.Context, g *group, d time.Duration) {
+	sleep(ctx, d, w.park(g))
+	w.mu.Lock()
+	w.parked = false
+	w.mu.Unlock()
+}
+
 // park registers the drain under the keys g holds now (track), marks it
-// parked, and returns the channel a wake arrives on (nil, which never
-// delivers, when waiting plain). The drain calls resume once it stops
-// waiting, before it touches g again.
+// parked, and returns the channel a wake arrives on. The drain is no longer
+// parked (pause) before it touches g again.
 func (w *waiter) park(g *group) <-chan struct{} {
-	if w.ws == nil {
-		return nil
-	}
 	w.track(g)
 	w.mu.Lock()
 	w.parked, w.g = true, g
 	w.mu.Unlock()
 	return w.ch
-}
-
-// resume ends a wait: from now on no other drain takes the group, which
-// is empty if one did.
-func (w *waiter) resume() {
-	w.mu.Lock()
-	w.parked = false
-	w.mu.Unlock()
 }
 
 func (w *waiter) wake() {
@@ -293,9 +325,6 @@ func (w *waiter) wake() {
 
 // done removes the registration: the drain ends.
 func (w *waiter) done() {
-	if w.ws == nil || w.keys == nil {
-		return
-	}
 	w.ws.mu.Lock()
 	defer w.ws.mu.Unlock()
 	w.unregister()
@@ -316,9 +345,8 @@ func (w *waiter) unregister() {
 // its keys: that drain merges it at its next step, and g ends. It refuses a
 // drain of another queue, and one whose group would leave no room for a
 // request's keys, going by the keys it is registered under.
-func (g *group) giveAway(holders []string) bool {
-	w := g.w
-	if w.ws == nil || g.e.stopping.Load() {
+func (w *waiter) giveAway(g *group, holders []string) bool {
+	if g.e.stopping.Load() {
 		return false
 	}
 	to := w.ws.holderFor(w, holders, g.e.maxGroupKeys()-requests.MaxKeys-len(g.held))
@@ -326,7 +354,9 @@ func (g *group) giveAway(holders []string) bool {
 		return false
 	}
 	if !to.give(slices.Collect(maps.Values(g.held))) {
-		w.open()
+		w.mu.Lock()
+		w.closed = false // open again
+		w.mu.Unlock()
 		return false
 	}
 	clear(g.held)
@@ -383,17 +413,19 @@ func (w *waiter) shut() bool {
 	return true
 }
 
-func (w *waiter) open() {
-	w.mu.Lock()
-	w.closed = false
-	w.mu.Unlock()
+// yielded wakes the drains of this engine that hold the keys others were
+// yielded for.
+func (w *waiter) yielded(keptFor map[string]string) {
+	for _, p := range keptFor {
+		w.ws.wake(p)
+	}
 }
 
 // receive merges the leases given to g's drain into g (add); closing, it
 // takes no more after them. A gift that would take the group past
-// maxGroupKeys is handed on instead. It releases the leases add dropped.
-func (g *group) receive(ctx context.Context, closing bool) error {
-	w := g.w
+// maxGroupKeys is handed on instead. It releases the leases add dropped,
+// and registers the drain under the keys g holds then (track).
+func (w *waiter) receive(ctx context.Context, g *group, closing bool) error {
 	w.mu.Lock()
 	ls := w.inbox
 	w.inbox, w.closed = nil, w.closed || closing
@@ -406,10 +438,11 @@ func (g *group) receive(ctx context.Context, closing bool) error {
 	}
 	err := g.release(ctx, g.dropped, nil, "h", 0)
 	g.dropped = nil
-	if len(g.held) <= g.e.maxGroupKeys() {
-		return err
+	if len(g.held) > g.e.maxGroupKeys() {
+		err = errors.Join(err, g.giveUp(ctx, gifted, nil, "h", 0))
 	}
-	return errors.Join(err, g.giveUp(ctx, gifted, nil, "h", 0))
+	w.track(g)
+	return err
 }
 
 // add adds a lease given to g or taken by it, and reports whether g holds

@@ -155,8 +155,10 @@ func TestWakersWakeTheDrainThatWaitsHoldingTheKey(t *testing.T) {
 	require.Empty(t, e.wakers.by, "nothing stays once no drain waits")
 
 	e.opt.PlainWaiting = true
-	require.Nil(t, parkOn(e, e.newWaiter("q"), "a"), "a plain wait has no wake")
-	require.Empty(t, e.wakers.by)
+	g := &group{e: e, queue: "q", held: map[string]Lease{"a": {Key: "a", Token: 1}}, wait: e.newWaiting("q")}
+	require.NoError(t, g.wait.receive(context.Background(), g, false))
+	g.wait.pause(context.Background(), g, time.Microsecond)
+	require.Empty(t, e.wakers.by, "a plain wait registers nowhere, so nobody wakes it")
 }
 
 // A drain that gives a key up kept for the holder of p (yield) wakes the
@@ -174,6 +176,15 @@ func TestAYieldWakesTheDrainItKeepsTheKeyFor(t *testing.T) {
 	require.NoError(t, heldGroup(t, e, "y").giveUp(ctx, []string{"y"}, map[string]string{"y": "p"}, "y", time.Second))
 	require.Len(t, woken, 1, "a yield for p wakes p's drain")
 }
+
+// newWaiter is a drain's quiet waiting, whatever the engine's options say.
+func (e *Engine) newWaiter(queue string) *waiter {
+	return &waiter{ws: &e.wakers, ch: make(chan struct{}, 1), queue: queue}
+}
+
+// quiet is g's quiet waiting: the tests of quiet waiting use engines that
+// wait quietly.
+func (g *group) quiet() *waiter { return g.wait.(*waiter) }
 
 // bareEngine is an engine without stores, for the tests of the wakers'
 // registry alone.
@@ -212,7 +223,7 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 
 	looking := e.newWaiter("q")
 	parkOn(e, looking, "c")
-	looking.resume()
+	looking.parked = false // as pause leaves it once it looks again
 	require.False(t, e.wakers.take("c", into), "a drain that looks again keeps its group")
 	require.Len(t, looking.g.held, 1)
 	parkOn(e, looking, "c")
@@ -231,13 +242,13 @@ func TestTakeMovesTheGroupOfAParkedDrainOnly(t *testing.T) {
 
 	stopping := e.newWaiter("q")
 	parkOn(e, stopping, "f")
-	into.quiet = &quiet{}
+	into.wait = e.newWaiter("q")
 	e.stopping.Store(true)
-	left, took := into.gather(context.Background(), map[string]string{"f": ""})
+	left, took := into.wait.gather(context.Background(), into, map[string]string{"f": ""})
 	require.False(t, took, "a drain that is stopping takes nothing")
 	require.Contains(t, left, "f")
 	e.stopping.Store(false)
-	_, took = into.gather(context.Background(), map[string]string{"f": ""})
+	_, took = into.wait.gather(context.Background(), into, map[string]string{"f": ""})
 	require.True(t, took)
 
 	big := e.newWaiter("q")
@@ -338,13 +349,15 @@ func TestDrainsOfOneEngineMergeInsteadOfTradingKeys(t *testing.T) {
 		ctx := context.Background()
 		r1, r2 := r.acceptOn(t, "a", "b"), r.acceptOn(t, "b", "c")
 		giver, taker := heldGroup(t, e, "a", "c"), heldGroup(t, e, "b")
-		giver.w.track(giver) // both are running drains, neither parked
-		taker.w.track(taker)
+		// Both are running drains, neither parked: registered as a drain's
+		// receive does before each step.
+		require.NoError(t, giver.wait.receive(ctx, giver, false))
+		require.NoError(t, taker.wait.receive(ctx, taker, false))
 		a := giver.held["a"]
 
 		_, err := giver.step(ctx) // r1 waits for b; r2 is b's holder's to gather
 		require.NoError(t, err)
-		require.NoError(t, taker.receive(ctx, false))
+		require.NoError(t, taker.wait.receive(ctx, taker, false))
 		_, err = taker.step(ctx)
 		require.NoError(t, err)
 		if plain {
@@ -402,16 +415,16 @@ func TestAGroupIsGivenOnlyToADrainThatGoesOn(t *testing.T) {
 			ctx := context.Background()
 			r.acceptOn(t, "a", "b")
 			ending, giver := heldGroup(t, e, "a"), heldGroup(t, e, "b")
-			ending.w.track(ending)
-			to := e.wakers.holderFor(giver.w, []string{"a"}, e.maxGroupKeys()) // the request's smallest key, which the giver failed to get
-			require.Same(t, ending.w, to, "the giver finds a's drain")
+			ending.quiet().track(ending)
+			to := e.wakers.holderFor(giver.quiet(), []string{"a"}, e.maxGroupKeys()) // the request's smallest key, which the giver failed to get
+			require.Same(t, ending.quiet(), to, "the giver finds a's drain")
 
 			// a's drain lets a go and ends, as the giver gives.
 			require.NoError(t, ending.giveUp(ctx, []string{"a"}, nil, "h", time.Hour))
 			if closing {
-				require.NoError(t, ending.receive(ctx, true))
+				require.NoError(t, ending.quiet().receive(ctx, ending, true))
 			}
-			ending.w.done()
+			ending.quiet().done()
 			gave := to.give(slices.Collect(maps.Values(giver.held)))
 			if !closing {
 				require.True(t, gave, "the unguarded end takes the gift")
@@ -429,7 +442,7 @@ func TestAGroupIsGivenOnlyToADrainThatGoesOn(t *testing.T) {
 // gifts race the receiving.
 func TestGiftsRacingTheEndLoseNoLease(t *testing.T) {
 	e := bareEngine(Options{BatchMax: 8}) // a group holds at most 80 keys
-	g := &group{e: e, queue: "q", held: map[string]Lease{}, w: e.newWaiter("q")}
+	g := &group{e: e, queue: "q", held: map[string]Lease{}, wait: e.newWaiter("q")}
 	var wg sync.WaitGroup
 	refused := make([][]Lease, 10)
 	for i := range refused {
@@ -438,15 +451,15 @@ func TestGiftsRacingTheEndLoseNoLease(t *testing.T) {
 			ls[j] = Lease{Key: fmt.Sprintf("k%d-%d", i, j), Token: 1}
 		}
 		wg.Go(func() {
-			if !g.w.give(ls) {
+			if !g.quiet().give(ls) {
 				refused[i] = ls
 			}
 		})
 	}
 	for range 3 {
-		require.NoError(t, g.receive(context.Background(), false))
+		require.NoError(t, g.quiet().receive(context.Background(), g, false))
 	}
-	require.NoError(t, g.receive(context.Background(), true))
+	require.NoError(t, g.quiet().receive(context.Background(), g, true))
 	wg.Wait()
 	n := len(g.held)
 	for _, ls := range refused {
@@ -472,9 +485,9 @@ func TestAGiftOverTheBoundIsHandedOn(t *testing.T) {
 		gift = append(gift, fmt.Sprintf("gift%d", i))
 	}
 	g, giver := heldGroup(t, e, own...), heldGroup(t, e, gift...)
-	require.True(t, g.w.give(giver.leases()))
+	require.True(t, g.quiet().give(giver.leases()))
 
-	require.NoError(t, g.receive(ctx, false))
+	require.NoError(t, g.quiet().receive(ctx, g, false))
 	require.Equal(t, own, g.keys(), "the group keeps its own keys and no more")
 	for _, k := range gift {
 		require.Zero(t, r.rdb.Exists(ctx, leaseKey(k)).Val(), "%s is released", k)
@@ -501,7 +514,7 @@ func TestTwoLeasesOfAKeyLeaveNoneUnused(t *testing.T) {
 			e.newWaiter("q").park(&group{e: e, queue: "q", held: map[string]Lease{"s": parked}})
 
 			require.True(t, e.wakers.take("s", into))
-			require.NoError(t, into.receive(ctx, false))
+			require.NoError(t, into.quiet().receive(ctx, into, false))
 			held, err := r.rdb.Get(ctx, leaseKey("s")).Result()
 			if !liveIsLower {
 				require.NoError(t, err)
@@ -531,7 +544,7 @@ func TestAGiftOutlivesASlowTransaction(t *testing.T) {
 	id := r.acceptOn(t, "r")
 	g, gift := heldGroup(t, e, "r"), holding(t, e, "x")
 	stall.set(func() {
-		require.True(t, g.w.give([]Lease{gift}))
+		require.True(t, g.quiet().give([]Lease{gift}))
 		// The leases expire on Redis's clock, so only real time can outlast
 		// them; the gift lives through it only if keepAlive extends it.
 		time.Sleep(3 * ttl)
@@ -540,7 +553,7 @@ func TestAGiftOutlivesASlowTransaction(t *testing.T) {
 	_, err := g.step(ctx)
 	require.NoError(t, err)
 	require.False(t, r.open(t, id))
-	require.NoError(t, g.receive(ctx, false))
+	require.NoError(t, g.quiet().receive(ctx, g, false))
 	require.Equal(t, gift, g.held["x"])
 	require.Equal(t, strconv.FormatInt(gift.Token, 10), r.rdb.Get(ctx, leaseKey("x")).Val(), "the gift's lease is alive")
 }
