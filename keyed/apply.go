@@ -83,9 +83,9 @@ func (g *group) applyRetrying(ctx context.Context, ids []uuid.UUID, pick pickFun
 	}
 }
 
-// reissueFenced re-issues the lease of key, which a fence refused, in leases and in
-// the group, unless it was re-issued once already (reissued): then the
-// lease is lost.
+// reissueFenced re-issues the lease of key, which a fence refused, in
+// leases and in the group, unless it was re-issued once already
+// (reissued): then the lease is lost.
 func (g *group) reissueFenced(ctx context.Context, leases []Lease, key string, reissued map[string]bool) error {
 	if reissued[key] {
 		return ErrLeaseLost

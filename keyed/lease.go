@@ -77,11 +77,12 @@ func floorSQL(n int) string {
 }
 
 // fence records the token of each lease whose key named names in
-// key_fences inside tx, in one statement and in key order (the order every apply transaction takes these
-// rows in, so two of them never wait for each other in a cycle). A token is
-// refused if a newer one has already applied changes to its key, or it was
-// issued more than forget ago (floorSQL): fence then returns a
-// *fencedError (ErrFenced) naming that key. The row locks it takes also
+// key_fences inside tx, in one statement and in key order (the order every
+// apply transaction takes these rows in, so two of them never wait for
+// each other in a cycle). A token is refused if a newer one has already
+// applied changes to its key, or it was issued more than forget ago
+// (floorSQL): fence then returns a *fencedError (ErrFenced) naming that
+// key. The row locks it takes also
 // serialize every apply transaction on the keys. A transaction fences the
 // keys of what it applies (doc.go, "Groups"), not every key its group holds,
 // so a key held for a request that waits is not rewritten at every step
