@@ -129,7 +129,7 @@ chaos: ## Kill -9 and SIGSTOP each store and process (2 APIs, 3 workers) under a
 	grep -E '^ *--- (FAIL|PASS)|^(ok|FAIL)\s|^vet: |^[^ ]+\.go:[0-9]+:[0-9]+: |Error Trace|Error:|Messages:' bin/chaos.log; \
 	echo "make chaos: whole output in bin/chaos.log"; exit $$rc
 
-bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart, hold and group designs (drop, cart, hold at local and at 1 ms commits); print the table (~6 min here; BENCH_ONLY=drop|cart|hold|keys|group for one part)
+bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart, hold and group designs (drop, cart, hold at local and at 1 ms commits); print the table (under 6 min here; BENCH_ONLY=drop|cart|hold|keys|group for one part)
 	$(GO) build -o bin/load ./cmd/load
 	$(GO) build -o bin/baseline ./cmd/baseline
 	@scripts/bench.sh

@@ -192,8 +192,7 @@ func startCartBaseline(t *testing.T) string {
 	schema := "cart_" + hex.EncodeToString(b)
 	require.NoError(t, baseline.SetupCart(ctx, pool, schema))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	_, rdb := testenv.Redis(t)
-	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: 2 * time.Second})
+	srv, err := baseline.New(pool, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	return testenv.Serve(t, srv.Serve)
 }

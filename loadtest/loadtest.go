@@ -146,8 +146,6 @@ var Scenarios = map[string]func() Scenario{
 	"recovery":          func() Scenario { return &recovery{} },
 	// Comparison points for make bench, served by cmd/baseline.
 	"baseline-fcfs":       func() Scenario { return &baselineFCFS{} },
-	"enqueue-floor":       func() Scenario { return enqueueFloor{} },
-	"baseline-roundtrip":  func() Scenario { return &baselineRoundTrip{} },
 	"baseline-cart":       func() Scenario { return &baselineCart{} },
 	"baseline-hold-storm": func() Scenario { return &baselineHoldStorm{} },
 	"group-rush":          func() Scenario { return &groupRush{} },
