@@ -77,27 +77,6 @@ func TestLoadScenarios(t *testing.T) {
 			Users: 10, RedisURL: s.Cfg.Redis.URL, HoldApply: true})
 		require.ErrorContains(t, err, "needs an intake run", "holding the workers back while clients wait for outcomes would never end")
 	})
-	t.Run("waiting-room-rush", func(t *testing.T) {
-		rep := run("waiting-room-rush", loadtest.Options{Concurrency: 20, Users: 60, Seats: 40})
-		require.Equal(t, 60, rep.Outcomes["queue.enter succeeded"])
-		require.Equal(t, 40, rep.Outcomes["seat.book succeeded"])
-		require.Equal(t, 60, rep.Room.Admissions)
-		require.Equal(t, 60, rep.Room.TimeInQueue.Count)
-	})
-	t.Run("waiting-room-rush with a crowd's habits", func(t *testing.T) {
-		rep := run("waiting-room-rush", loadtest.Options{Concurrency: 30, Users: 60, Seats: 30,
-			NeverClaimPct: 10, LeavePct: 15, Prequeue: 2 * time.Second, AdmitPerMinute: 600})
-		r := rep.Room
-		require.Equal(t, 60, rep.Outcomes["queue.enter succeeded"])
-		require.Positive(t, r.PrequeueEntrants)
-		require.Positive(t, r.NeverClaimed)
-		require.Positive(t, r.LeftMidQueue)
-		require.Equal(t, r.NeverClaimed, r.ToldExpired, "each who let its turn pass was told so")
-		stayed := 60 - r.NeverClaimed - r.LeftMidQueue
-		require.Equal(t, stayed, r.TimeInQueue.Count, "every user who stayed was admitted")
-		require.GreaterOrEqual(t, r.Admissions, stayed, "and some who left had their turn before")
-		require.LessOrEqual(t, r.PeakPerMinute, 600)
-	})
 	t.Run("idle-streams", func(t *testing.T) {
 		// Held past the 5 s presence timeout: the streams alone keep the
 		// users in line (the scenario checks each is still waiting).
