@@ -134,7 +134,7 @@ load-check: ## Run the load tool's scenarios, small, against a real API and work
 	@# checks themselves are tested in make test (go test ./loadtest).
 	HOLDFAST_LOAD=1 $(GO) test -race -count=1 -timeout 10m -run '^TestLoad(Scenarios|Soak)$$' ./e2e
 
-bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart, hold and group designs (drop, cart, hold at local and at 1 ms commits); print the table (under 6 min here; BENCH_ONLY=drop|cart|hold|keys|group for one part)
+bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart, hold and group designs (drop, cart, hold at local and at 1 ms commits); print the table (at most ~6 min here; BENCH_ONLY=drop|cart|hold|keys|group for one part)
 	$(GO) build -o bin/load ./cmd/load
 	$(GO) build -o bin/baseline ./cmd/baseline
 	@scripts/bench.sh
