@@ -33,12 +33,22 @@ func skipUnlessLoad(t *testing.T) {
 	}
 }
 
-// runLoad runs scenario name against s and checks its report: every
-// journey ended, the invariants hold, the API's memory and the CPU read.
+// runLoad runs scenario name against s and checks its report as
+// runChecked does, and that the API's memory and the machine's CPU were read.
 func runLoad(t *testing.T, s *systest.System, name string, opt loadtest.Options) *loadtest.Report {
 	t.Helper()
 	opt.BaseURL, opt.Secret = s.URL, s.Cfg.JWTSecret
 	opt.MetricsURLs = map[string]string{"api": s.URL + "/metrics"}
+	rep := runChecked(t, name, opt)
+	require.Positive(t, rep.PeakRSSMiB["api"])
+	require.Positive(t, rep.CPUSeconds[loadtest.CPUTotal])
+	return rep
+}
+
+// runChecked runs scenario name and checks its report: every journey
+// ended, the invariants hold, the server's CPU was read.
+func runChecked(t *testing.T, name string, opt loadtest.Options) *loadtest.Report {
+	t.Helper()
 	rep, err := loadtest.Run(loadContext(t), name, opt)
 	require.NoError(t, err)
 	var text bytes.Buffer
@@ -46,8 +56,6 @@ func runLoad(t *testing.T, s *systest.System, name string, opt loadtest.Options)
 	t.Log(text.String())
 	require.True(t, rep.OK, "violations: %v", rep.Violations)
 	require.Empty(t, rep.Errors)
-	require.Positive(t, rep.PeakRSSMiB["api"])
-	require.Positive(t, rep.CPUSeconds[loadtest.CPUTotal])
 	require.Contains(t, rep.CPUSeconds, "api")
 	return rep
 }
@@ -142,15 +150,8 @@ func TestLoadScenarios(t *testing.T) {
 	t.Run("baseline-cart, twice", func(t *testing.T) {
 		url := startCartBaseline(t)
 		for seed := range uint64(2) { // the same tables twice: each run has options of its own
-			rep, err := loadtest.Run(loadContext(t), "baseline-cart", loadtest.Options{BaseURL: url,
+			rep := runChecked(t, "baseline-cart", loadtest.Options{BaseURL: url,
 				Concurrency: 30, Users: 150, Stock: 15, Seed: seed, MetricsURLs: map[string]string{"api": url + "/metrics"}})
-			require.NoError(t, err)
-			var text bytes.Buffer
-			rep.WriteText(&text)
-			t.Log(text.String())
-			require.True(t, rep.OK, "violations: %v", rep.Violations)
-			require.Empty(t, rep.Errors)
-			require.Contains(t, rep.CPUSeconds, "api")
 			requireCartRush(t, rep, "order.reserve.sync", 150, 15)
 			require.Equal(t, 150, rep.ClientRoundTrip.Count)
 		}
