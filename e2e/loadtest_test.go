@@ -62,8 +62,9 @@ func runChecked(t *testing.T, name string, opt loadtest.Options) *loadtest.Repor
 
 // An open position stream counts as presence: 40 users of an event whose
 // admission is paused hold their streams open past its presence timeout
-// (5 s) and are all still waiting at the end (idle-streams checks each).
-// Fewer clients than streams would never open them all: refused.
+// (5 s) and are all still waiting at the end (idle-streams checks each);
+// TestPositionStream is the control, a user whose stream is closed losing
+// its place. Fewer clients than streams would never open them all: refused.
 func TestOpenStreamsKeepTheirPlace(t *testing.T) {
 	t.Parallel()
 	s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"RATE_LIMIT_PER_USER", "0"}})
