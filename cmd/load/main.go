@@ -84,7 +84,6 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.DurationVar(&opt.LeaseTTL, "lease-ttl", 0, "recovery: the workers' LEASE_TTL, reported beside the recovery time (0: not known)")
 	fs.IntVar(&opt.RedisAwayPID, "redis-away", 0, "with -intake (and no -redis): holdfast's Redis server process, frozen (SIGSTOP) while the clients submit, thawed before the outcomes are followed")
 	fs.BoolVar(&opt.HoldApply, "hold-apply", false, "with -intake and -redis: pause holdfast's queues until every client has submitted (the API's intake with the workers idle; never on a live system)")
-	apiMetrics := fs.String("api-metrics", "auto", "the API's /metrics for peak memory ('auto': URL/metrics, '' to skip)")
 	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:8081/metrics"), "the worker's /metrics for peak memory ('' to skip)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give the run up after this long (0: never): a write that never ends fails the run instead of holding it forever")
@@ -104,14 +103,8 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	if opt.Secret == "" {
 		return 2, errors.New("set JWT_SECRET (or -secret) to the API's secret")
 	}
-	opt.MetricsURLs = map[string]string{}
-	switch *apiMetrics {
-	case "auto":
-		opt.MetricsURLs["api"] = strings.TrimRight(opt.BaseURL, "/") + "/metrics"
-	case "":
-	default:
-		opt.MetricsURLs["api"] = *apiMetrics
-	}
+	// The API's (or the synchronous server's) /metrics: its memory and CPU.
+	opt.MetricsURLs = map[string]string{"api": strings.TrimRight(opt.BaseURL, "/") + "/metrics"}
 	if *workerMetrics != "" {
 		opt.MetricsURLs["worker"] = *workerMetrics
 	}
