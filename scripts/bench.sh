@@ -180,8 +180,8 @@ for regime in "${regimes[@]}"; do
   out=$root commits="local commits"
   if [ "$regime" != 0 ]; then out=$root/commit-delay commits="commit_delay $regime µs"; fi
   mkdir -p "$out"
-  # Each regime on stores of its own: what the one before it left (an
-  # FCFS rush's 120,000 requests) would slow it down and not the other.
+  # Each regime on stores of its own: what the one before it left (the
+  # FCFS rushes' 80,000 requests) would slow it down and not the other.
   if [ "$regime" != 0 ]; then
     fresh_db holdfast_bench
     bin/api migrate
