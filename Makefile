@@ -129,7 +129,12 @@ chaos: ## Kill -9 and SIGSTOP each store and process (2 APIs, 3 workers) under a
 	grep -E '^ *--- (FAIL|PASS)|^(ok|FAIL)\s|^vet: |^[^ ]+\.go:[0-9]+:[0-9]+: |Error Trace|Error:|Messages:' bin/chaos.log; \
 	echo "make chaos: whole output in bin/chaos.log"; exit $$rc
 
-bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart, hold and group designs (drop, cart, hold at local and at 1 ms commits); print the table (~6 min here; BENCH_ONLY=drop|cart|hold|keys|group for one part)
+load-check: ## Run the load tool's scenarios, small, against a real API and worker, and a 3 s soak, checking every report (make test skips them)
+	@# HOLDFAST_LOAD=1 turns them on (e2e/loadtest_test.go); the load tool's
+	@# checks themselves are tested in make test (go test ./loadtest).
+	HOLDFAST_LOAD=1 $(GO) test -race -count=1 -timeout 10m -run '^TestLoad(Scenarios|Soak)$$' ./e2e
+
+bench: build ## Measure holdfast against raw Asynq and the synchronous FCFS, drop, cart, hold and group designs (drop, cart, hold at local and at 1 ms commits); print the table (at most ~6 min here; BENCH_ONLY=drop|cart|hold|keys|group for one part)
 	$(GO) build -o bin/load ./cmd/load
 	$(GO) build -o bin/baseline ./cmd/baseline
 	@scripts/bench.sh
@@ -165,4 +170,4 @@ test-deploy: ## The deploy module's tests: the images built and read back (deplo
 clean: ## Remove build output
 	rm -rf bin
 
-.PHONY: help build image run migrate lint-api lint lint-tool warm test check cluster jepsen chaos bench streams redis-away soak benchgo fuzz manifests test-deploy clean
+.PHONY: help build image run migrate lint-api lint lint-tool warm test check cluster jepsen chaos load-check bench streams redis-away soak benchgo fuzz manifests test-deploy clean

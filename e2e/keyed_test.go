@@ -262,7 +262,7 @@ func TestMultiKeyOrder(t *testing.T) {
 	}
 	wg.Wait()
 	// The shared x sorts after every client's key, the slow case of groups
-	// (docs/benchmarks.md, "A shared key that sorts after"): 1.6–2.6 s on a
+	// (docs/benchmarks.md, "Measured speed-ups"): 1.6–2.6 s on a
 	// quiet machine, 8.7–17 s with QUIET_WAITING=false alone, 53–62 s so on
 	// a machine four times slower (2026-11-29), so the bound leaves room for
 	// a busy one and for the speed-ups-off pass.

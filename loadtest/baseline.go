@@ -8,18 +8,14 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/holdfast/holdfast/client"
 )
 
-// The scenarios in this file drive the comparison servers of cmd/baseline,
-// not holdfast: the synchronous FCFS a team would build from seed 004, a
-// handler that only enqueues (or first stores the request), and a write's
-// round trip built the plain way with nothing of holdfast's in it. They
-// exist so make bench can measure them with the same clients, at the same
-// concurrency, as fcfs-rush.
+// baseline-fcfs drives cmd/baseline's lean mode, not holdfast: the
+// synchronous FCFS a team would build from seed 004, measured by make bench
+// with the same clients, at the same concurrency, as fcfs-rush.
 
 // plainPost sends a JSON POST as user and returns the status and body.
 func plainPost(ctx context.Context, e *Env, path, user string, body any) (int, []byte, error) {
@@ -101,74 +97,3 @@ func (s *baselineFCFS) Check(context.Context, *Env) ([]string, error) {
 	}
 	return out, nil
 }
-
-// enqueueFloor: Users POSTs to a handler that only enqueues a no-op task
-// and answers 202, the most an HTTP intake in front of the queue can do.
-type enqueueFloor struct{}
-
-func (enqueueFloor) Setup(_ context.Context, e *Env) (int, error) {
-	return orDefault(e.Opt.Users, 40000), nil
-}
-
-func (enqueueFloor) Journey(ctx context.Context, e *Env, i int) error {
-	start := time.Now()
-	status, body, err := plainPost(ctx, e, "/enqueue", fmt.Sprint(i), map[string]int{"n": i})
-	if err == nil && status != http.StatusAccepted {
-		err = fmt.Errorf("HTTP %d: %s", status, body)
-	}
-	if err != nil {
-		e.Rec.SubmitError("enqueue", err)
-		return err
-	}
-	e.Rec.Accepted("enqueue", start, time.Since(start))
-	return nil
-}
-
-func (enqueueFloor) Check(context.Context, *Env) ([]string, error) { return nil, nil }
-
-// baselineRoundTrip: Users each submit a write to cmd/baseline's roundtrip
-// mode (stored, its Asynq task processed as it comes, nothing else) and
-// long-poll its outcome with holdfast's own client, as fcfs-rush's users do
-// holdfast's: a write's round trip built the plain way. With -intake every
-// user submits first and the outcomes are followed after, as in fcfs-rush.
-type baselineRoundTrip struct {
-	mu      sync.Mutex
-	pending []pendingWrite
-}
-
-func (*baselineRoundTrip) Setup(_ context.Context, e *Env) (int, error) {
-	return orDefault(e.Opt.Users, 40000), nil
-}
-
-func (s *baselineRoundTrip) Journey(ctx context.Context, e *Env, i int) error {
-	submit := func(ctx context.Context) (client.Accepted, error) {
-		return e.base.Submit(ctx, http.MethodPost, "/enqueue", map[string]int{"n": i})
-	}
-	if e.Opt.Intake {
-		acc, at, err := e.submit(ctx, "roundtrip", submit)
-		if err == nil {
-			s.mu.Lock()
-			s.pending = append(s.pending, pendingWrite{c: e.base, acc: acc, at: at})
-			s.mu.Unlock()
-		}
-		return err
-	}
-	return succeeded(e.Write(ctx, e.base, "roundtrip", submit))
-}
-
-// Finish follows an intake-only run's requests to their outcomes.
-func (s *baselineRoundTrip) Finish(ctx context.Context, e *Env) error {
-	return forEach(len(s.pending), e.Opt.Concurrency, func(i int) error {
-		p := s.pending[i]
-		return succeeded(e.await(ctx, p.c, "roundtrip", p.acc, p.at))
-	})
-}
-
-func succeeded(out client.Outcome, err error) error {
-	if err == nil && out.Status != client.StatusSucceeded {
-		err = fmt.Errorf("request %s ended %s", out.RequestID, out.Status)
-	}
-	return err
-}
-
-func (*baselineRoundTrip) Check(context.Context, *Env) ([]string, error) { return nil, nil }

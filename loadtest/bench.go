@@ -4,61 +4,41 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 
 	"github.com/holdfast/holdfast/bench/floor"
 )
 
-// Bench is one make bench run: the floors, the synchronous baselines and
-// holdfast, all measured on the same machine in the same run.
+// Bench is one make bench run: the Asynq floor, the synchronous designs
+// and holdfast, all measured on the same machine in the same run.
 type Bench struct {
-	Machine      string       // one line: date, CPU, core count, versions
-	Cores        int          // the machine's cores, for the CPU ceilings
-	AsynqFloor   floor.Result // raw Asynq enqueue + no-op processing
-	EnqueueFloor *Report      // enqueue-floor: an HTTP handler that only enqueues
-	// enqueue-floor against a handler that stores each request durably
-	// (holdfast's group commit) before it enqueues; nil in runs before it.
-	DurableFloor *Report
-	Literal      *Report // baseline-fcfs against the seed's literal UPDATE
-	SkipLocked   *Report // baseline-fcfs with FOR UPDATE SKIP LOCKED
+	Machine    string       // one line: date, CPU, core count, versions
+	Cores      int          // the machine's cores, for the CPU ceilings
+	AsynqFloor floor.Result // raw Asynq enqueue + no-op processing
 	// baseline-fcfs against the lean synchronous design: one UPDATE … SKIP
-	// LOCKED a request, no Redis, net/http, 32 connections. Nil in runs
-	// before it.
+	// LOCKED a request, no Redis, net/http, 32 connections.
 	Lean   *Report
 	Rush   *Report // fcfs-rush, clients waiting for each outcome
 	Intake *Report // fcfs-rush -intake: submissions only, then outcomes
-	// fcfs-rush -intake -hold-apply: the same with the workers held back
-	// until the last 202, the API's intake alone; nil in runs before it.
-	HeldIntake *Report
-	// baseline-roundtrip against cmd/baseline's roundtrip mode: the durable
-	// handler plus each request's Asynq task processed as it comes and a
-	// long poll for it, a write's round trip built the plain way with
-	// nothing of holdfast's in it; then the same with -intake. Nil in runs
-	// before them.
-	RoundTrip, RoundTripIntake *Report
 	// The cart rush (seed 002's order reserve, every client at once):
 	// cart-rush against holdfast, and baseline-cart against cmd/baseline's
-	// cart mode, one transaction per request. Nil in runs before them.
+	// cart mode, one transaction per request.
 	CartRush, CartBaseline *Report
 	// The hold storm (seed 000's holds, confirmed, cancelled or abandoned):
 	// hold-storm against holdfast, and baseline-hold-storm against
-	// cmd/baseline's hold mode, one transaction per request. Nil in runs
-	// before them.
+	// cmd/baseline's hold mode, one transaction per request.
 	HoldStorm, HoldBaseline *Report
 	// The drop of one product option: the cart rush with one hot option
 	// (load -hot-options 1), every cart one unit of it; cart-rush and
-	// baseline-cart. Nil in runs before them.
+	// baseline-cart.
 	DropRush, DropBaseline *Report
 	// The group rush (best-available seats for groups of 1–6, two thirds
 	// confirmed, a third let expire), at local commits only: group-rush
 	// against holdfast, and baseline-group-rush against cmd/baseline's
-	// group-skiplocked mode (GroupBaseline) and group mode (GroupLocked),
-	// one transaction per request. Nil in runs before them.
-	GroupRush, GroupBaseline, GroupLocked *Report
+	// group mode, one transaction per request.
+	GroupRush, GroupBaseline *Report
 	// Per-key serialization, measured at local commits only: isolation
 	// (K4, one key's backlog drains while other keys' writes are timed)
-	// and recovery (K5, a worker killed with SIGKILL mid-work). Nil in
-	// runs before them.
+	// and recovery (K5, a worker killed with SIGKILL mid-work).
 	Isolation, Recovery *Report
 	// CommitDelayUS is the commit_delay, in µs, that every design's
 	// database had in these runs (commit_siblings 0): 0 for local commits.
@@ -69,14 +49,13 @@ type Bench struct {
 	Delayed *Bench
 }
 
-// Targets of the issue that make bench checks (ratios against floors from
-// the same run). The hot-row rushes' ratios to their synchronous designs
+// Targets of the issue that make bench checks (ratios against the floor and
+// the synchronous designs of the same run). The hot-row rushes' ratios to their synchronous designs
 // are in hotRows.
 const (
 	targetOfAsynq      = 0.5  // fcfs-rush completed/s vs Asynq's no-op processing
 	targetOfLean       = 1.5  // fcfs-rush completed/s vs the lean synchronous design (issue 24)
 	targetStoresOfLean = 0.2  // holdfast's Postgres + Redis CPU per write vs the lean design's (issue 24)
-	targetOfEnqueue    = 0.5  // intake 202s/s vs the enqueue-only handler
 	targetSubmitP99Ms  = 50.0 // intake p99 submit latency
 	targetRSSMiB       = 150.0
 	targetCartP99Ms    = 500.0 // cart-rush (and drop) accept→terminal p99
@@ -106,12 +85,6 @@ func (b *Bench) WriteTable(w io.Writer) (ok bool) {
 	}
 	if b.Rush != nil {
 		section(b.writeFCFS)
-	}
-	if d := b.Delayed; d != nil && d.Rush != nil {
-		section(func(w io.Writer) bool {
-			fmt.Fprintf(w, "First come, first served again, at %s:\n\n", d.commits())
-			return d.writeFCFS(w)
-		})
 	}
 	if b.Isolation != nil || b.Recovery != nil {
 		section(b.writeKeys)
@@ -165,87 +138,31 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	fmt.Fprintln(w, "|---|---|---:|---|---|")
 	fmt.Fprintf(w, "| floor: Asynq enqueue + no-op processing | %d tasks, %d workers | %.0f processed | – | %d duplicates |\n",
 		b.AsynqFloor.Tasks, b.AsynqFloor.Concurrency, b.AsynqFloor.ProcessedPerSec, b.AsynqFloor.Duplicates)
-	row := func(name, what string, r *Report, rate float64, lat Percentiles) {
-		verdict := verdictOf(r)
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f / %.1f | %s |\n", name, what, rate, lat.P50, lat.P99, verdict)
+	row := func(name string, r *Report, rate float64, lat Percentiles) {
+		seats := r.Outcomes["fcfs succeeded"] + r.Outcomes["fcfs.sync succeeded"]
+		fmt.Fprintf(w, "| %s | %d users, %d clients, %d seats won | %.0f | %.1f / %.1f | %s |\n",
+			name, r.Journeys, r.Concurrency, seats, rate, lat.P50, lat.P99, verdictOf(r))
 	}
-	load := func(r *Report) string {
-		seats := ""
-		if n := r.Outcomes["fcfs succeeded"] + r.Outcomes["fcfs.sync succeeded"]; n > 0 {
-			seats = fmt.Sprintf(", %d seats won", n)
-		}
-		return fmt.Sprintf("%d users, %d clients%s", r.Journeys, r.Concurrency, seats)
-	}
-	row("floor: HTTP handler that only enqueues", load(b.EnqueueFloor), b.EnqueueFloor, b.EnqueueFloor.AcceptedPerSec, b.EnqueueFloor.Submit)
-	if d := b.DurableFloor; d != nil {
-		row("floor: … that stores each request in Postgres first", load(d), d, d.AcceptedPerSec, d.Submit)
-	}
-	if r := b.RoundTrip; r != nil {
-		row("plain round trip: stored, its task processed as it comes, a long poll (no auth, no logic): outcomes", load(r), r, r.CompletedPerSec, r.ClientRoundTrip)
-	}
-	if r := b.RoundTripIntake; r != nil {
-		row("plain round trip, all submitted first: 202s", load(r), r, r.AcceptedPerSec, r.Submit)
-	}
-	row("baseline: seed 004 UPDATE, synchronous", load(b.Literal)+soldOutNote(b.Literal), b.Literal, b.Literal.CompletedPerSec, b.Literal.Submit)
-	row("baseline: … FOR UPDATE SKIP LOCKED", load(b.SkipLocked), b.SkipLocked, b.SkipLocked.CompletedPerSec, b.SkipLocked.Submit)
-	if l := b.Lean; l != nil {
-		row("baseline: lean, one UPDATE … SKIP LOCKED a request (no Redis, net/http, 32 connections)", load(l), l, l.CompletedPerSec, l.Submit)
-	}
-	row("holdfast fcfs-rush: outcomes", load(b.Rush), b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
-	row("holdfast fcfs-rush -intake: 202s", load(b.Intake), b.Intake, b.Intake.AcceptedPerSec, b.Intake.Submit)
-	if h := b.HeldIntake; h != nil {
-		row("holdfast … workers held back until the last 202", load(h), h, h.AcceptedPerSec, h.Submit)
-	}
+	row("lean synchronous: one UPDATE … SKIP LOCKED a request (no Redis, net/http, 32 connections)", b.Lean, b.Lean.CompletedPerSec, b.Lean.Submit)
+	row("holdfast fcfs-rush: outcomes", b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
+	row("holdfast fcfs-rush -intake: 202s", b.Intake, b.Intake.AcceptedPerSec, b.Intake.Submit)
 
 	c := &checker{w: w, ok: true}
-	check := c.check
 	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
 	fmt.Fprintln(w, "|---|---:|---:|---|")
-	check("fcfs-rush outcomes/s ÷ Asynq floor", ratio(b.Rush.CompletedPerSec, b.AsynqFloor.ProcessedPerSec), targetOfAsynq, true, "×")
-	fmt.Fprintf(w, "| (no target) fcfs-rush outcomes/s ÷ SKIP LOCKED baseline | %.2f× | – | – |\n", ratio(b.Rush.CompletedPerSec, b.SkipLocked.CompletedPerSec))
-	check("fcfs-rush outcomes/s ÷ seed's literal baseline", ratio(b.Rush.CompletedPerSec, b.Literal.CompletedPerSec), 1, true, "×")
-	if l := b.Lean; l != nil {
-		check("fcfs-rush outcomes/s ÷ lean synchronous", ratio(b.Rush.CompletedPerSec, l.CompletedPerSec), targetOfLean, true, "×")
-		check("fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's", ratio(storesCPU(b.Rush), storesCPU(l)), targetStoresOfLean, false, "×")
-	}
-	check("intake 202s/s ÷ enqueue-only floor", ratio(b.Intake.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec), targetOfEnqueue, true, "×")
-	check("intake p99 submit latency", b.Intake.Submit.P99, targetSubmitP99Ms, false, " ms")
-	if d := b.DurableFloor; d != nil {
-		fmt.Fprintf(w, "| (no target) durable floor ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(d.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
-		fmt.Fprintf(w, "| (no target) intake 202s/s ÷ durable floor | %.2f× | – | – |\n", ratio(b.Intake.AcceptedPerSec, d.AcceptedPerSec))
-	}
-	if r := b.RoundTrip; r != nil {
-		fmt.Fprintf(w, "| (no target) plain round trip outcomes/s ÷ Asynq floor | %.2f× | – | – |\n", ratio(r.CompletedPerSec, b.AsynqFloor.ProcessedPerSec))
-		fmt.Fprintf(w, "| (no target) fcfs-rush outcomes/s ÷ plain round trip | %.2f× | – | – |\n", ratio(b.Rush.CompletedPerSec, r.CompletedPerSec))
-	}
-	if r := b.RoundTripIntake; r != nil {
-		fmt.Fprintf(w, "| (no target) plain round trip 202s/s ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(r.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
-		fmt.Fprintf(w, "| (no target) intake 202s/s ÷ plain round trip's | %.2f× | – | – |\n", ratio(b.Intake.AcceptedPerSec, r.AcceptedPerSec))
-	}
-	if h := b.HeldIntake; h != nil {
-		fmt.Fprintf(w, "| (no target) intake, workers held back, ÷ enqueue-only floor | %.2f× | – | – |\n", ratio(h.AcceptedPerSec, b.EnqueueFloor.AcceptedPerSec))
-		fmt.Fprintf(w, "| (no target) intake p99, workers held back | %.2f ms | – | – |\n", h.Submit.P99)
-	}
-	for _, run := range []struct {
-		name string
-		r    *Report
-	}{{"fcfs-rush", b.Rush}, {"fcfs-rush -intake", b.Intake}, {"fcfs-rush -intake -hold-apply", b.HeldIntake}} {
-		if run.r == nil {
-			continue
-		}
+	c.check("fcfs-rush outcomes/s ÷ Asynq floor", ratio(b.Rush.CompletedPerSec, b.AsynqFloor.ProcessedPerSec), targetOfAsynq, true, "×")
+	c.check("fcfs-rush outcomes/s ÷ lean synchronous", ratio(b.Rush.CompletedPerSec, b.Lean.CompletedPerSec), targetOfLean, true, "×")
+	c.check("fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's", ratio(storesCPU(b.Rush), storesCPU(b.Lean)), targetStoresOfLean, false, "×")
+	c.check("intake p99 submit latency", b.Intake.Submit.P99, targetSubmitP99Ms, false, " ms")
+	for i, r := range []*Report{b.Rush, b.Intake} {
 		for _, p := range []string{"api", "worker"} {
-			if v, found := run.r.PeakRSSMiB[p]; found {
-				check(fmt.Sprintf("%s peak resident memory, %s", p, run.name), v, targetRSSMiB, false, " MiB")
+			if v, found := r.PeakRSSMiB[p]; found {
+				c.check(fmt.Sprintf("%s peak resident memory, %s", p, []string{"fcfs-rush", "fcfs-rush -intake"}[i]), v, targetRSSMiB, false, " MiB")
 			}
 		}
 	}
-	violations := 0
-	for _, r := range []*Report{b.EnqueueFloor, b.DurableFloor, b.RoundTrip, b.RoundTripIntake, b.SkipLocked, b.Lean, b.Rush, b.Intake, b.HeldIntake} {
-		if r != nil {
-			violations += len(r.Violations)
-		}
-	}
-	check("invariant violations (holdfast, floors, SKIP LOCKED, lean)", float64(violations), 1, false, "")
+	violations := len(b.Lean.Violations) + len(b.Rush.Violations) + len(b.Intake.Violations)
+	c.check("invariant violations (holdfast, lean)", float64(violations), 1, false, "")
 	return c.ok
 }
 
@@ -492,34 +409,14 @@ func (t cpuTable) holdfast(name string, r *Report, rate float64) {
 	t.line("… all in: the run and its deferred tasks", all, r.Journeys, 0, "api")
 }
 
-// writeFCFSCPU prints the CPU lines of the floors and the first-come-
+// writeFCFSCPU prints the CPU lines of the floor and the first-come-
 // first-served runs.
 func (b *Bench) writeFCFSCPU(t cpuTable) {
 	f := b.AsynqFloor
 	t.line("Asynq floor (per task)", f.CPUSeconds, f.Tasks, f.ProcessedPerSec, "floor")
-	t.line("enqueue-only HTTP floor", b.EnqueueFloor.CPUSeconds, b.EnqueueFloor.Journeys, b.EnqueueFloor.AcceptedPerSec, "api")
-	if d := b.DurableFloor; d != nil {
-		t.line("… storing each request in Postgres first", d.CPUSeconds, d.Journeys, d.AcceptedPerSec, "api")
-	}
-	if r := b.RoundTrip; r != nil {
-		t.line("plain round trip (outcomes)", r.CPUSeconds, r.Journeys, r.CompletedPerSec, "api")
-	}
-	if r := b.RoundTripIntake; r != nil {
-		t.line("plain round trip, all submitted first (all work)", r.CPUSeconds, r.Journeys, r.CompletedPerSec, "api")
-		if r.SubmitCPUSeconds != nil {
-			t.line("… of which until the last 202 (intake)", r.SubmitCPUSeconds, r.Journeys, r.AcceptedPerSec, "api")
-		}
-	}
-	t.line("seed 004 literal, synchronous", b.Literal.CPUSeconds, b.Literal.Journeys, b.Literal.CompletedPerSec, "api")
-	t.line("… SKIP LOCKED", b.SkipLocked.CPUSeconds, b.SkipLocked.Journeys, b.SkipLocked.CompletedPerSec, "api")
-	if l := b.Lean; l != nil {
-		t.line("lean synchronous", l.CPUSeconds, l.Journeys, l.CompletedPerSec, "api")
-	}
+	t.line("lean synchronous", b.Lean.CPUSeconds, b.Lean.Journeys, b.Lean.CompletedPerSec, "api")
 	t.holdfast("holdfast fcfs-rush (submit + outcome)", b.Rush, b.Rush.CompletedPerSec)
 	t.holdfast("holdfast fcfs-rush -intake (all work)", b.Intake, b.Intake.CompletedPerSec)
-	if h := b.HeldIntake; h != nil {
-		t.holdfast("holdfast fcfs-rush -intake -hold-apply (all work)", h, h.CompletedPerSec)
-	}
 }
 
 // writeDeferredNote says, under the CPU table, how many of a holdfast run's
@@ -551,21 +448,6 @@ func cpuTotal(cpu map[string]float64) float64 {
 		}
 	}
 	return max(cpu[CPUTotal], parts)
-}
-
-// soldOutNote says how many users the literal baseline told SOLD_OUT or
-// CONTENTION although seats were left: its known false sold-outs.
-func soldOutNote(r *Report) string {
-	var parts []string
-	for k, v := range r.Outcomes {
-		if strings.HasSuffix(k, "CONTENTION") {
-			parts = append(parts, fmt.Sprintf("%d CONTENTION", v))
-		}
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 func ratio(a, b float64) float64 {

@@ -122,11 +122,10 @@ func TestDropOfOneOption(t *testing.T) {
 func startCartBaseline(t *testing.T) string {
 	t.Helper()
 	_, pool := testenv.Postgres(t)
-	_, rdb := testenv.Redis(t)
 	schema := "cart_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	require.NoError(t, baseline.SetupCart(t.Context(), pool, schema))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") }) // before the pool closes
-	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: time.Second})
+	srv, err := baseline.New(pool, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: time.Second})
 	require.NoError(t, err)
 	return testenv.Serve(t, srv.Serve)
 }

@@ -65,25 +65,15 @@ func TestBenchCPUTable(t *testing.T) {
 		return &Report{Journeys: journeys, CompletedPerSec: perSec, AcceptedPerSec: perSec, CPUSeconds: cpu, OK: true}
 	}
 	b := Bench{
-		Cores:        2,
-		EnqueueFloor: rep(map[string]float64{CPUTotal: 1, CPULoadTool: 0.5, "api": 0.25, CPURest: 0.25}, 1000, 1500),
-		DurableFloor: rep(map[string]float64{CPUTotal: 1.5, CPULoadTool: 0.5, "api": 0.5, CPUPostgres: 0.5}, 1000, 1200),
-		Literal:      rep(nil, 1000, 100),
-		SkipLocked:   rep(nil, 1000, 200),
+		Cores: 2,
 		// 2 s of CPU for 1,000 seats: 2 ms each, so 2 cores allow 1,000/s.
 		Rush: rep(map[string]float64{CPUTotal: 2, CPULoadTool: 0.4, "api": 0.8, "worker": 0.3,
 			CPUPostgres: 0.3, CPURedis: 0.1, CPURest: 0.1}, 1000, 500),
-		Intake:     rep(map[string]float64{CPUTotal: 4}, 1000, 400),
-		HeldIntake: rep(map[string]float64{CPUTotal: 3}, 1000, 600),
+		Intake: rep(map[string]float64{CPUTotal: 4}, 1000, 400),
+		Lean:   rep(map[string]float64{CPUTotal: 2, CPUPostgres: 1, CPURedis: 0}, 1000, 800),
 	}
-	b.HeldIntake.Submit.P99 = 42
-	// The round trip with nothing of holdfast's: 1.6 ms a request; with
-	// -intake, 202s at 900/s.
-	b.RoundTrip = rep(map[string]float64{CPUTotal: 1.6, CPULoadTool: 0.4, "api": 0.8, CPUPostgres: 0.2, CPURedis: 0.2}, 1000, 1000)
-	b.RoundTripIntake = rep(map[string]float64{CPUTotal: 1.5}, 1000, 900)
-	b.RoundTripIntake.SubmitCPUSeconds = map[string]float64{CPUTotal: 0.5}
 	// Until the last 202: 1 ms a request, so 2 cores allow 2,000/s.
-	b.HeldIntake.SubmitCPUSeconds = map[string]float64{CPUTotal: 1, CPULoadTool: 0.25, "api": 0.5, CPUPostgres: 0.1, CPURedis: 0.15}
+	b.Intake.SubmitCPUSeconds = map[string]float64{CPUTotal: 1, CPULoadTool: 0.25, "api": 0.5, CPUPostgres: 0.1, CPURedis: 0.15}
 	// 0.5 s more after the run for 600 deferred tasks: 2.5 ms a seat in all.
 	b.Rush.Deferred = &Deferred{Tasks: 600, CPUSeconds: map[string]float64{CPUTotal: 0.5, "worker": 0.3, CPURedis: 0.2}}
 	// Parts over the machine's total (time stolen by a hypervisor is not in
@@ -99,68 +89,21 @@ func TestBenchCPUTable(t *testing.T) {
 	require.Contains(t, table, "| … its deferred no-op tasks left at its end, run after it | 0.500 | – | – | 0.300 | – | 0.200 | – | 4000/s | – | – |")
 	require.Contains(t, table, "| … all in: the run and its deferred tasks | 2.500 | 0.400 | 0.800 | 0.600 | 0.300 | 0.300 | 0.100 | 800/s | – | – |")
 	require.Contains(t, table, "fcfs-rush ended with 600 of its 1000 tasks deferred, their requests left to the event's drain (K1, K4), 0.833 ms of CPU each.")
+	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | – | – | 500/s | 400/s | 80% |\n"+
+		"| … of which until the last 202 (intake) | 1.000 | 0.250 | 0.500 | – | 0.100 | 0.150 | – | 2000/s | 400/s | 20% |")
 	require.Contains(t, table, "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |")
-	require.Contains(t, table, "| holdfast fcfs-rush -intake (all work) | 4.000 | – | – | – | – | – | – | 500/s | 400/s | 80% |")
-	require.NotContains(t, table, "seed 004 literal, synchronous | ", "a run without CPU figures has no CPU row")
-	require.Contains(t, table, "| … storing each request in Postgres first | 1.500 | 0.500 | 0.500 | – | 0.500 | – | – | 1333/s | 1200/s | 90% |")
-	require.Contains(t, table, "| (no target) durable floor ÷ enqueue-only floor | 0.80× | – | – |")
-	require.Contains(t, table, "| (no target) intake 202s/s ÷ durable floor | 0.33× | – | – |")
-	require.Contains(t, table, "| (no target) intake, workers held back, ÷ enqueue-only floor | 0.40× | – | – |")
-	require.Contains(t, table, "| (no target) intake p99, workers held back | 42.00 ms | – | – |")
-	require.Contains(t, table, "| (no target) fcfs-rush outcomes/s ÷ SKIP LOCKED baseline | 2.50× | – | – |", "a retired target, its ratio kept")
-	require.Contains(t, table, "| holdfast fcfs-rush -intake -hold-apply (all work) | 3.000 | – | – | – | – | – | – | 667/s | 600/s | 90% |\n"+
-		"| … of which until the last 202 (intake) | 1.000 | 0.250 | 0.500 | – | 0.100 | 0.150 | – | 2000/s | 600/s | 30% |")
-
-	require.Contains(t, table, "| plain round trip (outcomes) | 1.600 | 0.400 | 0.800 | – | 0.200 | 0.200 | – | 1250/s | 1000/s | 80% |\n"+
-		"| plain round trip, all submitted first (all work) | 1.500 | – | – | – | – | – | – | 1333/s | 900/s | 68% |\n"+
-		"| … of which until the last 202 (intake) | 0.500 | – | – | – | – | – | – | 4000/s | 900/s | 22% |")
-	require.Contains(t, table, "| (no target) plain round trip outcomes/s ÷ Asynq floor | 0.25× | – | – |")
-	require.Contains(t, table, "| (no target) fcfs-rush outcomes/s ÷ plain round trip | 0.50× | – | – |")
-	require.Contains(t, table, "| (no target) plain round trip 202s/s ÷ enqueue-only floor | 0.60× | – | – |")
-	require.Contains(t, table, "| (no target) intake 202s/s ÷ plain round trip's | 0.44× | – | – |")
-
-	// No lean row in a run from before it; with it, its row, its CPU and
-	// two targets: the rate, and the shared stores' CPU per write with the
-	// rush's deferred tasks counted (0.3 + 0.1 + 0.2 s against 1.0 s).
-	require.NotContains(t, table, "lean synchronous")
-	b.Lean = rep(map[string]float64{CPUTotal: 2, CPUPostgres: 1, CPURedis: 0}, 1000, 800)
-	out.Reset()
-	b.WriteTable(&out)
-	require.Contains(t, out.String(), "| fcfs-rush outcomes/s ÷ lean synchronous | 0.62× | ≥ 1.50× | NOT met |")
-	require.Contains(t, out.String(), "| fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's | 0.60× | < 0.20× | NOT met |")
-	require.Contains(t, out.String(), "| lean synchronous | 2.000 | – | – | – | 1.000 | 0.000 | – | 1000/s | 800/s | 80% |")
+	// The lean design's row, its CPU and two targets: the rate, and the
+	// shared stores' CPU per write with the rush's deferred tasks counted
+	// (0.3 + 0.1 + 0.2 s against 1.0 s).
+	require.Contains(t, table, "| fcfs-rush outcomes/s ÷ lean synchronous | 0.62× | ≥ 1.50× | NOT met |")
+	require.Contains(t, table, "| fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's | 0.60× | < 0.20× | NOT met |")
+	require.Contains(t, table, "| lean synchronous | 2.000 | – | – | – | 1.000 | 0.000 | – | 1000/s | 800/s | 80% |")
 	// Stores whose CPU was not measured fail the target, not pass it at 0.
 	delete(b.Lean.CPUSeconds, CPURedis)
 	out.Reset()
 	b.WriteTable(&out)
 	require.Contains(t, out.String(), "| fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's | NaN× | < 0.20× | NOT met |")
-	b.Lean = nil
-
-	// With the FCFS part measured at a commit delay too
-	// (BENCH_FCFS_DELAYED=1), its section and CPU table follow again.
-	delayed := b
-	delayed.CommitDelayUS = 1000
-	b.Delayed = &delayed
-	out.Reset()
-	b.WriteTable(&out)
-	require.Contains(t, out.String(), "| invariant violations (holdfast, floors, SKIP LOCKED, lean) | 0.00 | < 1.00 | met |\n\n"+
-		"First come, first served again, at commit_delay 1000 µs:\n\n| run | load | per second |")
-	require.Contains(t, out.String(), "\nCPU per request, ms, at commit_delay 1000 µs (whole machine, 2 cores; rest = anything else running):\n\n"+
-		"| run | total | load tool | API / server | worker | Postgres | Redis | rest | ceiling = cores ÷ total | measured | of ceiling |\n"+
-		"|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"+
-		"| Asynq floor (per task) | 0.400 | – | 0.300 | – | – | 0.080 | 0.020 | 5000/s | 4000/s | 80% |")
 	require.NotContains(t, out.String(), "Hot rows", "no hot-row part measured")
-	b.Delayed = nil
-
-	// A run from before the durable floor, the round trip and the held
-	// intake existed has no such lines.
-	b.DurableFloor, b.HeldIntake, b.RoundTrip, b.RoundTripIntake = nil, nil, nil, nil
-	out.Reset()
-	b.WriteTable(&out)
-	require.NotContains(t, out.String(), "durable floor")
-	require.NotContains(t, out.String(), "held")
-	require.NotContains(t, out.String(), "round trip")
-	require.NotContains(t, out.String(), "long poll")
 
 	// With the cart part, its section follows the targets and its CPU lines
 	// follow the first-come-first-served ones in the same table.
@@ -170,7 +113,7 @@ func TestBenchCPUTable(t *testing.T) {
 	b.CartBaseline.Cart, b.CartRush.Cart = cart, cart
 	out.Reset()
 	b.WriteTable(&out)
-	require.Contains(t, out.String(), "| invariant violations (holdfast, floors, SKIP LOCKED, lean) | 0.00 | < 1.00 | met |\n\nHot rows")
+	require.Contains(t, out.String(), "| invariant violations (holdfast, lean) | 0.00 | < 1.00 | met |\n\nHot rows")
 	require.Contains(t, out.String(), "| … all in: the run and its deferred tasks | 4.500 | – | – | 0.300 | – | 0.200 | – | 444/s | – | – |\n"+
 		"| synchronous cart reserve | 1.000 | – | – | – | – | – | – | 2000/s | 2000/s | 100% |\n"+
 		"| holdfast cart-rush (reserve + outcome) | 2.000 | – | – | – | – | – | – | 1000/s | 500/s | 50% |\n\nfcfs-rush ended with 600")

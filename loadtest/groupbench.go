@@ -6,12 +6,11 @@ import (
 )
 
 // groupRuns picks the group rush's runs: holdfast's, and the synchronous
-// design's with SKIP LOCKED (the other, plain FOR UPDATE, is printed
-// beside it).
+// design's.
 func groupRuns(b *Bench) (h, s *Report) { return b.GroupRush, b.GroupBaseline }
 
 // writeGroup prints the group rush: holdfast's group-rush beside the
-// synchronous designs, the same fans at the same concurrency, with what
+// synchronous design, the same fans at the same concurrency, with what
 // the holds came to and the checks of the tables; the ratios of their
 // rates have no target yet (issue 49 asks for the row, not a ratio).
 func (b *Bench) writeGroup(w io.Writer) (ok bool) {
@@ -31,22 +30,15 @@ func (b *Bench) writeGroup(w io.Writer) (ok bool) {
 			g.ConfirmsRefused, g.LetExpire, g.SeatsSold, g.SeatsReheld, g.DoubleHeld, g.NotSideBySide, verdictOf(r))
 	}
 	row("synchronous: one transaction per request, a row of the map locked FOR UPDATE SKIP LOCKED", s)
-	if l := b.GroupLocked; l != nil {
-		row("synchronous: … the row locked FOR UPDATE, waiting its turn", l)
-	}
 	row(fmt.Sprintf("holdfast group-rush: each write, then its outcome (accept→terminal %.1f / %.1f ms)", h.AcceptToDone.P50, h.AcceptToDone.P99), h)
 	c := &checker{w: w, ok: true}
 	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
 	fmt.Fprintln(w, "|---|---:|---:|---|")
-	fmt.Fprintf(w, "| (no target) group-rush fans/s ÷ synchronous, SKIP LOCKED | %.2f× | – | – |\n", ratio(journeysPerSec(h), journeysPerSec(s)))
-	if l := b.GroupLocked; l != nil {
-		fmt.Fprintf(w, "| (no target) group-rush fans/s ÷ synchronous, FOR UPDATE | %.2f× | – | – |\n", ratio(journeysPerSec(h), journeysPerSec(l)))
-		c.check("invariant violations (synchronous group holds, FOR UPDATE)", float64(len(l.Violations)), 1, false, "")
-	}
-	fmt.Fprintf(w, "| (no target) group-rush holds granted/s ÷ synchronous, SKIP LOCKED | %.2f× | – | – |\n", ratio(grantsPerSec(h), grantsPerSec(s)))
-	fmt.Fprintf(w, "| (no target) group-rush write p99 ÷ synchronous p99, SKIP LOCKED | %.2f× | – | – |\n",
+	fmt.Fprintf(w, "| (no target) group-rush fans/s ÷ synchronous | %.2f× | – | – |\n", ratio(journeysPerSec(h), journeysPerSec(s)))
+	fmt.Fprintf(w, "| (no target) group-rush holds granted/s ÷ synchronous | %.2f× | – | – |\n", ratio(grantsPerSec(h), grantsPerSec(s)))
+	fmt.Fprintf(w, "| (no target) group-rush write p99 ÷ synchronous p99 | %.2f× | – | – |\n",
 		ratio(h.ClientRoundTrip.P99, s.ClientRoundTrip.P99))
-	c.sideBySide("group-rush", "synchronous group holds, SKIP LOCKED", pair{b, h, s})
+	c.sideBySide("group-rush", "synchronous group holds", pair{b, h, s})
 	return c.ok
 }
 
@@ -74,9 +66,6 @@ func groupLoad(r *Report) string {
 // writeGroupCPU prints the CPU lines of the group rush's runs.
 func (b *Bench) writeGroupCPU(t cpuTable) {
 	h, s := groupRuns(b)
-	t.line("synchronous group rush, SKIP LOCKED, per fan", s.CPUSeconds, s.Journeys, journeysPerSec(s), "api")
-	if l := b.GroupLocked; l != nil {
-		t.line("synchronous group rush, FOR UPDATE, per fan", l.CPUSeconds, l.Journeys, journeysPerSec(l), "api")
-	}
+	t.line("synchronous group rush, per fan", s.CPUSeconds, s.Journeys, journeysPerSec(s), "api")
 	t.holdfast("holdfast group-rush, per fan (writes + outcomes)", h, journeysPerSec(h))
 }

@@ -167,7 +167,7 @@ func TestGroupRushOnBothDesigns(t *testing.T) {
 	})
 }
 
-// startGroupBaseline serves cmd/baseline's group-skiplocked mode, its
+// startGroupBaseline serves cmd/baseline's group mode, its
 // tables in a schema of the test's own, and returns its URL and the
 // database URL whose search_path is that schema, for the checks.
 func startGroupBaseline(t *testing.T) (string, string) {
@@ -176,8 +176,7 @@ func startGroupBaseline(t *testing.T) (string, string) {
 	schema := "group_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	require.NoError(t, baseline.SetupGroup(t.Context(), pool, schema))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	_, rdb := testenv.Redis(t)
-	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: baseline.GroupSkipLocked, Schema: schema, ShutdownTimeout: time.Second})
+	srv, err := baseline.New(pool, baseline.Options{Mode: baseline.Group, Schema: schema, ShutdownTimeout: time.Second})
 	require.NoError(t, err)
 	u, err := url.Parse(dbURL)
 	require.NoError(t, err)
@@ -187,8 +186,8 @@ func startGroupBaseline(t *testing.T) (string, string) {
 	return testenv.Serve(t, srv.Serve), u.String()
 }
 
-// The group section puts holdfast's group-rush beside both synchronous
-// designs: fans/s and their ratios (no target yet), latencies, what the
+// The group section puts holdfast's group-rush beside the synchronous
+// design: fans/s and their ratios (no target yet), latencies, what the
 // holds came to and each one's CPU per fan; a run of the group part alone
 // has no other section.
 func TestBenchGroupTable(t *testing.T) {
@@ -198,18 +197,16 @@ func TestBenchGroupTable(t *testing.T) {
 		return &Report{Scenario: scenario, Journeys: 20000, Seconds: secs, Concurrency: 200, CompletedPerSec: 22000 / secs, OK: true, Group: g,
 			ClientRoundTrip: Percentiles{P50: 10, P99: p99}, CPUSeconds: map[string]float64{CPUTotal: 20, "api": 10, CPUPostgres: 8}}
 	}
-	b := Bench{Machine: "test", Cores: 2, GroupBaseline: run("baseline-group-rush", 10, 100), GroupLocked: run("baseline-group-rush", 20, 400),
-		GroupRush: run("group-rush", 40, 800)}
+	b := Bench{Machine: "test", Cores: 2, GroupBaseline: run("baseline-group-rush", 10, 100), GroupRush: run("group-rush", 40, 800)}
 	var out bytes.Buffer
 	require.True(t, b.WriteTable(&out), "no target, no violation")
 	table := out.String()
 	require.Contains(t, table, "make bench — test\n\nGroup rush (best-available seats for groups): 20000 fans, each asking for 1–6 seats")
 	require.Contains(t, table, "| synchronous: one transaction per request, a row of the map locked FOR UPDATE SKIP LOCKED | 2000 | 300 | 2200 | 10.0 / 100.0 | "+
 		"3000 / 15000 / 2000 | 2000 / 0 | 1000 | 7000 | 3500 | 0 / 0 | OK |")
-	require.Contains(t, table, "| (no target) group-rush fans/s ÷ synchronous, SKIP LOCKED | 0.25× | – | – |")
-	require.Contains(t, table, "| (no target) group-rush fans/s ÷ synchronous, FOR UPDATE | 0.50× | – | – |")
-	require.Contains(t, table, "| (no target) group-rush holds granted/s ÷ synchronous, SKIP LOCKED | 0.25× | – | – |")
-	require.Contains(t, table, "| synchronous group rush, SKIP LOCKED, per fan | 1.000 | – | 0.500 | – | 0.400 | – | – | 2000/s | 2000/s | 100% |")
+	require.Contains(t, table, "| (no target) group-rush fans/s ÷ synchronous | 0.25× | – | – |")
+	require.Contains(t, table, "| (no target) group-rush holds granted/s ÷ synchronous | 0.25× | – | – |")
+	require.Contains(t, table, "| synchronous group rush, per fan | 1.000 | – | 0.500 | – | 0.400 | – | – | 2000/s | 2000/s | 100% |")
 	require.Contains(t, table, "| holdfast group-rush, per fan (writes + outcomes) | 1.000 |")
 	require.NotContains(t, table, "Hold storm")
 

@@ -63,14 +63,14 @@ func TestBenchKeysTable(t *testing.T) {
 // both prints it after the first-come-first-served tables.
 func TestBenchKeysAfterFCFS(t *testing.T) {
 	rep := func() *Report { return &Report{Journeys: 1000, CompletedPerSec: 1000, AcceptedPerSec: 1000, OK: true} }
-	b := &Bench{Machine: "test", EnqueueFloor: rep(), Literal: rep(), SkipLocked: rep(), Rush: rep(), Intake: rep()}
+	b := &Bench{Machine: "test", Lean: rep(), Rush: rep(), Intake: rep()}
 	var out bytes.Buffer
 	b.WriteTable(&out)
 	require.NotContains(t, out.String(), "Per-key")
 	b.Isolation, b.Recovery = keysRuns(80, 100, 6)
 	out.Reset()
 	b.WriteTable(&out)
-	require.Regexp(t, `(?s)\| holdfast fcfs-rush -intake: 202s .*\| invariant violations \(holdfast, floors, SKIP LOCKED, lean\) \| 0.00 \| < 1.00 \| met \|\n\n`+
+	require.Regexp(t, `(?s)\| holdfast fcfs-rush -intake: 202s .*\| invariant violations \(holdfast, lean\) \| 0.00 \| < 1.00 \| met \|\n\n`+
 		`Per-key serialization \(K4, K5\), at local commits:`, out.String())
 }
 

@@ -37,7 +37,7 @@ type Options struct {
 	Secret      string // JWT_SECRET of the API, to mint tokens
 	Concurrency int    // virtual clients running at once
 	Users       int    // journeys in all
-	Seats       int    // fcfs-rush, waiting-room-rush: seats of the event
+	Seats       int    // fcfs-rush, baseline-fcfs, group-rush: seats of the event
 	Stock       int    // cart-rush, baseline-cart: units of each option
 	// HotOptions, for cart-rush and baseline-cart, is how many options the
 	// drop has (0: 5); with 1, every cart is one unit of that one option.
@@ -47,13 +47,6 @@ type Options struct {
 	// of them (0: none). Their keys sort before the drop's in about half
 	// the carts, as the option ids compare as strings.
 	CartTail int
-	// waiting-room-rush: the share of users (percent) who never claim their
-	// turn, and who leave mid-queue; a pre-queue this long before the sale
-	// starts (the journeys begun before the start join it); an admission
-	// rate (admitPerMinute, 0 for none).
-	NeverClaimPct, LeavePct int
-	Prequeue                time.Duration
-	AdmitPerMinute          int
 	// Duration is how long idle-streams holds its streams open, and how
 	// long soak writes.
 	Duration time.Duration
@@ -77,7 +70,7 @@ type Options struct {
 	// MetricsURLs are scraped for process_resident_memory_bytes while the
 	// scenario runs, by name ("api", "worker").
 	MetricsURLs map[string]string
-	// Intake, for fcfs-rush and baseline-roundtrip, only submits: clients
+	// Intake, for fcfs-rush, only submits: clients
 	// do not wait for outcomes while submitting, so the report's accepted/s
 	// is the API's intake rate.
 	// Every request is still followed to its terminal state afterwards.
@@ -86,10 +79,6 @@ type Options struct {
 	// with its outcome (Prefer: wait=N): a journey's write is then one HTTP
 	// exchange instead of a submit and a poll. Not with Intake.
 	PreferWait time.Duration
-	// IdempotencyKeys has every write carry an Idempotency-Key of its own,
-	// as a client that retries safely sends (SPEC §1): the API must store
-	// such writes as fast as those without.
-	IdempotencyKeys bool
 	// RedisURL, when set, is the Redis holdfast's queues live on: after the
 	// run the tool runs the tasks the run left deferred and measures them
 	// (Report.Deferred). With Intake, the report also counts the tasks the
@@ -135,7 +124,6 @@ type Scenario interface {
 // Scenarios are the scenarios by name.
 var Scenarios = map[string]func() Scenario{
 	"fcfs-rush":         func() Scenario { return &fcfsRush{} },
-	"waiting-room-rush": func() Scenario { return &waitingRoomRush{} },
 	"hold-storm":        func() Scenario { return &holdStorm{} },
 	"cart-checkout":     func() Scenario { return &cartCheckout{} },
 	"cart-rush":         func() Scenario { return &cartRush{} },
@@ -146,8 +134,6 @@ var Scenarios = map[string]func() Scenario{
 	"recovery":          func() Scenario { return &recovery{} },
 	// Comparison points for make bench, served by cmd/baseline.
 	"baseline-fcfs":       func() Scenario { return &baselineFCFS{} },
-	"enqueue-floor":       func() Scenario { return enqueueFloor{} },
-	"baseline-roundtrip":  func() Scenario { return &baselineRoundTrip{} },
 	"baseline-cart":       func() Scenario { return &baselineCart{} },
 	"baseline-hold-storm": func() Scenario { return &baselineHoldStorm{} },
 	"group-rush":          func() Scenario { return &groupRush{} },
@@ -294,11 +280,7 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	if opt.Concurrency <= 0 {
 		opt.Concurrency = 200
 	}
-	var tr http.RoundTripper = newFastTransport()
-	if opt.IdempotencyKeys {
-		tr = idempotent{tr}
-	}
-	hc := &http.Client{Transport: tr}
+	hc := &http.Client{Transport: newFastTransport()}
 	e := &Env{Opt: opt, Rec: NewRecorder(), RunID: fmt.Sprintf("lt%x", time.Now().UnixNano()&0xffffffffff),
 		hc: hc, base: client.NewWithHTTP(opt.BaseURL, "", hc), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
 	e.users = []*client.Client{e.base}
@@ -408,9 +390,6 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	rep := e.Rec.Report(name, opt, total, peaks, violations)
 	rep.CPUSeconds = cpuSeconds
 	rep.Applying = applying
-	if r, ok := sc.(interface{ roomReport() *RoomReport }); ok {
-		rep.Room = r.roomReport()
-	}
 	if r, ok := sc.(interface{ streamsReport() *StreamsReport }); ok {
 		rep.Streams = r.streamsReport()
 	}

@@ -50,8 +50,6 @@ type Report struct {
 	// Applying is what the workers did while an intake run's clients
 	// submitted (Options.RedisURL, HoldApply); nil when not watched.
 	Applying *Applying `json:"applying,omitempty"`
-	// Room is what waiting-room-rush saw of the waiting room.
-	Room *RoomReport `json:"waitingRoom,omitempty"`
 	// Streams is what idle-streams measured over its hold.
 	Streams *StreamsReport `json:"idleStreams,omitempty"`
 	// Cart is what cart-rush and baseline-cart saw of the carts and stock.
@@ -149,18 +147,6 @@ func (rep *Report) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  tasks the workers processed while clients submitted: %d%s\n", a.TasksWhileSubmitting, held)
 	}
-	if r := rep.Room; r != nil {
-		rate := ""
-		if r.AdmitPerMinute > 0 {
-			rate = fmt.Sprintf(", admitPerMinute %d", r.AdmitPerMinute)
-		}
-		fmt.Fprintf(w, "  waiting room (maxConcurrent %d%s): %d admitted, peak %d and mean %.1f per minute\n",
-			r.MaxConcurrent, rate, r.Admissions, r.PeakPerMinute, r.MeanPerMinute)
-		fmt.Fprintf(w, "    time in queue of users who stayed: p50 %.0f ms  p99 %.0f ms (%d users)\n",
-			r.TimeInQueue.P50, r.TimeInQueue.P99, r.TimeInQueue.Count)
-		fmt.Fprintf(w, "    pre-queue entrants %d; never claimed %d; left mid-queue %d; told their place expired %d\n",
-			r.PrequeueEntrants, r.NeverClaimed, r.LeftMidQueue, r.ToldExpired)
-	}
 	if r := rep.Streams; r != nil {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(r.CPUPercent)) {
@@ -201,7 +187,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		writeCPUPerJourney(w, "… their CPU per journey", d.CPUSeconds, rep.Journeys)
 	}
 	if rep.OK {
-		fmt.Fprintln(w, "  invariants: OK (no oversell, no duplicate, nothing lost; waiting room: caps held, order kept)")
+		fmt.Fprintln(w, "  invariants: OK (no oversell, no duplicate, nothing lost)")
 		return
 	}
 	fmt.Fprintf(w, "  invariants: %d VIOLATIONS\n", len(rep.Violations))

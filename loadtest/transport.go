@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 )
 
@@ -19,9 +18,9 @@ import (
 // over fasthttp's client. The tool shares two cores with everything it
 // measures, and net/http's transport runs two goroutines per connection
 // and hands every request and answer between them; fasthttp's client does
-// an exchange on one goroutine. Every HTTP run of the tool, the floors and
-// the baselines as much as holdfast, goes through it, so a run's ratios
-// compare servers, not client stacks.
+// an exchange on one goroutine. Every HTTP run of the tool, the
+// synchronous designs' as much as holdfast's, goes through it, so a run's
+// ratios compare servers, not client stacks.
 //
 // It serves what package client and the baseline scenarios send: small
 // bodies read whole, answers read whole. An exchange ends at its request's
@@ -164,15 +163,4 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		ContentLength: int64(len(body)),
 		Request:       r,
 	}, nil
-}
-
-// idempotent gives each write that has no Idempotency-Key a fresh one.
-type idempotent struct{ next http.RoundTripper }
-
-func (t idempotent) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodGet && r.Header.Get("Idempotency-Key") == "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("Idempotency-Key", uuid.NewString())
-	}
-	return t.next.RoundTrip(r)
 }

@@ -113,33 +113,3 @@ func TestFastTransportNeverSendsAWriteTwice(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, int32(1), got.Load(), "the write reached the server more than once")
 }
-
-// With -idempotency-keys every write carries an Idempotency-Key of its own,
-// and one the client set is kept; reads carry none.
-func TestIdempotentGivesEachWriteAKeyOfItsOwn(t *testing.T) {
-	t.Parallel()
-	keys := make(chan string, 4)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		keys <- r.Header.Get("Idempotency-Key")
-	}))
-	defer srv.Close()
-	hc := &http.Client{Transport: idempotent{newFastTransport()}}
-	send := func(method string, header ...string) string {
-		t.Helper()
-		req, err := http.NewRequest(method, srv.URL, nil)
-		require.NoError(t, err)
-		if len(header) > 0 {
-			req.Header.Set("Idempotency-Key", header[0])
-		}
-		resp, err := hc.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return <-keys
-	}
-	first, second := send(http.MethodPost), send(http.MethodDelete)
-	require.NotEmpty(t, first)
-	require.NotEmpty(t, second)
-	require.NotEqual(t, first, second)
-	require.Equal(t, "mine", send(http.MethodPost, "mine"))
-	require.Empty(t, send(http.MethodGet))
-}

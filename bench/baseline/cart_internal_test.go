@@ -98,8 +98,7 @@ func cartServer(t *testing.T, locks cartLocks) (*Server, string, [2]int64) {
 	t.Cleanup(pool.Close)
 	require.NoError(t, SetupCart(ctx, pool, schema))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	_, rdb := testenv.Redis(t)
-	s, err := New(pool, rdb, Options{Mode: Cart, Schema: schema})
+	s, err := New(pool, Options{Mode: Cart, Schema: schema})
 	require.NoError(t, err)
 	s.cart = newCartQueries(schema, locks)
 	var options [2]int64

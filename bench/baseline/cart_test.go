@@ -367,3 +367,18 @@ func stockCode(t *testing.T, sys system, option int64) string {
 		"SELECT option_code FROM "+sys.schema+".product_options WHERE id = $1", option).Scan(&code))
 	return code
 }
+
+// readJSON decodes resp's body into v and checks its status.
+func readJSON(resp *http.Response, err error, status int, v any) error {
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
+	}
+	if resp.StatusCode != status {
+		return fmt.Errorf("HTTP %d, want %d: %+v", resp.StatusCode, status, v)
+	}
+	return nil
+}

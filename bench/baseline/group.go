@@ -17,7 +17,7 @@ import (
 	"github.com/holdfast/holdfast/domain"
 )
 
-// The group modes are best-available seat holds for groups built the way a
+// The group mode is best-available seat holds for groups built the way a
 // box office would build them without a queue: one Postgres transaction per
 // HTTP request, answered with its outcome. A seat map's rows are the unit
 // of locking: a row of seat_rows stands for its seats, so a hold locks one
@@ -28,13 +28,12 @@ import (
 //     seat is free when it is not sold and its hold, if any, is past its
 //     expires_at: expiry is exact, judged by time, no sweeper), skipping
 //     rows known to be sold out;
-//   - it locks the first of them (group: SELECT … FOR UPDATE, waiting its
-//     turn; group-skiplocked: FOR UPDATE SKIP LOCKED, taking the first row
-//     no one else is deciding on), reads the row's seats again under the
+//   - it locks the first of them FOR UPDATE SKIP LOCKED, taking the first
+//     row no one else is deciding on, reads the row's seats again under the
 //     lock, finds the first run of q free seats, and inserts the hold and
 //     marks its seats in one statement whose WHERE re-checks that each is
 //     still free; COMMIT. A candidate that no longer has a run is passed
-//     over, the next locked; when none had one (or, with SKIP LOCKED, all
+//     over, the next locked; when none had one (or all
 //     were taken), the transaction starts again with fresh candidates, a
 //     few times, waiting for their locks from then on;
 //   - with no candidate at all, SOLD_OUT when fewer than q seats are free,
@@ -88,7 +87,7 @@ type SeatHold struct {
 	BookingReference *string   `json:"bookingReference"`
 }
 
-// groupQueries are the group modes' statements, schema spelled out.
+// groupQueries are the group mode's statements, schema spelled out.
 type groupQueries struct {
 	event, rows, seats string // the fixture's inserts
 	state              string // settings, the caller's live seats, candidate rows
@@ -103,15 +102,10 @@ type groupQueries struct {
 	remaining          string // the public event
 }
 
-// newGroupQueries builds the statements; skipLocked locks candidate rows
-// with SKIP LOCKED.
-func newGroupQueries(schema string, skipLocked bool) groupQueries {
+// newGroupQueries builds the statements.
+func newGroupQueries(schema string) groupQueries {
 	q := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
 	events, rows, seats, holds := q("events"), q("seat_rows"), q("seats"), q("seat_holds")
-	lock := " FOR UPDATE"
-	if skipLocked {
-		lock = " FOR UPDATE SKIP LOCKED"
-	}
 	free := `NOT s.sold AND (s.held_until IS NULL OR s.held_until <= clock_timestamp())`
 	return groupQueries{
 		event: `INSERT INTO ` + events + ` (name, total_seats, seat_hold_seconds, max_seats_per_user) VALUES ($1, $2, $3, $4) RETURNING id`,
@@ -128,7 +122,7 @@ func newGroupQueries(schema string, skipLocked bool) groupQueries {
 						WHERE s.row_id = r.id AND ` + free + `) f GROUP BY run HAVING count(*) >= $3)
 					ORDER BY r.preference LIMIT ` + strconv.Itoa(groupCandidates) + `)
 			FROM ` + events + ` e WHERE e.id = $1`,
-		lock:     `SELECT id FROM ` + rows + ` WHERE id = $1` + lock,
+		lock:     `SELECT id FROM ` + rows + ` WHERE id = $1 FOR UPDATE SKIP LOCKED`,
 		lockWait: `SELECT id FROM ` + rows + ` WHERE id = $1 FOR UPDATE`,
 		rowSeats: `SELECT s.id, s.pos, ` + free + ` FROM ` + seats + ` s WHERE s.row_id = $1 AND NOT s.sold ORDER BY s.pos`,
 		put: `WITH t AS (SELECT clock_timestamp() AS now),
@@ -455,10 +449,10 @@ func (s *Server) publicGroupEvent(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"eventId": ev, "name": name, "totalSeats": total, "remainingSeats": remaining})
 }
 
-// DefaultGroupSchema is the Postgres schema of the group modes' tables.
+// DefaultGroupSchema is the Postgres schema of the group mode's tables.
 const DefaultGroupSchema = "group_baseline"
 
-// SetupGroup creates schema with the group modes' tables if they are
+// SetupGroup creates schema with the group mode's tables if they are
 // missing, keeping what is there (each run creates an event of its own
 // over HTTP): events; seat_rows, one per row of a map, in the map's order
 // of preference, the rows a hold locks, with sold_out once every seat of

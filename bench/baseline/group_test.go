@@ -36,7 +36,7 @@ func lapse(t *testing.T, sys system) {
 // hold lapsed is refused HOLD_EXPIRED.
 func TestGroupHoldsRaceOnTheBestRows(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []baseline.Mode{baseline.Group, baseline.GroupSkipLocked} {
+	for _, mode := range []baseline.Mode{baseline.Group} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			sys := start(t, mode, 0)

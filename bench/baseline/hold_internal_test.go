@@ -102,8 +102,7 @@ func holdServer(t *testing.T, locked bool) (*Server, string, int64) {
 	t.Cleanup(pool.Close)
 	require.NoError(t, SetupHold(ctx, pool, schema))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	_, rdb := testenv.Redis(t)
-	s, err := New(pool, rdb, Options{Mode: Holds, Schema: schema})
+	s, err := New(pool, Options{Mode: Holds, Schema: schema})
 	require.NoError(t, err)
 	s.holds = newHoldQueries(schema, locked)
 	var roomType int64

@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // The lean mode is the strongest synchronous first-come-first-served design
@@ -28,17 +25,14 @@ import (
 // sold out early; the bench sends one request a user.
 
 // leanMux serves the lean mode's routes: the seed's reservation endpoint,
-// /healthz, and /metrics with the process collector only (make bench reads
-// the server's CPU and memory from it).
+// /healthz, and /metrics.
 func (s *Server) leanMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+ReservePath, s.leanReserve)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", processMetrics())
 	return mux
 }
 

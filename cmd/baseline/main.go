@@ -1,29 +1,20 @@
-// Command baseline serves the comparison point for `make bench`: seed 004's
-// first-come-first-served seat grab done synchronously inside each HTTP
-// request, deliberately the seed's design (see package bench/baseline), an
-// HTTP handler that only enqueues an Asynq task, one that makes each
-// request durable in Postgres and then enqueues its task, or that plus a
-// long poll for the task's outcome and, in a process of its own, the tasks'
-// worker (a write's round trip built the plain way); or seed 002's order
-// reserve done synchronously, one transaction per request (-mode cart, its
-// tables created in schema cart_baseline if missing, its products created
-// over HTTP by the load tool); or seed 000's locked hold flow done
-// synchronously, one transaction per request (-mode hold, its tables in
-// schema hold_baseline, its hotel created over HTTP by the load tool); or
-// best-available seat holds for groups done synchronously, one transaction
-// per request that locks a row of the seat map (-mode group, or
-// group-skiplocked, its tables in schema group_baseline, its event created
-// over HTTP by the load tool). It is not part of holdfast and never runs in
+// Command baseline serves the synchronous designs `make bench` compares
+// holdfast with (package bench/baseline), one transaction per HTTP request:
+// seed 004's first-come-first-served seat grab as one statement (-mode lean,
+// its seats recreated in schema fcfs_baseline with -seats), seed 002's order
+// reserve (-mode cart, schema cart_baseline), seed 000's locked hold flow
+// (-mode hold, schema hold_baseline) and best-available seat holds for
+// groups (-mode group, schema group_baseline); the cart, hold and group
+// tables are created if missing, and the load tool creates their products,
+// hotel or event over HTTP. It is not part of holdfast and never runs in
 // production.
 //
 // Settings are flags; each defaults to the environment variable named in
 // its usage (baseline -h), else to a local default:
 //
-//	baseline -mode skiplocked -seats 1000
-//	baseline -mode cart
+//	baseline -mode lean -seats 1000
 //	baseline -mode hold -hold-ttl 10m
-//	baseline -mode group-skiplocked
-//	BASELINE_MODE=enqueue baseline
+//	BASELINE_MODE=cart baseline
 package main
 
 import (
@@ -42,7 +33,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/bench/baseline"
-	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/storage"
 )
 
@@ -69,11 +59,10 @@ func run(args []string) error {
 		}
 	}
 	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	modeName := fs.String("mode", env("BASELINE_MODE", "literal"), "literal, skiplocked, lean, enqueue, durable, roundtrip, roundtrip-tasks, cart, hold, group or group-skiplocked (BASELINE_MODE)")
+	modeName := fs.String("mode", env("BASELINE_MODE", "lean"), "lean, cart, hold or group (BASELINE_MODE)")
 	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
 	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
-	redisURL := fs.String("redis-url", env("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (REDIS_URL)")
-	seats := fs.Int("seats", defSeats, "recreate the schema with this many free seats at start; 0 keeps it (BASELINE_SEATS)")
+	seats := fs.Int("seats", defSeats, "lean mode: recreate the schema with this many free seats at start; 0 keeps it (BASELINE_SEATS)")
 	maxConns := fs.Int("pg-max-conns", defConns, "Postgres pool size (PG_MAX_CONNS)")
 	holdTTL := fs.Duration("hold-ttl", defTTL, "hold mode: how long a hold lives (HOLD_TTL, holdfast's)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
@@ -90,40 +79,23 @@ func run(args []string) error {
 
 	// The same connection settings as holdfast's binaries, so that the
 	// comparison is between designs, not pool sizes.
-	rdb, err := storage.OpenRedis(ctx, config.Redis{URL: *redisURL})
+	if err := storage.EnsureDatabase(ctx, *dbURL); err != nil {
+		return err
+	}
+	pool, err := storage.OpenPostgres(ctx, *dbURL, int32(*maxConns))
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	var pool *pgxpool.Pool
-	if mode.UsesPostgres() {
-		if err := storage.EnsureDatabase(ctx, *dbURL); err != nil {
-			return err
-		}
-		if pool, err = storage.OpenPostgres(ctx, *dbURL, int32(*maxConns)); err != nil {
-			return err
-		}
-		defer pool.Close()
-		if mode.StoresRequests() {
-			if err := storage.Migrate(ctx, pool); err != nil {
-				return err
-			}
-		}
-		if err := setupSchema(ctx, pool, mode, *seats); err != nil {
-			return err
-		}
+	defer pool.Close()
+	if err := setupSchema(ctx, pool, mode, *seats); err != nil {
+		return err
 	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, err := baseline.New(pool, rdb, baseline.Options{Mode: mode, HoldTTL: *holdTTL, Log: log})
+	srv, err := baseline.New(pool, baseline.Options{Mode: mode, HoldTTL: *holdTTL, Log: log})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := srv.Close(); err != nil {
-			log.Warn("close", "err", err)
-		}
-	}()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -132,17 +104,18 @@ func run(args []string) error {
 	return srv.Serve(ctx, ln)
 }
 
-// setupSchema prepares the tables of a mode that keeps its own: the cart
-// and hold modes' are created if missing, the seats recreated when seats > 0.
+// setupSchema prepares the mode's tables: the cart, hold and group modes'
+// are created if missing, the lean mode's seats recreated when seats > 0.
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, mode baseline.Mode, seats int) error {
-	switch {
-	case mode == baseline.Cart:
+	switch mode {
+	case baseline.Cart:
 		return baseline.SetupCart(ctx, pool, baseline.DefaultCartSchema)
-	case mode == baseline.Holds:
+	case baseline.Holds:
 		return baseline.SetupHold(ctx, pool, baseline.DefaultHoldSchema)
-	case mode == baseline.Group || mode == baseline.GroupSkipLocked:
+	case baseline.Group:
 		return baseline.SetupGroup(ctx, pool, baseline.DefaultGroupSchema)
-	case seats > 0 && !mode.StoresRequests():
+	}
+	if seats > 0 {
 		return baseline.Setup(ctx, pool, baseline.DefaultSchema, seats)
 	}
 	return nil

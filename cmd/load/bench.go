@@ -37,18 +37,13 @@ func floorCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 	return 0, enc.Encode(res)
 }
 
-// tableCmd reads a make bench directory (floor.json, enqueue.json,
-// literal.json, skiplocked.json, lean.json (optional), rush.json, intake.json, machine.txt, and
-// durable.json, roundtrip.json, roundtrip-intake.json, intake-held.json,
-// drop-baseline.json, drop-rush.json, cart-baseline.json, cart-rush.json,
-// hold-baseline.json, hold-storm.json, group-baseline.json, group-locked.json,
-// group-rush.json, isolation.json, recovery.json and
-// commit-delay-us.txt when present) and prints the comparison table. A
-// directory of some parts alone (BENCH_ONLY: machine.txt and the parts'
-// files) prints those sections.
-// The runs at a commit delay are in its subdirectory commit-delay, files of
-// the same names, when they were measured. It exits 1 when a target is not
-// met.
+// tableCmd reads a make bench directory and prints the comparison table:
+// machine.txt and the JSON files of the parts measured (floor.json,
+// lean.json, rush.json and intake.json; drop-, cart- and hold-baseline.json
+// with drop-rush.json, cart-rush.json and hold-storm.json; group-baseline.json
+// with group-rush.json; isolation.json, recovery.json), commit-delay-us.txt,
+// and the runs at a commit delay in its subdirectory commit-delay. It exits
+// 1 when a target is not met.
 func tableCmd(args []string, stdout io.Writer) (int, error) {
 	if len(args) != 1 {
 		return 2, fmt.Errorf("usage: load table DIR")
@@ -85,8 +80,7 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 const delayedDir = "commit-delay"
 
 // readBench reads the runs of one commit regime from dir, and the commit
-// delay they ran at from commit-delay-us.txt (none: local commits, as in
-// runs before it).
+// delay they ran at from commit-delay-us.txt (none: local commits).
 func readBench(dir string) (*loadtest.Bench, error) {
 	var b loadtest.Bench
 	if exists(dir, "rush.json") {
@@ -97,7 +91,7 @@ func readBench(dir string) (*loadtest.Bench, error) {
 	if err := readReports(dir, map[string]**loadtest.Report{"drop-baseline.json": &b.DropBaseline, "drop-rush.json": &b.DropRush,
 		"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush,
 		"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm,
-		"group-baseline.json": &b.GroupBaseline, "group-locked.json": &b.GroupLocked, "group-rush.json": &b.GroupRush,
+		"group-baseline.json": &b.GroupBaseline, "group-rush.json": &b.GroupRush,
 		"isolation.json": &b.Isolation, "recovery.json": &b.Recovery}, true); err != nil {
 		return nil, err
 	}
@@ -113,19 +107,12 @@ func readBench(dir string) (*loadtest.Bench, error) {
 	return &b, nil
 }
 
-// readFCFS reads the floors' and the first-come-first-served runs' files.
+// readFCFS reads the floor's and the first-come-first-served runs' files.
 func readFCFS(dir string, b *loadtest.Bench) error {
 	if err := readJSON(dir, "floor.json", &b.AsynqFloor); err != nil {
 		return err
 	}
-	if err := readReports(dir, map[string]**loadtest.Report{"enqueue.json": &b.EnqueueFloor, "literal.json": &b.Literal,
-		"skiplocked.json": &b.SkipLocked, "rush.json": &b.Rush, "intake.json": &b.Intake}, false); err != nil {
-		return err
-	}
-	// Files of measurements added later; a directory from before them
-	// still makes its table.
-	return readReports(dir, map[string]**loadtest.Report{"durable.json": &b.DurableFloor, "intake-held.json": &b.HeldIntake,
-		"roundtrip.json": &b.RoundTrip, "roundtrip-intake.json": &b.RoundTripIntake, "lean.json": &b.Lean}, true)
+	return readReports(dir, map[string]**loadtest.Report{"lean.json": &b.Lean, "rush.json": &b.Rush, "intake.json": &b.Intake}, false)
 }
 
 // readReports reads each named report file of dir into its destination;

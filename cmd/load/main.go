@@ -1,44 +1,17 @@
 // Command load drives a running holdfast with a rush of virtual users and
-// reports throughput, latency, outcomes, peak memory and an invariant
-// verdict.
+// reports throughput, latency, outcomes, peak memory, CPU and an invariant
+// verdict; docs/benchmarks.md describes each scenario.
 //
 //	load [flags] SCENARIO
 //	load floor [-redis URL] [-tasks N]   raw Asynq throughput, as JSON
 //	load table DIR                       the make bench table from a run's JSON files
 //
-// Scenarios: fcfs-rush, waiting-room-rush, hold-storm, cart-checkout,
-// cart-rush, group-rush, availability-read, idle-streams, soak, isolation,
-// recovery; and, against cmd/baseline, baseline-fcfs, enqueue-floor,
-// baseline-roundtrip, baseline-cart, baseline-hold-storm and
-// baseline-group-rush. The
-// tool mints its own tokens, so it needs the API's JWT_SECRET (from the
+// Against holdfast: fcfs-rush, hold-storm, cart-checkout, cart-rush,
+// group-rush, availability-read, idle-streams (make streams), soak (make
+// soak), isolation and recovery; against cmd/baseline: baseline-fcfs,
+// baseline-cart, baseline-hold-storm and baseline-group-rush. The tool
+// mints its own tokens, so it needs the API's JWT_SECRET (from the
 // environment or -secret). It exits 1 when an invariant is violated.
-//
-// soak writes probes (HOLDFAST_PROBE=true), each on a new serialization
-// key, at -rate writes/s for -duration, and samples every -sample-every the
-// API's and the worker's memory (their /metrics), Redis' memory and keys
-// (-redis) and the sizes and rows of the requests, key_fences and
-// key_progress tables (-database-url); -idle samples on that long after the
-// last write. Its checks: RSS within ±15 % after warm-up, Redis back to its
-// baseline after -idle, requests rows bounded by rate × -retention (the
-// system's REQUEST_RETENTION). make soak runs it:
-//
-//	load -redis $REDIS_URL -database-url $DATABASE_URL -retention 60s -idle 2m soak
-//
-// isolation (K4) and recovery (K5) hold holdfast's workers back (-redis)
-// while they submit a backlog of FCFS grabs: isolation's on one event, whose
-// drain other clients' grabs on -keys other events are timed beside;
-// recovery's on -keys events, followed while the tool kills the worker
-// -kill-pid (a second one, started for it) with SIGKILL. make bench runs both:
-//
-//	load -redis $REDIS_URL -users 20000 isolation
-//	load -redis $REDIS_URL -users 10000 -kill-pid $VICTIM -victim-metrics http://127.0.0.1:19192/metrics -lease-ttl 5s recovery
-//
-// group-rush (and baseline-group-rush) checks the design's seats and holds
-// in Postgres at the end, so it needs -database-url (the baseline's with
-// search_path=group_baseline):
-//
-//	load -database-url $DATABASE_URL -users 20000 -seats 10000 -seat-hold-seconds 5 group-rush
 package main
 
 import (
@@ -49,7 +22,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -87,14 +59,10 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.StringVar(&opt.Secret, "secret", os.Getenv("JWT_SECRET"), "the API's JWT secret (JWT_SECRET)")
 	fs.IntVar(&opt.Concurrency, "concurrency", 200, "virtual clients at once")
 	fs.IntVar(&opt.Users, "users", 0, "journeys (0: the scenario's default)")
-	fs.IntVar(&opt.Seats, "seats", 0, "seats of the event for fcfs-rush and waiting-room-rush (0: default)")
+	fs.IntVar(&opt.Seats, "seats", 0, "seats of the event: fcfs-rush, baseline-fcfs, group-rush (0: default)")
 	fs.IntVar(&opt.Stock, "stock", 0, "cart-rush, baseline-cart: units of each hot option (0: 300)")
 	fs.IntVar(&opt.HotOptions, "hot-options", 5, "cart-rush, baseline-cart: hot options of the drop; 1: every cart is one unit of one option")
 	fs.IntVar(&opt.CartTail, "cart-tail", 0, "cart-rush, baseline-cart: each cart also holds one of this many options of an older product (0: none)")
-	fs.IntVar(&opt.NeverClaimPct, "never-claim", 0, "waiting-room-rush: percent of users who let their turn pass")
-	fs.IntVar(&opt.LeavePct, "leave", 0, "waiting-room-rush: percent of users who leave mid-queue")
-	fs.DurationVar(&opt.Prequeue, "prequeue", 0, "waiting-room-rush: open a pre-queue this long before the sale starts")
-	fs.IntVar(&opt.AdmitPerMinute, "admit-per-minute", 0, "waiting-room-rush: the event's admitPerMinute (0: none)")
 	fs.DurationVar(&opt.Duration, "hold", 0, "idle-streams: how long to hold every stream open (0: 60s); needs -concurrency ≥ -users")
 	fs.Uint64Var(&opt.Seed, "seed", 1, "seed of the random choices")
 	fs.IntVar(&opt.SeatHoldSeconds, "seat-hold-seconds", 0, "group-rush, baseline-group-rush: how long the event's holds last (0: 5)")
@@ -107,7 +75,6 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.DurationVar(&opt.Retention, "retention", 0, "soak: the system's REQUEST_RETENTION, to check the requests rows against (0: not checked)")
 	fs.StringVar(&opt.DatabaseURL, "database-url", "", "soak: holdfast's Postgres, to sample its table sizes ('' to skip); group-rush, baseline-group-rush: the design's Postgres, for the checks (required)")
 	fs.DurationVar(&opt.PreferWait, "prefer-wait", 10*time.Second, "writes ask for their outcome in the answer (Prefer: wait=N): one HTTP exchange a write; 0 submits, then polls")
-	fs.BoolVar(&opt.IdempotencyKeys, "idempotency-keys", false, "every write carries an Idempotency-Key of its own, as a client that retries safely sends")
 	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")
 	fs.IntVar(&opt.Keys, "keys", 0, "isolation: other events its other clients write on (0: 10); recovery: events its writes spread over (0: 100)")
 	fs.IntVar(&opt.OtherClients, "other-clients", 0, "isolation: clients writing on other keys while the hot key's backlog (-users) drains (0: 4)")
@@ -117,10 +84,8 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.DurationVar(&opt.LeaseTTL, "lease-ttl", 0, "recovery: the workers' LEASE_TTL, reported beside the recovery time (0: not known)")
 	fs.IntVar(&opt.RedisAwayPID, "redis-away", 0, "with -intake (and no -redis): holdfast's Redis server process, frozen (SIGSTOP) while the clients submit, thawed before the outcomes are followed")
 	fs.BoolVar(&opt.HoldApply, "hold-apply", false, "with -intake and -redis: pause holdfast's queues until every client has submitted (the API's intake with the workers idle; never on a live system)")
-	apiMetrics := fs.String("api-metrics", "auto", "the API's /metrics for peak memory ('auto': URL/metrics, '' to skip)")
 	workerMetrics := fs.String("worker-metrics", envOr("HOLDFAST_WORKER_METRICS", "http://127.0.0.1:8081/metrics"), "the worker's /metrics for peak memory ('' to skip)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	cpuProfile := fs.String("cpuprofile", "", "write the load tool's own CPU profile to this file (go tool pprof)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give the run up after this long (0: never): a write that never ends fails the run instead of holding it forever")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -138,27 +103,10 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	if opt.Secret == "" {
 		return 2, errors.New("set JWT_SECRET (or -secret) to the API's secret")
 	}
-	opt.MetricsURLs = map[string]string{}
-	switch *apiMetrics {
-	case "auto":
-		opt.MetricsURLs["api"] = strings.TrimRight(opt.BaseURL, "/") + "/metrics"
-	case "":
-	default:
-		opt.MetricsURLs["api"] = *apiMetrics
-	}
+	// The API's (or the synchronous server's) /metrics: its memory and CPU.
+	opt.MetricsURLs = map[string]string{"api": strings.TrimRight(opt.BaseURL, "/") + "/metrics"}
 	if *workerMetrics != "" {
 		opt.MetricsURLs["worker"] = *workerMetrics
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return 1, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return 1, err
-		}
-		defer pprof.StopCPUProfile()
 	}
 	if *timeout > 0 {
 		var cancel context.CancelFunc

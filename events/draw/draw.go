@@ -1,7 +1,7 @@
 // Package draw is the pre-queue's provably fair draw (SPEC §6.1): the
 // seed, its commitment, pseudonyms and the admission order anyone can
 // re-derive. Pure functions, no I/O: the events vertical draws with them,
-// and a fan, the load tool or `api verify-prequeue` checks a draw with
+// and a fan or `api verify-prequeue` checks a draw with
 // them without importing the vertical.
 package draw
 
