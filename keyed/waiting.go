@@ -36,7 +36,7 @@ import (
 //     instead of leaving it to look again up to 20 ms later. A hand-off, or
 //     a key released with its mailbox empty, wakes nobody. Waking the drains
 //     of other workers too, through Redis pub/sub, was tried and not kept
-//     (docs/benchmarks.md, "A shared key that sorts after");
+//     (no faster in the cart rush, and more worker CPU: commit bbe1684);
 //   - a drain that wants a key which a parked drain of the same engine holds
 //     takes that drain's whole group over (gather, wakers.take) before it
 //     tries the keys it still lacks, and the drain taken over ends (unless it
