@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"time"
 
@@ -32,8 +33,12 @@ const (
 	Queue    = "probe"
 )
 
-// CodeLimitReached rejects an increment that would pass the limit.
-const CodeLimitReached = domain.CodeProbeLimitReached
+// CodeLimitReached rejects an increment that would pass the limit, 409.
+// The probe is a test write type, so its code is its own, outside domain's
+// table of statuses (limitReached sets it); the OpenAPI document's
+// ErrorCode lists it all the same, as internal/apispec's tests find every
+// package's Code constants.
+const CodeLimitReached = "PROBE_LIMIT_REACHED"
 
 // Payload is the body of POST /api/v1/probe.
 type Payload struct {
@@ -122,8 +127,7 @@ func incr(ctx context.Context, tx pgx.Tx, b *keyed.Batch, r *requests.Request, p
 			return requests.Outcome{}, fmt.Errorf("probe: read %s: %w", k, err)
 		}
 		if p.Limit > 0 && v >= p.Limit {
-			return requests.Rejected(domain.NewProblem(CodeLimitReached,
-				"counter %s reached its limit %d", k, p.Limit).WithMeta("key", k)), nil
+			return requests.Rejected(limitReached(k, p.Limit)), nil
 		}
 		values[k] = v + 1
 	}
@@ -142,4 +146,10 @@ func incr(ctx context.Context, tx pgx.Tx, b *keyed.Batch, r *requests.Request, p
 		}
 	}
 	return requests.Succeeded(Result{Values: values}), nil
+}
+
+// limitReached is the refusal of an increment on key, which reached limit.
+func limitReached(key string, limit int64) *domain.Problem {
+	return domain.NewProblem(CodeLimitReached, "counter %s reached its limit %d", key, limit).
+		WithStatus(http.StatusConflict).WithMeta("key", key)
 }
