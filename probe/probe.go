@@ -81,9 +81,10 @@ func (p *Payload) Validate() error {
 	return nil
 }
 
-// Mount adds POST /api/v1/probe.
-func Mount(v1 fiber.Router, s *api.Server) {
-	s.DeclareWrites(Queue, TypeIncr)
+// Mount adds POST /api/v1/probe to v1 (api.Server.V1); its writes are all
+// it uses of the server.
+func Mount(v1 fiber.Router, writes api.Writes) {
+	writes.DeclareWrites(Queue, TypeIncr)
 	v1.Post("/probe", func(c *fiber.Ctx) error {
 		var p Payload
 		if err := api.Decode(c, &p); err != nil {
@@ -100,7 +101,7 @@ func Mount(v1 fiber.Router, s *api.Server) {
 		if err != nil {
 			return err
 		}
-		return s.Accept(c, requests.Submission{Type: TypeIncr, Queue: Queue, Keys: keys, Payload: body})
+		return writes.Accept(c, requests.Submission{Type: TypeIncr, Queue: Queue, Keys: keys, Payload: body})
 	})
 }
 
@@ -109,7 +110,7 @@ func Type() keyed.Type {
 	return keyed.Type{Name: TypeIncr, Queue: Queue, Applier: keyed.Each(keyed.Plain, incr)}
 }
 
-// Types is Type in the form worker.Run takes.
+// Types is Type as a worker module (worker.Types).
 func Types(*storage.Stores) worker.Module { return worker.Module{Types: []keyed.Type{Type()}} }
 
 // incr reads, waits, then writes the computed values: a lost update if any
