@@ -1,6 +1,8 @@
 // Package api is holdfast's HTTP API (Fiber v2): authentication, the error
 // envelope, durable intake of writes answered 202, request status polling,
-// health, metrics and the Asynqmon UI. Verticals add their routes as Mounts.
+// health, metrics and the Asynqmon UI. The composition root
+// (internal/wiring) builds it and mounts the verticals' routes on it,
+// handing each only the parts it uses (Writes, Limits, V1, ...).
 package api
 
 import (
