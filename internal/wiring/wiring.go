@@ -2,7 +2,10 @@
 // binary from the configuration (stores, engine, intake, tokens, server and
 // the verticals' routes; engine, the verticals' writes, Asynq servers and
 // scheduler) and run it, in the spirit of wtf's cmd/wtfd Main. cmd/api and
-// cmd/worker only load the configuration and call Run.
+// cmd/worker only load the configuration and call Run. Unlike Main's, Run
+// blocks until its context ends and then shuts down and closes what it
+// opened, in order (the API drains first), so there is no Close to call:
+// main and a test each make one call for the process's whole life.
 //
 // It is a package of its own rather than code in package main, and not
 // under cmd/internal, because the end-to-end tests start the very same
