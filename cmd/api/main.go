@@ -1,6 +1,6 @@
 // Command api is holdfast's HTTP API. Subcommands:
 //
-//	api                       serve (HTTP_ADDR)
+//	api                       serve (HTTP_ADDR): the API internal/wiring.API builds
 //	api --version             print the build: version, VCS revision, Go version
 //	api token -sub 42 -role user [-ttl 24h]   print a dev JWT signed with JWT_SECRET
 //	api migrate               apply migrations and exit

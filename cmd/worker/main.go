@@ -1,5 +1,6 @@
-// Command worker applies holdfast's writes (see package worker);
-// worker --version prints the build.
+// Command worker applies holdfast's writes: it loads the configuration and
+// runs the worker internal/wiring.Worker builds from it (the composition
+// root, which the tests start too); worker --version prints the build.
 package main
 
 import (
