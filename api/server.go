@@ -41,7 +41,8 @@ import (
 type Mount func(s *Server)
 
 // Writes is what a vertical's write routes use of the server: DeclareWrites
-// once, as they are mounted, and Accept for each write.
+// once, as they are mounted, and Accept for each write. Declared here once
+// rather than in each of the four verticals that take it; *Server is it.
 type Writes interface {
 	DeclareWrites(queue string, types ...string)
 	Accept(c *fiber.Ctx, sub requests.Submission) error
