@@ -1,17 +1,14 @@
 package api
 
 import (
-	"context"
 	"encoding/base64"
 	"errors"
-	"log/slog"
 	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/holdfast/holdfast/auth"
-	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
 )
 
@@ -24,21 +21,6 @@ type TokenVerifier interface {
 	Verify(token string) (auth.Principal, error)
 	// Ready fails while no token can be checked yet (/readyz answers 503).
 	Ready() error
-}
-
-// bearerTokens is the TokenVerifier cfg asks for: with JWT_JWKS_URL set,
-// the identity provider's keys, fetched in the background until they are
-// (the API answering 503 meanwhile), and then HS256 bearer tokens are
-// refused; else signer. Its work ends with ctx.
-func bearerTokens(ctx context.Context, cfg config.Config, signer *auth.Signer, log *slog.Logger) (TokenVerifier, error) {
-	idp := cfg.IdentityProvider
-	if !idp.Enabled() {
-		return signer, nil
-	}
-	return auth.NewProvider(ctx, auth.ProviderOptions{
-		JWKSURL: idp.JWKSURL, Issuer: idp.Issuer, Audience: idp.Audience, RoleClaim: idp.RoleClaim,
-		RefreshInterval: idp.RefreshInterval, MinRefreshInterval: idp.MinRefreshInterval, Log: log,
-	})
 }
 
 var errKeysUnavailable = domain.NewProblem(domain.CodeUnavailable,

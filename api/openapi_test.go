@@ -14,12 +14,9 @@ import (
 
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/config"
-	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/apispec"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/metrics"
-	"github.com/holdfast/holdfast/probe"
-	"github.com/holdfast/holdfast/shop"
-	"github.com/holdfast/holdfast/stays"
 )
 
 // fullServer builds the API with every mount the binaries use (the probe
@@ -28,10 +25,9 @@ import (
 func fullServer(t *testing.T) *api.Server {
 	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: asynq.RedisClientOpt{Addr: "127.0.0.1:6379"}})
 	t.Cleanup(func() { _ = mon.Close() })
-	var cfg config.Config
+	cfg := config.Config{EnableProbe: true}
 	reg := prometheus.NewRegistry()
-	return api.New(cfg, api.Deps{Registry: reg, Metrics: metrics.NewPipeline(reg), Monitoring: mon},
-		stays.API(cfg.HoldTTL), shop.API(), events.API(cfg.DuplicateWindow), probe.Mount)
+	return api.New(cfg, api.Deps{Registry: reg, Metrics: metrics.NewPipeline(reg), Monitoring: mon}, wiring.Verticals(cfg))
 }
 
 var fiberParam = regexp.MustCompile(`:([A-Za-z0-9_]+)`)

@@ -26,23 +26,35 @@ type Limit struct {
 	Key       func(*fiber.Ctx) string
 }
 
-// PerIP is the per-client-IP limit, RATE_LIMIT_PER_IP: a generous ceiling,
-// since many real users can share one NAT address (SPEC §6).
-func PerIP(s *Server) Limit {
-	return Limit{Scope: "ip", PerSecond: s.Config().RateLimitPerIP, Key: ClientIP}
+// Limits are the configured rate limits over the API's Redis, for a
+// vertical's routes: PerIP (RATE_LIMIT_PER_IP), a generous ceiling, since
+// many real users can share one NAT address (SPEC §6), and PerUser
+// (RATE_LIMIT_PER_USER) on writes.
+type Limits struct {
+	Redis          redis.UniversalClient
+	Log            *slog.Logger
+	PerIP, PerUser Limit
 }
 
-// PerUser is the per-user limit on writes, RATE_LIMIT_PER_USER.
-func PerUser(s *Server) Limit {
-	return Limit{Scope: "user", PerSecond: s.Config().RateLimitPerUser, Key: func(c *fiber.Ctx) string { return Principal(c).UserID }}
+// Limits are the server's rate limits, as its configuration sets them.
+func (s *Server) Limits() Limits {
+	return Limits{Redis: s.Redis, Log: s.Log,
+		PerIP:   Limit{Scope: "ip", PerSecond: s.cfg.RateLimitPerIP, Key: ClientIP},
+		PerUser: Limit{Scope: "user", PerSecond: s.cfg.RateLimitPerUser, Key: func(c *fiber.Ctx) string { return Principal(c).UserID }},
+	}
 }
+
+// Public is PerIP alone, for the public routes under /api/v1/public.
+func (l Limits) Public() fiber.Handler { return RateLimit(l.Redis, l.Log, l.PerIP) }
+
+// Writes is PerIP and PerUser, for write routes.
+func (l Limits) Writes() fiber.Handler { return RateLimit(l.Redis, l.Log, l.PerIP, l.PerUser) }
+
+// Guard is PerIP and PerUser with the window w (Guard).
+func (l Limits) Guard(w Window) fiber.Handler { return Guard(l.Redis, l.Log, w, l.PerIP, l.PerUser) }
 
 // ClientIP keys a limit by the client's IP address.
 func ClientIP(c *fiber.Ctx) string { return c.IP() }
-
-// LimitPerIP is RateLimit with PerIP alone, for the public routes under
-// /api/v1/public.
-func LimitPerIP(s *Server) fiber.Handler { return RateLimit(s.Redis, s.Log, PerIP(s)) }
 
 // RateLimit answers a request over any of limits 429 RATE_LIMITED with
 // Retry-After, for the longest wait among the limits it is over. The counts

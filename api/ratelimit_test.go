@@ -40,8 +40,8 @@ func guarded(t *testing.T, rdb redis.UniversalClient, w api.Window, limits ...ap
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := api.New(config.Config{ShutdownTimeout: time.Second}, api.Deps{Redis: rdb, Registry: prometheus.NewRegistry(), Log: log},
-		func(v1 fiber.Router, s *api.Server) {
-			v1.Get("/public/limited", api.Guard(rdb, log, w, limits...), func(c *fiber.Ctx) error {
+		func(s *api.Server) {
+			s.V1().Get("/public/limited", api.Guard(rdb, log, w, limits...), func(c *fiber.Ctx) error {
 				if c.Get("X-Fail") != "" {
 					return api.InvalidField("x", "told to fail")
 				}
@@ -399,8 +399,8 @@ func perIP(t *testing.T, rdb redis.UniversalClient, trusted ...string) string {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := api.New(config.Config{ShutdownTimeout: time.Second, TrustedProxies: trusted}, api.Deps{Redis: rdb, Registry: prometheus.NewRegistry(), Log: log},
-		func(v1 fiber.Router, s *api.Server) {
-			v1.Get("/public/limited", api.RateLimit(rdb, log, api.Limit{Scope: scope(t), PerSecond: 1, Key: api.ClientIP}),
+		func(s *api.Server) {
+			s.V1().Get("/public/limited", api.RateLimit(rdb, log, api.Limit{Scope: scope(t), PerSecond: 1, Key: api.ClientIP}),
 				func(c *fiber.Ctx) error { return c.SendStatus(http.StatusNoContent) })
 		})
 	return testenv.Serve(t, s.Serve) + "/api/v1/public/limited"

@@ -1,6 +1,8 @@
 // Package api is holdfast's HTTP API (Fiber v2): authentication, the error
 // envelope, durable intake of writes answered 202, request status polling,
-// health, metrics and the Asynqmon UI. Verticals add their routes as Mounts.
+// health, metrics and the Asynqmon UI. The composition root
+// (internal/wiring) builds it and mounts the verticals' routes on it,
+// handing each only the parts it uses (Writes, Limits, V1, ...).
 package api
 
 import (
@@ -33,9 +35,18 @@ import (
 	"github.com/holdfast/holdfast/storage"
 )
 
-// Mount adds a vertical's routes to the authenticated /api/v1 group (public
-// routes go under /api/v1/public, which is not authenticated).
-type Mount func(v1 fiber.Router, s *Server)
+// Mount adds routes to the server while New builds it, before its
+// catch-all 404: the composition root's, which hands each vertical the few
+// parts of the server it uses (V1, Writes, Limits, IssueTicket, Root).
+type Mount func(s *Server)
+
+// Writes is what a vertical's write routes use of the server: DeclareWrites
+// once, as they are mounted, and Accept for each write. Declared here once
+// rather than in each of the four verticals that take it; *Server is it.
+type Writes interface {
+	DeclareWrites(queue string, types ...string)
+	Accept(c *fiber.Ctx, sub requests.Submission) error
+}
 
 // Deps are the connections and collaborators the server uses.
 type Deps struct {
@@ -45,7 +56,7 @@ type Deps struct {
 	Store    *requests.Store
 	Notifier *Notifier
 	Signer   *auth.Signer // holdfast's own tokens: tickets
-	// Tokens verifies bearer tokens (bearerTokens); nil: Signer does.
+	// Tokens verifies bearer tokens (an auth.Provider); nil: Signer does.
 	Tokens   TokenVerifier
 	Registry *prometheus.Registry
 	Metrics  *metrics.Pipeline
@@ -60,6 +71,7 @@ type Server struct {
 	Deps
 	cfg      config.Config
 	app      *fiber.App
+	v1       fiber.Router
 	draining atomic.Bool // told to stop, serving out SHUTDOWN_DRAIN_DELAY
 }
 
@@ -106,15 +118,15 @@ func New(cfg config.Config, d Deps, mounts ...Mount) *Server {
 	if d.Monitoring != nil {
 		s.app.Use("/monitoring", s.adminOnly, adaptor.HTTPHandler(d.Monitoring))
 	}
-	v1 := s.app.Group("/api/v1", func(c *fiber.Ctx) error {
+	s.v1 = s.app.Group("/api/v1", func(c *fiber.Ctx) error {
 		if isPublic(c.Path()) {
 			return c.Next()
 		}
 		return s.authenticate(c)
 	})
-	v1.Get("/requests/:id", s.getRequest)
+	s.v1.Get("/requests/:id", s.getRequest)
 	for _, m := range mounts {
-		m(v1, s)
+		m(s)
 	}
 	s.app.Use(func(c *fiber.Ctx) error { return fiber.ErrNotFound })
 	return s
@@ -132,11 +144,11 @@ func isPublic(path string) bool {
 	return len(path) >= len(p) && path[:len(p)] == p && (len(path) == len(p) || path[len(p)] == '/')
 }
 
-// drain begins the shutdown of an API told to stop: /readyz answers 503
+// Drain begins the shutdown of an API told to stop: /readyz answers 503
 // and every answer closes its connection, so that load balancers and
 // keep-alive clients go to other APIs, while this one serves on for
 // SHUTDOWN_DRAIN_DELAY; then stop ends the API (Serve's context).
-func (s *Server) drain(stop func()) {
+func (s *Server) Drain(stop func()) {
 	s.draining.Store(true)
 	time.AfterFunc(s.cfg.ShutdownDrainDelay, stop)
 }
@@ -171,7 +183,7 @@ func (s *Server) trace(c *fiber.Ctx) error {
 	}
 	c.Locals(localTrace, id)
 	c.Set(fiber.HeaderXRequestID, id)
-	if s.draining.Load() { // Server.drain: every answer closes its connection
+	if s.draining.Load() { // Server.Drain: every answer closes its connection
 		c.Context().SetConnectionClose()
 	}
 	return c.Next()

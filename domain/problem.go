@@ -88,7 +88,6 @@ var statuses = map[string]int{
 	CodeSettingLocked:      http.StatusConflict,
 	CodeSeatLimit:          http.StatusConflict,
 	CodeSeatsNotTogether:   http.StatusConflict,
-	CodeProbeLimitReached:  http.StatusConflict,
 
 	CodeInvalidDateRange:  http.StatusBadRequest,
 	CodeDateRangeTooLong:  http.StatusBadRequest,
@@ -116,7 +115,8 @@ func NewProblem(code, format string, args ...any) *Problem {
 }
 
 // WithStatus returns a copy of p answered with status: for the HTTP layer's
-// own refusals, whose status fiber chose (a 431 is INVALID_INPUT too).
+// own refusals, whose status fiber chose (a 431 is INVALID_INPUT too), and
+// for a code outside the table (the probe's, a test write type).
 func (p *Problem) WithStatus(status int) *Problem {
 	c := *p
 	c.HTTPStatus = status
@@ -168,8 +168,6 @@ const (
 	CodeSettingLocked      = "SETTING_LOCKED"     // 409: the moment a setting governs has passed
 	CodeSeatLimit          = "SEAT_LIMIT"         // 409: a hold would pass maxSeatsPerUser
 	CodeSeatsNotTogether   = "SEATS_NOT_TOGETHER" // 409: no run of adjacent free seats is long enough
-	// CodeProbeLimitReached is the probe write type's refusal (package probe).
-	CodeProbeLimitReached = "PROBE_LIMIT_REACHED"
 )
 
 // TooManyRequestsCodes are the codes a 429 carries: a backlog over its cap, a

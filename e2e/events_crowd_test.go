@@ -28,6 +28,7 @@ import (
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/events/draw"
 	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/internal/wiring"
 )
 
 // The waiting room for real crowds (SPEC §6.1): liveness when the head of
@@ -686,7 +687,7 @@ func TestPositionStreamsEndOnShutdown(t *testing.T) {
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- api.Run(ctx, s.Cfg, s.Log, ln, events.API(s.Cfg.DuplicateWindow)) }()
+	go func() { done <- (&wiring.API{Config: s.Cfg, Log: s.Log, Listener: ln}).Run(ctx) }()
 	url := "http://" + ln.Addr().String()
 	require.Eventually(t, func() bool {
 		resp, err := http.Get(url + "/readyz")

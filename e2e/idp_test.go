@@ -18,10 +18,10 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/probe"
 )
 
@@ -131,7 +131,7 @@ func TestAPIWaitsForTheProvidersKeys(t *testing.T) {
 	p.failing.Store(true)
 	s := systest.Start(t, systest.Options{NoAPI: true, Overrides: p.overrides()})
 	url := testenv.Serve(t, func(ctx context.Context, ln net.Listener) error {
-		return api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount)
+		return (&wiring.API{Config: s.Cfg, Log: s.Log, Listener: ln}).Run(ctx)
 	})
 	c := s.Client("ann", domain.RoleUser).At(url)
 	c.Token = p.token(t, "f3c1-ann", "user")

@@ -13,13 +13,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
-	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/tasks"
-	"github.com/holdfast/holdfast/worker"
 )
 
 func TestRequestLifecycle(t *testing.T) {
@@ -231,6 +230,6 @@ func TestStopWhileStartingIsClean(t *testing.T) {
 	s := systest.Start(t, systest.Options{NoAPI: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	require.NoError(t, worker.Run(ctx, s.Cfg, s.Log, worker.Options{Name: "early"}))
-	require.NoError(t, api.Run(ctx, s.Cfg, s.Log, nil))
+	require.NoError(t, (&wiring.Worker{Config: s.Cfg, Log: s.Log, Name: "early"}).Run(ctx))
+	require.NoError(t, (&wiring.API{Config: s.Cfg, Log: s.Log}).Run(ctx))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/internal/systest"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/storage"
 	"github.com/holdfast/holdfast/tasks"
 	"github.com/holdfast/holdfast/worker"
@@ -40,7 +41,9 @@ func TestPeriodicTaskSurvivesABlip(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Name: "flaky"}, flaky) }()
+	go func() {
+		errc <- (&wiring.Worker{Config: s.Cfg, Log: s.Log, Name: "flaky", Modules: []worker.Types{flaky}}).Run(ctx)
+	}()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):

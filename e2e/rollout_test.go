@@ -522,7 +522,7 @@ func (r *rush) check(t *testing.T, s *systest.System) {
 		seats[seat.SeatID], users[o.user] = o.user, true
 	}
 	for code := range refusals {
-		require.Contains(t, []string{domain.CodeSoldOut, domain.CodeContention, domain.CodeProbeLimitReached}, code)
+		require.Contains(t, []string{domain.CodeSoldOut, domain.CodeContention, probe.CodeLimitReached}, code)
 	}
 
 	reserved := map[int64]string{}

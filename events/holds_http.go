@@ -105,7 +105,7 @@ func (h *handlers) submitHold(c *fiber.Ctx, typ string, ev int64, payload any) e
 	if err != nil {
 		return err
 	}
-	return h.s.Accept(c, requests.Submission{Type: typ, Queue: Queue, Keys: []string{EventKey(ev)}, Payload: body})
+	return h.writes.Accept(c, requests.Submission{Type: typ, Queue: Queue, Keys: []string{EventKey(ev)}, Payload: body})
 }
 
 // holds lists the caller's holds of the event.

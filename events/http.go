@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"regexp"
@@ -15,6 +16,9 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
@@ -26,52 +30,72 @@ const MaxSeats = 100_000
 
 var e164 = regexp.MustCompile(`^\+[1-9][0-9]{1,14}$`)
 
-// API returns the events routes as an api.Mount.
-func API(duplicateWindow time.Duration) api.Mount {
-	return func(v1 fiber.Router, s *api.Server) {
-		s.DeclareWrites(Queue, TypeFCFS, TypeQueueEnter, TypeSeatBook, TypeSeatHold, TypeHoldConfirm, TypeHoldRelease)
-		cfg := s.Config()
-		room := NewRoom(s.Redis, cfg.JWTSecret)
-		s.Registry.MustRegister(room.Collectors()...)
-		h := &handlers{catalog: NewCatalog(s.Pool), s: s, room: room, counts: NewCounts(s.Pool, s.Redis),
-			sealer: NewSealer(s.Pool, room)}
-		h.positions = newPositions(room, h.sealer, h.eventByID, s.Log)
-		writes := api.RateLimit(s.Redis, s.Log, api.PerIP(s), api.PerUser(s))
-		// Seed 004 §9's dup:req: one FCFS request per user and event per
-		// window, claimed in the same round trip as the rate limits. A
-		// repeat that is itself invalid gets its own 4xx, not the 429.
-		window := api.Window{Duration: duplicateWindow, Key: fcfsClaim,
-			Valid: func(c *fiber.Ctx) error { _, err := h.fcfsPayload(c); return err }}
-		grabs := api.Guard(s.Redis, s.Log, window, api.PerIP(s), api.PerUser(s))
-		v1.Post("/events", api.RequireRole(domain.RoleAdmin), h.create)
-		v1.Patch("/events/:eventId", api.RequireRole(domain.RoleAdmin), h.patch)
-		v1.Get("/events/:eventId/seats", h.seats)
-		v1.Post("/events/:eventId/seats/fcfs", grabs, h.fcfs)
-		v1.Get("/public/events/:eventId", api.LimitPerIP(s), h.public)
-		v1.Get("/public/events/:eventId/stream", api.LimitPerIP(s), h.stream)
-		v1.Get("/public/events/:eventId/prequeue", api.LimitPerIP(s), h.prequeue)
-		v1.Post("/events/:eventId/queue", api.LimitPerIP(s), h.enterQueue)
-		v1.Get("/events/:eventId/queue/status", h.queueStatus)
-		v1.Post("/events/:eventId/queue/ticket", h.ticket)
-		v1.Get("/events/:eventId/queue/stream", api.LimitPerIP(s), h.positionStream)
-		v1.Post("/events/:eventId/queue/token", h.issueToken)
-		v1.Delete("/events/:eventId/queue/token", h.leave)
-		v1.Post("/events/:eventId/seats/:seatId/reservation", writes, h.book)
-		v1.Get("/events/:eventId/holds", h.holds)
-		v1.Post("/events/:eventId/holds", writes, h.hold)
-		v1.Post("/events/:eventId/holds/:holdId/confirm", writes, h.confirmHold)
-		v1.Delete("/events/:eventId/holds/:holdId", writes, h.releaseHold)
-		Pages(s.Root())
-	}
+// Deps are what the events routes use.
+type Deps struct {
+	Pool  *pgxpool.Pool
+	Redis redis.UniversalClient // the waiting room, counts and rate limits
+	Log   *slog.Logger
+	// Registry takes the waiting room's metrics.
+	Registry prometheus.Registerer
+	// Writes accepts the FCFS, queue, seat and hold writes.
+	Writes api.Writes
+	// Limits guard the public reads, the queue and the writes.
+	Limits api.Limits
+	// IssueTicket mints a position stream's ticket (api.Server.IssueTicket).
+	IssueTicket func(c *fiber.Ctx, path string) (api.Ticket, error)
+	// Pages is the router the waiting-room pages go on (api.Server.Root).
+	Pages fiber.Router
+	// Secret signs entry tokens (JWT_SECRET); DuplicateWindow is seed 004
+	// §9's window of one FCFS request per user and event (DUPLICATE_WINDOW).
+	Secret          string
+	DuplicateWindow time.Duration
+}
+
+// Mount adds the events routes to v1 (api.Server.V1) and the pages to
+// d.Pages.
+func Mount(v1 fiber.Router, d Deps) {
+	d.Writes.DeclareWrites(Queue, TypeFCFS, TypeQueueEnter, TypeSeatBook, TypeSeatHold, TypeHoldConfirm, TypeHoldRelease)
+	room := NewRoom(d.Redis, d.Secret)
+	d.Registry.MustRegister(room.Collectors()...)
+	h := &handlers{catalog: NewCatalog(d.Pool), writes: d.Writes, log: d.Log, issueTicket: d.IssueTicket,
+		room: room, counts: NewCounts(d.Pool, d.Redis), sealer: NewSealer(d.Pool, room)}
+	h.positions = newPositions(room, h.sealer, h.eventByID, d.Log)
+	writes, public := d.Limits.Writes(), d.Limits.Public()
+	// Seed 004 §9's dup:req: one FCFS request per user and event per
+	// window, claimed in the same round trip as the rate limits. A
+	// repeat that is itself invalid gets its own 4xx, not the 429.
+	grabs := d.Limits.Guard(api.Window{Duration: d.DuplicateWindow, Key: fcfsClaim,
+		Valid: func(c *fiber.Ctx) error { _, err := h.fcfsPayload(c); return err }})
+	v1.Post("/events", api.RequireRole(domain.RoleAdmin), h.create)
+	v1.Patch("/events/:eventId", api.RequireRole(domain.RoleAdmin), h.patch)
+	v1.Get("/events/:eventId/seats", h.seats)
+	v1.Post("/events/:eventId/seats/fcfs", grabs, h.fcfs)
+	v1.Get("/public/events/:eventId", public, h.public)
+	v1.Get("/public/events/:eventId/stream", public, h.stream)
+	v1.Get("/public/events/:eventId/prequeue", public, h.prequeue)
+	v1.Post("/events/:eventId/queue", public, h.enterQueue)
+	v1.Get("/events/:eventId/queue/status", h.queueStatus)
+	v1.Post("/events/:eventId/queue/ticket", h.ticket)
+	v1.Get("/events/:eventId/queue/stream", public, h.positionStream)
+	v1.Post("/events/:eventId/queue/token", h.issueToken)
+	v1.Delete("/events/:eventId/queue/token", h.leave)
+	v1.Post("/events/:eventId/seats/:seatId/reservation", writes, h.book)
+	v1.Get("/events/:eventId/holds", h.holds)
+	v1.Post("/events/:eventId/holds", writes, h.hold)
+	v1.Post("/events/:eventId/holds/:holdId/confirm", writes, h.confirmHold)
+	v1.Delete("/events/:eventId/holds/:holdId", writes, h.releaseHold)
+	Pages(d.Pages)
 }
 
 type handlers struct {
-	catalog   *Catalog
-	s         *api.Server
-	room      *Room
-	counts    *Counts
-	sealer    *Sealer
-	positions *positions
+	catalog     *Catalog
+	writes      api.Writes
+	log         *slog.Logger
+	issueTicket func(c *fiber.Ctx, path string) (api.Ticket, error)
+	room        *Room
+	counts      *Counts
+	sealer      *Sealer
+	positions   *positions
 	// events caches each event's settings for eventCacheTTL: the write
 	// paths of a rush read them on every request. A PATCH here drops the
 	// entry; other API processes see a change within the TTL (the
@@ -278,7 +302,7 @@ func (h *handlers) fcfs(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return h.s.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(p.EventID)}, Payload: body})
+	return h.writes.Accept(c, requests.Submission{Type: TypeFCFS, Queue: Queue, Keys: []string{EventKey(p.EventID)}, Payload: body})
 }
 
 // fcfsPayload validates an FCFS request, reading nothing but the cached
@@ -381,7 +405,7 @@ func (h *handlers) enterQueue(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return h.s.Accept(c, requests.Submission{Type: TypeQueueEnter, Queue: Queue, Keys: []string{QueueKey(e.EventID)}, Payload: body})
+	return h.writes.Accept(c, requests.Submission{Type: TypeQueueEnter, Queue: Queue, Keys: []string{QueueKey(e.EventID)}, Payload: body})
 }
 
 // sealIfDue tries to seal e's pre-queue when st says admissions wait for
@@ -394,7 +418,7 @@ func (h *handlers) sealIfDue(ctx context.Context, e Event, st Status) bool {
 	}
 	sealed, err := h.sealer.TrySeal(ctx, e, time.Now())
 	if err != nil {
-		h.s.Log.WarnContext(ctx, "could not seal the pre-queue", "event", e.EventID, "err", err)
+		h.log.WarnContext(ctx, "could not seal the pre-queue", "event", e.EventID, "err", err)
 	}
 	return sealed && err == nil
 }
@@ -484,7 +508,7 @@ func (h *handlers) ticket(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	t, err := h.s.IssueTicket(c, fmt.Sprintf("/api/v1/events/%d/queue/stream", e.EventID))
+	t, err := h.issueTicket(c, fmt.Sprintf("/api/v1/events/%d/queue/stream", e.EventID))
 	if err != nil {
 		return err
 	}
@@ -554,7 +578,7 @@ func (h *handlers) book(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return h.s.Accept(c, requests.Submission{Type: TypeSeatBook, Queue: Queue, Keys: []string{EventKey(e.EventID)}, Payload: body})
+	return h.writes.Accept(c, requests.Submission{Type: TypeSeatBook, Queue: Queue, Keys: []string{EventKey(e.EventID)}, Payload: body})
 }
 
 // requireEntry refuses a request without a valid entry token of this event

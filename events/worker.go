@@ -13,7 +13,7 @@ import (
 	"github.com/holdfast/holdfast/worker"
 )
 
-// Worker returns the events write types and counters for worker.Run; entry
+// Worker returns the events write types and counters for the worker (wiring.Modules); entry
 // tokens are signed with a key derived from JWT_SECRET (NewRoom).
 func Worker(fcfsLockWait, reconcileEvery time.Duration, secret string) worker.Types {
 	return func(st *storage.Stores) worker.Module {

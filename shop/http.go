@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
@@ -14,38 +16,47 @@ import (
 	"github.com/holdfast/holdfast/storage"
 )
 
-// API returns the shop routes as an api.Mount.
-func API() api.Mount {
-	return func(v1 fiber.Router, s *api.Server) {
-		s.DeclareWrites(Queue, TypeReserve, TypeConfirm, TypeRelease)
-		h := &handlers{catalog: NewCatalog(s.Pool), s: s}
-		h.readCart = func(ctx context.Context, user int64) ([]Line, error) {
-			carts, err := h.catalog.cartSnapshots(ctx, []int64{user})
-			return carts[user], err
-		}
-		if cfg := s.Config(); cfg.CartGroupRead {
-			// In the cart rush (3,000 reserves, 200 clients, A/B pairs, docs/benchmarks.md,
-			// four pairs): 3,131–3,927 → 3,990–4,511 reserves/s, 0.43–0.52
-			// → 0.32–0.40 ms of CPU a reserve (Postgres 0.14–0.15 → 0.09–0.12).
-			carts := storage.NewGroupRead(h.catalog.cartSnapshots, maxCartsARead, cfg.DependencyTimeout)
-			h.readCart = carts.Get
-		}
-		admin := api.RequireRole(domain.RoleAdmin)
-		v1.Post("/users", admin, h.createUser)
-		v1.Post("/products", admin, h.createProduct)
-		v1.Patch("/product-options/:productOptionId", admin, h.patchOption)
-		v1.Get("/product-options/:productOptionId/stock", h.stock)
-		v1.Get("/cart", h.cart)
-		v1.Put("/cart/items/:productOptionId", h.setCartItem)
-		v1.Post("/orders/reserve", h.reserve)
-		v1.Post("/orders", h.confirm)
-		v1.Delete("/orders/reserve", h.release)
+// Deps are what the shop routes use.
+type Deps struct {
+	Pool *pgxpool.Pool
+	// Writes accepts the reserve, confirm and release writes.
+	Writes api.Writes
+	// CartGroupRead reads the carts of concurrent reserves together
+	// (CART_GROUP_READ), each read bounded by DependencyTimeout.
+	CartGroupRead     bool
+	DependencyTimeout time.Duration
+}
+
+// Mount adds the shop routes to v1 (api.Server.V1).
+func Mount(v1 fiber.Router, d Deps) {
+	d.Writes.DeclareWrites(Queue, TypeReserve, TypeConfirm, TypeRelease)
+	h := &handlers{catalog: NewCatalog(d.Pool), writes: d.Writes}
+	h.readCart = func(ctx context.Context, user int64) ([]Line, error) {
+		carts, err := h.catalog.cartSnapshots(ctx, []int64{user})
+		return carts[user], err
 	}
+	if d.CartGroupRead {
+		// In the cart rush (3,000 reserves, 200 clients, A/B pairs, docs/benchmarks.md,
+		// four pairs): 3,131–3,927 → 3,990–4,511 reserves/s, 0.43–0.52
+		// → 0.32–0.40 ms of CPU a reserve (Postgres 0.14–0.15 → 0.09–0.12).
+		carts := storage.NewGroupRead(h.catalog.cartSnapshots, maxCartsARead, d.DependencyTimeout)
+		h.readCart = carts.Get
+	}
+	admin := api.RequireRole(domain.RoleAdmin)
+	v1.Post("/users", admin, h.createUser)
+	v1.Post("/products", admin, h.createProduct)
+	v1.Patch("/product-options/:productOptionId", admin, h.patchOption)
+	v1.Get("/product-options/:productOptionId/stock", h.stock)
+	v1.Get("/cart", h.cart)
+	v1.Put("/cart/items/:productOptionId", h.setCartItem)
+	v1.Post("/orders/reserve", h.reserve)
+	v1.Post("/orders", h.confirm)
+	v1.Delete("/orders/reserve", h.release)
 }
 
 type handlers struct {
 	catalog *Catalog
-	s       *api.Server
+	writes  api.Writes
 	// readCart reads the cart a reserve covers, alone or with the carts of
 	// concurrent reserves (CART_GROUP_READ).
 	readCart func(ctx context.Context, user int64) ([]Line, error)
@@ -221,7 +232,7 @@ func (h *handlers) accept(c *fiber.Ctx, typ string, user int64, options []int64,
 	if err != nil {
 		return err
 	}
-	return h.s.Accept(c, requests.Submission{Type: typ, Queue: Queue, UserID: api.Principal(c).UserID,
+	return h.writes.Accept(c, requests.Submission{Type: typ, Queue: Queue, UserID: api.Principal(c).UserID,
 		Keys: keysFor(user, options), Payload: body})
 }
 

@@ -11,7 +11,7 @@ import (
 // TypeExpire is the periodic tidy-up that marks lapsed reservations EXPIRED.
 const TypeExpire = "shop:expire-reservations"
 
-// Worker returns the shop's writes and its periodic tidy-up for worker.Run.
+// Worker returns the shop's writes and its periodic tidy-up for the worker (wiring.Modules).
 func Worker(ttl time.Duration) worker.Types {
 	return func(st *storage.Stores) worker.Module {
 		w := &Writes{TTL: ttl}

@@ -523,8 +523,7 @@ func (a *Availability) Rooms(ctx context.Context, q AvailabilityQuery, status st
 
 // mountAvailability adds the availability reads of seed 001 §4 (staff and
 // admin) and the public, per-IP rate-limited copy of the aggregate.
-func (h *handlers) mountAvailability(v1 fiber.Router, s *api.Server) {
-	av := NewAvailability(s.Pool, h.holds)
+func (h *handlers) mountAvailability(v1 fiber.Router, av *Availability, public fiber.Handler) {
 	staff := api.RequireRole(domain.RoleStaff, domain.RoleAdmin)
 	hotel := func(c *fiber.Ctx) error {
 		q, err := parseAvailability(c, false)
@@ -538,7 +537,7 @@ func (h *handlers) mountAvailability(v1 fiber.Router, s *api.Server) {
 		return c.JSON(out)
 	}
 	v1.Get("/hotels/:hotelId/availability", staff, hotel)
-	v1.Get("/public/hotels/:hotelId/availability", api.LimitPerIP(s), hotel)
+	v1.Get("/public/hotels/:hotelId/availability", public, hotel)
 	v1.Get("/hotels/:hotelId/availability/rooms", staff, func(c *fiber.Ctx) error {
 		q, err := parseAvailability(c, false)
 		if err != nil {

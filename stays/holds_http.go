@@ -12,14 +12,14 @@ import (
 	"github.com/holdfast/holdfast/requests"
 )
 
-func (h *handlers) mountHolds(v1 fiber.Router, s *api.Server) {
-	v1.Post("/holds", func(c *fiber.Ctx) error { return h.createHold(c, s) })
-	v1.Post("/holds/:holdId/confirm", func(c *fiber.Ctx) error { return h.holdWrite(c, s, TypeHoldConfirm) })
-	v1.Delete("/holds/:holdId", func(c *fiber.Ctx) error { return h.holdWrite(c, s, TypeHoldCancel) })
+func (h *handlers) mountHolds(v1 fiber.Router) {
+	v1.Post("/holds", h.createHold)
+	v1.Post("/holds/:holdId/confirm", func(c *fiber.Ctx) error { return h.holdWrite(c, TypeHoldConfirm) })
+	v1.Delete("/holds/:holdId", func(c *fiber.Ctx) error { return h.holdWrite(c, TypeHoldCancel) })
 	v1.Get("/holds/:holdId", h.getHold)
 }
 
-func (h *handlers) createHold(c *fiber.Ctx, s *api.Server) error {
+func (h *handlers) createHold(c *fiber.Ctx) error {
 	var p CreatePayload
 	if err := api.Decode(c, &p); err != nil {
 		return err
@@ -41,11 +41,11 @@ func (h *handlers) createHold(c *fiber.Ctx, s *api.Server) error {
 	if err != nil {
 		return err
 	}
-	return s.Accept(c, requests.Submission{Type: TypeHoldCreate, Queue: Queue,
+	return h.writes.Accept(c, requests.Submission{Type: TypeHoldCreate, Queue: Queue,
 		Keys: []string{SerialKey(p.RoomTypeID)}, Payload: body})
 }
 
-func (h *handlers) holdWrite(c *fiber.Ctx, s *api.Server, typ string) error {
+func (h *handlers) holdWrite(c *fiber.Ctx, typ string) error {
 	id := c.Params("holdId")
 	rt, ok := ParseHoldID(id)
 	if !ok {
@@ -60,7 +60,7 @@ func (h *handlers) holdWrite(c *fiber.Ctx, s *api.Server, typ string) error {
 	if err != nil {
 		return err
 	}
-	return s.Accept(c, requests.Submission{Type: typ, Queue: Queue, Keys: []string{SerialKey(rt)}, Payload: body})
+	return h.writes.Accept(c, requests.Submission{Type: typ, Queue: Queue, Keys: []string{SerialKey(rt)}, Payload: body})
 }
 
 func (h *handlers) getHold(c *fiber.Ctx) error {

@@ -8,30 +8,28 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/domain"
 )
 
-// API returns the stays routes as an api.Mount.
-func API(holdTTL time.Duration) api.Mount {
-	return func(v1 fiber.Router, s *api.Server) {
-		s.DeclareWrites(Queue, TypeHoldCreate, TypeHoldConfirm, TypeHoldCancel)
-		h := &handlers{catalog: NewCatalog(s.Pool), holds: NewHoldStore(s.Redis), holdTTL: holdTTL}
-		h.mount(v1, s)
-	}
+// Deps are what the stays routes use.
+type Deps struct {
+	Pool  *pgxpool.Pool         // the catalog and the availability reads
+	Redis redis.UniversalClient // holds
+	// Writes accepts the hold writes.
+	Writes api.Writes
+	// PublicLimit guards the public availability (api.Limits.Public).
+	PublicLimit fiber.Handler
 }
 
-// handlers are the stays routes, with what they share.
-type handlers struct {
-	catalog *Catalog
-	holds   *HoldStore
-	holdTTL time.Duration
-}
-
-// mount adds the stays routes: catalog and reservations (staff/admin),
-// availability, and holds.
-func (h *handlers) mount(v1 fiber.Router, s *api.Server) {
+// Mount adds the stays routes to v1 (api.Server.V1): catalog and
+// reservations (staff/admin), availability, and holds.
+func Mount(v1 fiber.Router, d Deps) {
+	d.Writes.DeclareWrites(Queue, TypeHoldCreate, TypeHoldConfirm, TypeHoldCancel)
+	h := &handlers{catalog: NewCatalog(d.Pool), holds: NewHoldStore(d.Redis), writes: d.Writes}
 	staff := api.RequireRole(domain.RoleStaff, domain.RoleAdmin)
 	v1.Post("/hotels", staff, h.createHotel)
 	v1.Patch("/hotels/:hotelId", staff, h.patchHotel)
@@ -43,8 +41,15 @@ func (h *handlers) mount(v1 fiber.Router, s *api.Server) {
 	for _, action := range []string{"check-in", "check-out", "cancel"} {
 		v1.Post("/reservations/:reservationId/"+action, staff, h.transition(action))
 	}
-	h.mountHolds(v1, s)
-	h.mountAvailability(v1, s)
+	h.mountHolds(v1)
+	h.mountAvailability(v1, NewAvailability(d.Pool, h.holds), d.PublicLimit)
+}
+
+// handlers are the stays routes, with what they share.
+type handlers struct {
+	catalog *Catalog
+	holds   *HoldStore
+	writes  api.Writes
 }
 
 var currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)

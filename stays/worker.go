@@ -7,7 +7,7 @@ import (
 	"github.com/holdfast/holdfast/worker"
 )
 
-// Worker returns the stays write types for worker.Run; together is
+// Worker returns the stays write types for the worker (wiring.Modules); together is
 // HOLD_WRITES_TOGETHER (Writes.Together).
 func Worker(holdTTL, lockWait time.Duration, together bool) worker.Types {
 	return func(st *storage.Stores) worker.Module {

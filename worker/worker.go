@@ -1,6 +1,8 @@
-// Package worker is the worker binary: an Asynq server that applies writes
-// through the keyed engine, the periodic reconcile task, and /healthz,
-// /readyz and /metrics on WORKER_ADDR.
+// Package worker is the serving side of the worker binary: the Asynq
+// servers that apply writes through the keyed engine, the scheduler of the
+// reconciler and the periodic tasks, and /healthz, /readyz and /metrics on
+// WORKER_ADDR. The composition root (internal/wiring.Worker) builds the
+// engine and the modules and starts these.
 package worker
 
 import (
@@ -21,23 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/buildinfo"
-	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/keyed"
-	"github.com/holdfast/holdfast/metrics"
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/storage"
 	"github.com/holdfast/holdfast/tasks"
 )
-
-// Options are what tests may vary beyond the environment.
-type Options struct {
-	// Listener for /metrics and health; nil listens on WORKER_ADDR.
-	Listener net.Listener
-	// Name identifies this process in logs; default host-pid.
-	Name string
-}
 
 // Module is what a vertical adds to the worker: its write types and its
 // periodic tasks.
@@ -59,69 +50,9 @@ type Periodic struct {
 // Types builds a module from the process's connections.
 type Types func(st *storage.Stores) Module
 
-// Run applies writes of the given types until ctx ends, then shuts down
-// gracefully: it stops fetching tasks, lets each drain finish its batch and
-// hand its key on, and waits for handlers up to SHUTDOWN_TIMEOUT.
-func Run(ctx context.Context, cfg config.Config, log *slog.Logger, opt Options, modules ...Types) error {
-	if opt.Name == "" {
-		host, _ := os.Hostname()
-		opt.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
-	}
-	log = log.With("worker", opt.Name)
-	st, err := storage.Open(ctx, cfg.DatabaseURL, cfg.Redis, cfg.PGMaxConns, storage.SchemaAtStart(cfg.MigrateOnStart), storage.CustomPlans, storage.IdleTimeout(cfg.PGIdleTimeout))
-	if err != nil {
-		if ctx.Err() != nil { // told to stop while it started (waiting on the migration lock, say)
-			return nil
-		}
-		return err
-	}
-	defer st.Close()
-	storage.ServePprof(ctx, cfg.PprofAddr, log)
-	go storage.WatchPool(ctx, st.Pool, "worker", storage.PoolWatchInterval, log)
-
-	reg := metrics.NewRegistry()
-	engine, periodic := assemble(st, cfg, log, opt.Name, reg, modules)
-	defer engine.Close()
-	srv, err := serve(st.Redis, cfg, log, engine, periodic)
-	if err != nil {
-		return err
-	}
-	sched, err := schedule(st.Redis, cfg, log, periodic)
-	if err != nil {
-		srv.shutdown()
-		return err
-	}
-	// Recover at once what a crash or a lost Redis left behind.
-	go func() {
-		if err := engine.Reconcile(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("startup reconcile", "err", err)
-		}
-	}()
-
-	hs, ln, err := serveHealth(st, reg, cfg.WorkerAddr, opt.Listener, log)
-	if err != nil {
-		sched.Shutdown()
-		srv.shutdown()
-		return err
-	}
-	log.Info("worker started", "addr", ln.Addr().String(), "queues", engine.Queues(), "concurrency", cfg.Concurrency)
-
-	<-ctx.Done()
-	log.Info("worker stopping")
-	srv.stop()    // fetch no new tasks
-	engine.Stop() // drains finish their batch and hand their key on
-	sched.Shutdown()
-	srv.shutdown() // wait for handlers
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = hs.Shutdown(sctx)
-	log.Info("worker stopped")
-	return nil
-}
-
-// serveHealth serves the worker's /healthz, /readyz and /metrics on ln, or
-// on addr when ln is nil.
-func serveHealth(st *storage.Stores, reg *prometheus.Registry, addr string, ln net.Listener, log *slog.Logger) (*http.Server, net.Listener, error) {
+// ServeHealth serves the worker's /healthz, /readyz and /metrics on ln, or
+// on addr (WORKER_ADDR) when ln is nil.
+func ServeHealth(st *storage.Stores, reg *prometheus.Registry, addr string, ln net.Listener, log *slog.Logger) (*http.Server, net.Listener, error) {
 	if ln == nil {
 		var err error
 		if ln, err = net.Listen("tcp", addr); err != nil {
@@ -137,38 +68,13 @@ func serveHealth(st *storage.Stores, reg *prometheus.Registry, addr string, ln n
 	return hs, ln, nil
 }
 
-// assemble builds the engine with every module's write types, and gathers
-// the periodic tasks: the modules' and the pipeline's own.
-func assemble(st *storage.Stores, cfg config.Config, log *slog.Logger, name string, reg *prometheus.Registry, modules []Types) (*keyed.Engine, []Periodic) {
-	m := metrics.NewPipeline(reg)
-	engine := keyed.New(st.Pool, st.Redis, nil, log, m, wiring.KeyedOptions(cfg, name))
-	var periodic []Periodic
-	for _, build := range modules {
-		mod := build(st)
-		for _, t := range mod.Types {
-			engine.Register(t)
-		}
-		periodic = append(periodic, mod.Periodic...)
-		reg.MustRegister(mod.Collectors...)
-	}
-	periodic = append(periodic, forget(engine, cfg.KeyForgetAfter, log))
-	if cfg.RequestRetention > 0 {
-		periodic = append(periodic, retention(requests.NewStore(st.Pool), cfg.RequestRetention, log))
-	}
-	for _, q := range engine.Queues() {
-		if q != tasks.MaintenanceQueue {
-			m.InitQueues(q)
-		}
-	}
-	return engine, periodic
-}
-
-// serve starts the Asynq servers with the engine's handlers and the
-// periodic tasks'.
-func serve(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, engine *keyed.Engine, periodic []Periodic) (servers, error) {
+// Serve starts the Asynq servers with the engine's handlers and the
+// periodic tasks': concurrency handler slots a queue (CONCURRENCY), and
+// shutdownTimeout (SHUTDOWN_TIMEOUT) for the handlers to end in.
+func Serve(rdb redis.UniversalClient, log *slog.Logger, engine *keyed.Engine, periodic []Periodic, concurrency int, shutdownTimeout time.Duration) (Servers, error) {
 	acfg := asynq.Config{
-		Concurrency:              cfg.Concurrency,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
+		Concurrency:              concurrency,
+		ShutdownTimeout:          shutdownTimeout,
 		TaskCheckInterval:        20 * time.Millisecond,
 		DelayedTaskCheckInterval: 100 * time.Millisecond,
 		RetryDelayFunc:           RetryDelay,
@@ -189,9 +95,10 @@ func serve(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, engin
 	return srv, nil
 }
 
-// schedule starts the scheduler that enqueues the reconciler and the
-// periodic tasks on the maintenance queue.
-func schedule(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, periodic []Periodic) (*asynq.Scheduler, error) {
+// Schedule starts the scheduler that enqueues the reconciler, every
+// reconcile (RECONCILE_INTERVAL), and the periodic tasks on the
+// maintenance queue.
+func Schedule(rdb redis.UniversalClient, log *slog.Logger, periodic []Periodic, reconcile time.Duration) (*asynq.Scheduler, error) {
 	sched := asynq.NewSchedulerFromRedisClient(rdb, &asynq.SchedulerOpts{
 		Logger: asynqLogger{log}, LogLevel: asynq.WarnLevel,
 		PostEnqueueFunc: func(_ *asynq.TaskInfo, err error) {
@@ -200,8 +107,8 @@ func schedule(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, pe
 			}
 		},
 	})
-	every := fmt.Sprintf("@every %s", cfg.ReconcileInterval)
-	if _, err := sched.Register(every, tasks.NewReconcile(cfg.ReconcileInterval)); err != nil {
+	every := fmt.Sprintf("@every %s", reconcile)
+	if _, err := sched.Register(every, tasks.NewReconcile(reconcile)); err != nil {
 		return nil, fmt.Errorf("worker: schedule reconcile: %w", err)
 	}
 	for _, p := range periodic {
@@ -217,7 +124,7 @@ func schedule(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, pe
 	return sched, nil
 }
 
-// servers are a worker's Asynq servers, one per queue. Asynq's dequeue
+// Servers are a worker's Asynq servers, one per queue. Asynq's dequeue
 // tries a server's queues one script call each, in an order shuffled by
 // weight, until one has a task: a server of all four queues spent more
 // than two calls per task while a rush filled one of them, and the tasks a
@@ -225,10 +132,10 @@ func schedule(rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, pe
 // instead of 0.16 ms. A server per queue spends one call. Each vertical's
 // queue gets base's handler slots of its own, the maintenance queue
 // (reconciler, periodic tasks) a quarter as many.
-type servers []*asynq.Server
+type Servers []*asynq.Server
 
-func newServers(rdb redis.UniversalClient, queues []string, base asynq.Config) servers {
-	out := make(servers, len(queues))
+func newServers(rdb redis.UniversalClient, queues []string, base asynq.Config) Servers {
+	out := make(Servers, len(queues))
 	for i, q := range queues {
 		cfg := base
 		if q == tasks.MaintenanceQueue {
@@ -241,26 +148,26 @@ func newServers(rdb redis.UniversalClient, queues []string, base asynq.Config) s
 }
 
 // start starts every server, or none.
-func (s servers) start(mux *asynq.ServeMux) error {
+func (s Servers) start(mux *asynq.ServeMux) error {
 	for i, srv := range s {
 		if err := srv.Start(mux); err != nil {
-			s[:i].shutdown()
+			s[:i].Shutdown()
 			return err
 		}
 	}
 	return nil
 }
 
-// stop makes every server stop fetching tasks.
-func (s servers) stop() {
+// Stop makes every server stop fetching tasks.
+func (s Servers) Stop() {
 	for _, srv := range s {
 		srv.Stop()
 	}
 }
 
-// shutdown waits for every server's handlers, all at once, so that
+// Shutdown waits for every server's handlers, all at once, so that
 // SHUTDOWN_TIMEOUT bounds the whole.
-func (s servers) shutdown() {
+func (s Servers) Shutdown() {
 	var wg sync.WaitGroup
 	for _, srv := range s {
 		wg.Go(srv.Shutdown)
@@ -315,10 +222,10 @@ func (a asynqLogger) Error(args ...any) {
 }
 func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)); os.Exit(1) }
 
-// retention deletes the terminal requests accepted and completed more than
+// Retention deletes the terminal requests accepted and completed more than
 // keep ago (requests.Store.DeleteExpired), every quarter of keep and at
 // least once a minute, so the requests table stays bounded by rate × keep.
-func retention(store *requests.Store, keep time.Duration, log *slog.Logger) Periodic {
+func Retention(store *requests.Store, keep time.Duration, log *slog.Logger) Periodic {
 	return Periodic{Type: tasks.TypeRetention, Every: min(time.Minute, max(keep/4, time.Second)),
 		Handle: func(ctx context.Context) error {
 			n, err := store.DeleteExpired(ctx, keep, requests.DeleteBatch)
@@ -329,9 +236,9 @@ func retention(store *requests.Store, keep time.Duration, log *slog.Logger) Peri
 		}}
 }
 
-// forget deletes the fencing state of keys idle for longer than after
+// Forget deletes the fencing state of keys idle for longer than after
 // (keyed.Engine.Forget), every quarter of it and at least once a minute.
-func forget(engine *keyed.Engine, after time.Duration, log *slog.Logger) Periodic {
+func Forget(engine *keyed.Engine, after time.Duration, log *slog.Logger) Periodic {
 	return Periodic{Type: tasks.TypeForget, Every: min(time.Minute, max(after/4, time.Second)),
 		Handle: func(ctx context.Context) error {
 			fences, marks, err := engine.Forget(ctx)

@@ -1,6 +1,6 @@
 // Command api is holdfast's HTTP API. Subcommands:
 //
-//	api                       serve (HTTP_ADDR)
+//	api                       serve (HTTP_ADDR): the API internal/wiring.API builds
 //	api --version             print the build: version, VCS revision, Go version
 //	api token -sub 42 -role user [-ttl 24h]   print a dev JWT signed with JWT_SECRET
 //	api migrate               apply migrations and exit
@@ -18,13 +18,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/buildinfo"
-	"github.com/holdfast/holdfast/probe"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
 	"github.com/holdfast/holdfast/storage"
@@ -63,11 +62,7 @@ func run(args []string) error {
 			return fmt.Errorf("unknown command %q (want token, migrate, seed, verify-prequeue or --version)", args[0])
 		}
 	}
-	mounts := []api.Mount{stays.API(cfg.HoldTTL), shop.API(), events.API(cfg.DuplicateWindow)}
-	if cfg.EnableProbe {
-		mounts = append(mounts, probe.Mount)
-	}
-	return api.Run(ctx, cfg, cfg.Logger(os.Stdout), nil, mounts...)
+	return (&wiring.API{Config: cfg, Log: cfg.Logger(os.Stdout)}).Run(ctx)
 }
 
 func token(cfg config.Config, args []string) error {

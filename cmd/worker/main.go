@@ -1,5 +1,6 @@
-// Command worker applies holdfast's writes (see package worker);
-// worker --version prints the build.
+// Command worker applies holdfast's writes: it loads the configuration and
+// runs the worker internal/wiring.Worker builds from it (the composition
+// root, which the tests start too); worker --version prints the build.
 package main
 
 import (
@@ -10,12 +11,8 @@ import (
 	"syscall"
 
 	"github.com/holdfast/holdfast/config"
-	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/buildinfo"
-	"github.com/holdfast/holdfast/probe"
-	"github.com/holdfast/holdfast/shop"
-	"github.com/holdfast/holdfast/stays"
-	"github.com/holdfast/holdfast/worker"
+	"github.com/holdfast/holdfast/internal/wiring"
 )
 
 func main() {
@@ -30,11 +27,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	modules := []worker.Types{stays.Worker(cfg.HoldTTL, cfg.HoldLockWait, cfg.HoldWritesTogether), shop.Worker(cfg.ReservationTTL), events.Worker(cfg.FCFSLockWait, cfg.EventsReconcile, cfg.JWTSecret)}
-	if cfg.EnableProbe {
-		modules = append(modules, probe.Types)
-	}
-	if err := worker.Run(ctx, cfg, cfg.Logger(os.Stdout), worker.Options{}, modules...); err != nil {
+	if err := (&wiring.Worker{Config: cfg, Log: cfg.Logger(os.Stdout)}).Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}

@@ -362,7 +362,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // How long the binaries take to stop beyond their settings.
 const (
-	// workerHealthShutdown: worker.Run closes its health server within 5 s
+	// workerHealthShutdown: a worker (wiring.Worker.Run) closes its health server within 5 s
 	// once its handlers are done.
 	workerHealthShutdown = 5 * time.Second
 	// stopMargin covers closing the stores and the process' exit.

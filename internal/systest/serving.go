@@ -12,13 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/config"
-	"github.com/holdfast/holdfast/events"
-	"github.com/holdfast/holdfast/probe"
-	"github.com/holdfast/holdfast/shop"
-	"github.com/holdfast/holdfast/stays"
-	"github.com/holdfast/holdfast/worker"
+	"github.com/holdfast/holdfast/internal/wiring"
 )
 
 // EnvServeProcess is set in a re-executed test binary that must serve as
@@ -59,15 +54,9 @@ func serveProcess(role string) error {
 	log := cfg.Logger(os.Stderr).With("process", name)
 	switch binary {
 	case "api":
-		mounts := []api.Mount{stays.API(cfg.HoldTTL), shop.API(), events.API(cfg.DuplicateWindow)}
-		if cfg.EnableProbe {
-			mounts = append(mounts, probe.Mount)
-		}
-		return api.Run(ctx, cfg, log, ln, mounts...)
+		return (&wiring.API{Config: cfg, Log: log, Listener: ln}).Run(ctx)
 	case "worker":
-		return worker.Run(ctx, cfg, log, worker.Options{Listener: ln, Name: name}, probe.Types,
-			stays.Worker(cfg.HoldTTL, cfg.HoldLockWait, cfg.HoldWritesTogether), shop.Worker(cfg.ReservationTTL),
-			events.Worker(cfg.FCFSLockWait, cfg.EventsReconcile, cfg.JWTSecret))
+		return (&wiring.Worker{Config: cfg, Log: log, Listener: ln, Name: name}).Run(ctx)
 	}
 	return fmt.Errorf("%s=%q: want api or worker", EnvServeProcess, role)
 }

@@ -1,5 +1,5 @@
 // Package systest runs the real API and workers for end-to-end tests: in
-// process (api.Run, worker.Run on free ports) or as separate worker processes
+// process (wiring.API, wiring.Worker on free ports) or as separate worker processes
 // (the test binary re-executed), with an HTTP client that speaks the API.
 package systest
 
@@ -21,16 +21,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
-	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/testenv"
+	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/keyed"
-	"github.com/holdfast/holdfast/probe"
-	"github.com/holdfast/holdfast/shop"
-	"github.com/holdfast/holdfast/stays"
 	"github.com/holdfast/holdfast/storage"
 	"github.com/holdfast/holdfast/worker"
 )
@@ -176,7 +172,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// StartAPI runs api.Run on a free port and waits until it is ready; it is
+// StartAPI runs the API (wiring.API) on a free port and waits until it is ready; it is
 // the API at s.URL.
 func (s *System) StartAPI() {
 	url := s.runAPI()
@@ -211,7 +207,7 @@ func (s *System) startAPI() (string, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- api.Run(ctx, s.Cfg, s.Log, ln, probe.Mount, stays.API(s.Cfg.HoldTTL), shop.API(), events.API(s.Cfg.DuplicateWindow))
+		done <- (&wiring.API{Config: s.Cfg, Log: s.Log, Listener: ln}).Run(ctx)
 	}()
 	url := "http://" + ln.Addr().String()
 	var once sync.Once
@@ -261,7 +257,7 @@ type Worker struct {
 // Stop stops the worker as SIGTERM does, and waits for it.
 func (w *Worker) Stop() { w.stop() }
 
-// StartWorker runs worker.Run in process with the probe type.
+// StartWorker runs a worker (wiring.Worker) in process.
 func (s *System) StartWorker(name string) *Worker {
 	t := s.t
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -273,7 +269,7 @@ func (s *System) StartWorker(name string) *Worker {
 			done <- runUnguarded(ctx, s.Cfg, ln, s.modules())
 			return
 		}
-		done <- worker.Run(ctx, s.Cfg, s.Log, worker.Options{Listener: ln, Name: name}, s.modules()...)
+		done <- (&wiring.Worker{Config: s.Cfg, Log: s.Log, Listener: ln, Name: name, Modules: s.modules()}).Run(ctx)
 	}()
 	var once sync.Once
 	w := &Worker{Name: name, URL: "http://" + ln.Addr().String()}
@@ -295,8 +291,7 @@ func (s *System) StartWorker(name string) *Worker {
 // modules are every vertical's write types, each applier wrapped in
 // Options.WrapApplier when that is set.
 func (s *System) modules() []worker.Types {
-	mods := []worker.Types{probe.Types, stays.Worker(s.Cfg.HoldTTL, s.Cfg.HoldLockWait, s.Cfg.HoldWritesTogether), shop.Worker(s.Cfg.ReservationTTL),
-		events.Worker(s.Cfg.FCFSLockWait, s.Cfg.EventsReconcile, s.Cfg.JWTSecret)}
+	mods := wiring.Modules(s.Cfg)
 	wrap := s.opts.WrapApplier
 	if wrap == nil {
 		return mods
