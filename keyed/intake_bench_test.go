@@ -31,7 +31,7 @@ import (
 // Postgres allows 100 connections and other tests may run beside them.
 const benchPoolConns = 8
 
-// benchRig is what api.Run and worker.Run build, over a test schema and a
+// benchRig is what wiring.API and wiring.Worker build, over a test schema and a
 // Redis database of its own: an intake dispatching through an API-side
 // engine, and a worker-side engine that applies the probe.
 type benchRig struct {
@@ -56,7 +56,7 @@ func newBenchRig(b *testing.B) *benchRig {
 	b.Cleanup(pool.Close)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	// As api.Run: the engine admits with an inspector and the configured caps.
+	// As wiring.API: the engine admits with an inspector and the configured caps.
 	m := metrics.NewPipeline(metrics.NewRegistry())
 	api := keyed.New(pool, rdb, asynq.NewInspectorFromRedisClient(rdb), log, m, keyed.Options{KeyCap: cfg.KeyCap, QueueCap: cfg.QueueCap})
 	b.Cleanup(func() { _ = api.Close() })
@@ -71,7 +71,7 @@ func newBenchRig(b *testing.B) *benchRig {
 	}
 }
 
-// workerEngine is the engine worker.Run builds, with the probe registered.
+// workerEngine is the engine wiring.Worker builds, with the probe registered.
 func workerEngine(b *testing.B, pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) *keyed.Engine {
 	e := keyed.New(pool, rdb, nil, log, metrics.NewPipeline(metrics.NewRegistry()), wiring.KeyedOptions(cfg, "bench"))
 	e.Register(probe.Type())
