@@ -28,6 +28,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/domain"
@@ -48,6 +49,19 @@ type pageProxy struct {
 	target *url.URL
 	bad    []string
 	calls  int
+	recent []string // the last exchanges, "GET /path → 200", logged when the test fails
+}
+
+// lastKept bounds what a page proxy and a tab keep for a failed test's log.
+const lastKept = 40
+
+// keepLast appends line to lines, keeping the last lastKept.
+func keepLast(lines []string, line string) []string {
+	lines = append(lines, line)
+	if len(lines) > lastKept {
+		lines = lines[len(lines)-lastKept:]
+	}
+	return lines
 }
 
 func newPageProxy(t *testing.T, api string) *pageProxy {
@@ -69,6 +83,13 @@ func newPageProxy(t *testing.T, api string) *pageProxy {
 	}
 	srv := httptest.NewServer(rp)
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			t.Logf("the pages' last %d API exchanges:\n%s", len(p.recent), strings.Join(p.recent, "\n"))
+		}
+	})
 	p.URL = srv.URL
 	return p
 }
@@ -98,6 +119,10 @@ func (p *pageProxy) check(resp *http.Response) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
+	if !strings.HasPrefix(uri, "/api/") {
+		body = nil // a page or an asset: its status says enough
+	}
+	p.recent = keepLast(p.recent, fmt.Sprintf("%s %s %.120s → %d %.200s", time.Now().Format("15:04:05.000"), req.Method, uri, resp.StatusCode, body))
 	if !p.doc.Describes(req.Method, uri) {
 		p.bad = append(p.bad, fmt.Sprintf("%s %s is not in the OpenAPI document", req.Method, uri))
 	} else if err := p.doc.Check(req.Method, uri, resp.StatusCode, resp.Header, body); err != nil {
@@ -138,12 +163,14 @@ func browser(t *testing.T) context.Context {
 
 // tab is one browser tab on a page, with the test's helpers.
 type tab struct {
-	t      *testing.T
-	name   string
-	ctx    context.Context
-	close  context.CancelFunc
-	shots  string // directory for screenshots
-	nshots int
+	t       *testing.T
+	name    string
+	ctx     context.Context
+	close   context.CancelFunc
+	shots   string // directory for screenshots
+	nshots  int
+	mu      sync.Mutex
+	console []string // the page's last console messages and exceptions, logged when the test fails
 }
 
 func openTab(t *testing.T, b context.Context, name, url string) *tab {
@@ -162,6 +189,24 @@ func openTabWith(t *testing.T, b context.Context, name, url, before string) *tab
 	}
 	tb := &tab{t: t, name: name, ctx: ctx, close: cancel, shots: dir}
 	t.Cleanup(cancel)
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			tb.mu.Lock()
+			tb.console = keepLast(tb.console, fmt.Sprintf("%s %s: %s", time.Now().Format("15:04:05.000"), m.Type, m.Text))
+			tb.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			tb.mu.Lock()
+			defer tb.mu.Unlock()
+			t.Logf("tab %s: the page's last %d console messages:\n%s", name, len(tb.console), strings.Join(tb.console, "\n"))
+		}
+	})
 	require.NoError(t, os.MkdirAll(tb.shots, 0o755))
 	if before != "" {
 		require.NoError(t, chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, target *chromedp.Target) error {
@@ -207,13 +252,14 @@ func navigating(err error) bool {
 }
 
 // waitFor waits until the element with id says want, and returns its text.
+// A failure names what the element said last (the message of the last try).
 func (tb *tab) waitFor(id, want string, within time.Duration) string {
 	tb.t.Helper()
 	var got string
-	require.Eventually(tb.t, func() bool {
+	require.EventuallyWithT(tb.t, func(c *assert.CollectT) {
 		got = tb.text(id)
-		return strings.Contains(got, want)
-	}, within, 50*time.Millisecond, "%s: #%s never said %q (last: %q)", tb.name, id, want, got)
+		assert.Contains(c, got, want, "%s: #%s", tb.name, id)
+	}, within, 50*time.Millisecond)
 	return got
 }
 
