@@ -115,6 +115,12 @@ type checker struct {
 	ok bool
 }
 
+// newChecker prints the head of a table of targets.
+func newChecker(w io.Writer) *checker {
+	fmt.Fprint(w, "\n| target | measured | wanted | verdict |\n|---|---:|---:|---|\n")
+	return &checker{w: w, ok: true}
+}
+
 func (c *checker) check(name string, got, want float64, atLeast bool, unit string) {
 	pass := got >= want
 	if !atLeast {
@@ -147,12 +153,12 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	row("holdfast fcfs-rush: outcomes", b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
 	row("holdfast fcfs-rush -intake: 202s", b.Intake, b.Intake.AcceptedPerSec, b.Intake.Submit)
 
-	c := &checker{w: w, ok: true}
-	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
+	c := newChecker(w)
 	c.check("fcfs-rush outcomes/s ÷ Asynq floor", ratio(b.Rush.CompletedPerSec, b.AsynqFloor.ProcessedPerSec), targetOfAsynq, true, "×")
 	c.check("fcfs-rush outcomes/s ÷ lean synchronous", ratio(b.Rush.CompletedPerSec, b.Lean.CompletedPerSec), targetOfLean, true, "×")
-	c.check("fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's", ratio(storesCPU(b.Rush), storesCPU(b.Lean)), targetStoresOfLean, false, "×")
+	// The shared stores, which do not scale out with API and workers.
+	stores := func(r *Report) float64 { return cpuPerJourney(r, CPUPostgres, CPURedis) }
+	c.check("fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's", ratio(stores(b.Rush), stores(b.Lean)), targetStoresOfLean, false, "×")
 	c.check("intake p99 submit latency", b.Intake.Submit.P99, targetSubmitP99Ms, false, " ms")
 	for i, r := range []*Report{b.Rush, b.Intake} {
 		for _, p := range []string{"api", "worker"} {
@@ -189,9 +195,7 @@ func (b *Bench) writeCart(w io.Writer, title, name string, runs pick) (ok bool) 
 		row("synchronous: one transaction per request, the cart's options locked FOR UPDATE", p.at, p.s)
 		row(fmt.Sprintf("holdfast cart-rush: reserve, then its outcome (accept→terminal %.1f / %.1f ms)", p.h.AcceptToDone.P50, p.h.AcceptToDone.P99), p.at, p.h)
 	}
-	c := &checker{w: w, ok: true}
-	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
+	c := newChecker(w)
 	for _, p := range pairs {
 		at := ", " + p.at.commits()
 		c.check(name+" accept→terminal p99"+at, p.h.AcceptToDone.P99, targetCartP99Ms, false, " ms")
@@ -223,9 +227,7 @@ func (b *Bench) writeHold(w io.Writer) (ok bool) {
 		row("synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE", p.at, p.s)
 		row(fmt.Sprintf("holdfast hold-storm: each write, then its outcome (accept→terminal %.1f / %.1f ms)", p.h.AcceptToDone.P50, p.h.AcceptToDone.P99), p.at, p.h)
 	}
-	c := &checker{w: w, ok: true}
-	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
+	c := newChecker(w)
 	for _, p := range pairs {
 		at := ", " + p.at.commits()
 		fmt.Fprintf(w, "| (no target) hold-storm write p99 ÷ synchronous p99%s | %.2f× | – | – |\n", at, ratio(p.h.ClientRoundTrip.P99, p.s.ClientRoundTrip.P99))
@@ -338,22 +340,15 @@ func (b *Bench) writeRegimeCPU(t cpuTable) {
 	if h, s := groupRuns(b); h != nil && s != nil {
 		b.writeGroupCPU(t)
 	}
-	if b.Rush != nil {
-		writeDeferredNote(t.w, "fcfs-rush", "the event's drain", b.Rush)
-	}
+	carts := "the drains of their users' and options' keys"
 	for _, n := range []struct {
-		name string
-		r    *Report
-	}{{"drop", b.DropRush}, {"cart-rush", b.CartRush}} {
+		name, drain string
+		r           *Report
+	}{{"fcfs-rush", "the event's drain", b.Rush}, {"drop", carts, b.DropRush}, {"cart-rush", carts, b.CartRush},
+		{"hold-storm", "the drains of their room types' keys", b.HoldStorm}, {"group-rush", "the event's drain", b.GroupRush}} {
 		if n.r != nil {
-			writeDeferredNote(t.w, n.name, "the drains of their users' and options' keys", n.r)
+			writeDeferredNote(t.w, n.name, n.drain, n.r)
 		}
-	}
-	if b.HoldStorm != nil {
-		writeDeferredNote(t.w, "hold-storm", "the drains of their room types' keys", b.HoldStorm)
-	}
-	if b.GroupRush != nil {
-		writeDeferredNote(t.w, "group-rush", "the event's drain", b.GroupRush)
 	}
 }
 
@@ -457,12 +452,6 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// storesCPU is the CPU seconds per journey that Postgres and Redis spent on
-// run r, its deferred tasks included: the shared stores, which do not scale
-// out with API and workers. It is NaN when either was not measured (its
-// processes not visible to the load tool), which fails any target.
-func storesCPU(r *Report) float64 { return cpuPerJourney(r, CPUPostgres, CPURedis) }
-
 // cpuPerJourney is the CPU seconds per journey that the processes parts
 // (CPUPostgres, CPURedis, …) spent on run r, its deferred tasks included;
 // NaN when one of them was not measured, which fails any target.
@@ -482,4 +471,52 @@ func cpuPerJourney(r *Report, parts ...string) float64 {
 		}
 	}
 	return s / float64(r.Journeys)
+}
+
+// writeKeys prints make bench's per-key serialization part: isolation's
+// other keys' latency while one key's backlog drains (K4) and recovery's
+// time from a worker's kill -9 until every write was terminal (K5), each
+// run's raw numbers, then their targets. A run not measured (a directory
+// from before them) is left out.
+func (b *Bench) writeKeys(w io.Writer) (ok bool) {
+	fmt.Fprintf(w, "Per-key serialization (K4, K5), at %s:\n\n", b.commits())
+	fmt.Fprintln(w, "| run | load | measured | invariants |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	iso, rec := b.Isolation, b.Recovery
+	if iso != nil {
+		r := orZero(iso.Isolation)
+		fmt.Fprintf(w, "| isolation: one key's backlog drains, other keys' writes timed | %s | %s | %s |\n", r.load(), r.measured(), verdictOf(iso))
+	}
+	if rec != nil {
+		r := orZero(rec.Recovery)
+		fmt.Fprintf(w, "| recovery: a worker killed (kill -9) mid-work, another left | %s | %s | %s |\n", r.load(), r.measured(), verdictOf(rec))
+	}
+	c := newChecker(w)
+	violations := 0
+	if iso != nil {
+		p99 := math.NaN() // not measured fails the target
+		if r := orZero(iso.Isolation); r.Other.Count > 0 {
+			p99 = r.Other.P99
+		}
+		c.check("K4: other keys' accept→terminal p99 while one key's backlog drains", p99, targetIsolationP99Ms, false, " ms")
+		violations += len(iso.Violations)
+	}
+	if rec != nil {
+		r, took := orZero(rec.Recovery), math.NaN()
+		if r.Killed {
+			took = r.AllTerminalAfterKillSeconds
+		}
+		c.check(fmt.Sprintf("K5: all writes terminal after a worker's kill -9 (LEASE_TTL %s)", r.leaseTTL()), took, targetRecoverySeconds, false, " s")
+		violations += len(rec.Violations)
+	}
+	c.check("invariant violations (isolation, recovery)", float64(violations), 1, false, "")
+	return c.ok
+}
+
+// orZero is *r, or T's zero value for a report that lacks it.
+func orZero[T any](r *T) *T {
+	if r == nil {
+		return new(T)
+	}
+	return r
 }
