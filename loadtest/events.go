@@ -238,7 +238,7 @@ func (s *fcfsRush) Check(ctx context.Context, e *Env) ([]string, error) {
 	return append(out, bad...), nil
 }
 
-func (s *fcfsRush) orderReport() *OrderReport { return s.orderFound }
+func (s *fcfsRush) report(r *Report) { r.Order = s.orderFound }
 
 // forEach runs f(0..n-1) on up to workers goroutines and returns the first
 // error.
