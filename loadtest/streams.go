@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -25,12 +26,11 @@ type idleStreams struct {
 	hold     time.Duration
 	streamer *client.Client // net/http: hands a stream's body over as it comes
 
-	mu      sync.Mutex
-	open    int
-	allOpen chan struct{}
-	done    chan struct{}
-	bad     violations
-	rep     *StreamsReport
+	mu   sync.Mutex
+	open int
+	done chan struct{}
+	bad  violations
+	rep  *StreamsReport
 }
 
 // StreamsReport is what idle-streams measured over the hold.
@@ -46,10 +46,7 @@ type StreamsReport struct {
 }
 
 func (s *idleStreams) Setup(ctx context.Context, e *Env) (int, error) {
-	s.users, s.hold = orDefault(e.Opt.Users, 2000), e.Opt.Duration
-	if s.hold <= 0 {
-		s.hold = time.Minute
-	}
+	s.users, s.hold = orDefault(e.Opt.Users, 2000), cmp.Or(max(e.Opt.Duration, 0), time.Minute)
 	if e.Opt.Concurrency < s.users {
 		return 0, fmt.Errorf("idle-streams holds every stream open at once: -concurrency (%d) must be at least -users (%d)", e.Opt.Concurrency, s.users)
 	}
@@ -60,7 +57,7 @@ func (s *idleStreams) Setup(ctx context.Context, e *Env) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.eventID, s.allOpen, s.done = ev.EventID, make(chan struct{}), make(chan struct{})
+	s.eventID, s.done = ev.EventID, make(chan struct{})
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = s.users, 0
 	s.streamer = client.NewWithHTTP(e.Opt.BaseURL, "", &http.Client{Transport: tr})
