@@ -14,9 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,14 +142,7 @@ var Scenarios = map[string]func() Scenario{
 }
 
 // Names lists the scenarios in order.
-func Names() []string {
-	out := make([]string, 0, len(Scenarios))
-	for n := range Scenarios {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func Names() []string { return slices.Sorted(maps.Keys(Scenarios)) }
 
 // Env is what a scenario works with.
 type Env struct {

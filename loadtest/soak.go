@@ -92,13 +92,7 @@ var soakColumns = []string{"api rss", "api heap", "worker rss", "worker heap", "
 	"requests rows", "requests MiB", "key_fences rows", "key_fences MiB", "key_progress rows", "key_progress MiB"}
 
 func (s *soak) Setup(ctx context.Context, e *Env) (int, error) {
-	s.rate, s.duration, s.every = orDefault(e.Opt.Rate, 300), e.Opt.Duration, e.Opt.SampleEvery
-	if s.duration <= 0 {
-		s.duration = 5 * time.Minute
-	}
-	if s.every <= 0 {
-		s.every = 30 * time.Second
-	}
+	s.rate, s.duration, s.every = orDefault(e.Opt.Rate, 300), cmp.Or(max(e.Opt.Duration, 0), 5*time.Minute), cmp.Or(max(e.Opt.SampleEvery, 0), 30*time.Second)
 	s.idle, s.retention, s.warmUp = max(e.Opt.Idle, 0), max(e.Opt.Retention, 0), max(e.Opt.WarmUp, 0)
 	s.total = int(float64(s.rate) * s.duration.Seconds())
 	if s.total < 1 {
