@@ -423,10 +423,8 @@ func writeDeferredNote(w io.Writer, name, drain string, r *Report) {
 	case d.Error != "":
 		fmt.Fprintf(w, "\n%s's deferred tasks were not measured: %s\n", name, d.Error)
 	case d.Tasks > 0:
-		fmt.Fprintf(w, "\n%s ended with %d of its %d tasks deferred, their requests left to %s (K1, K4), %.3f ms of CPU each.\n"+
-			"They run as no-ops once a drain has applied their requests, folded into one task per group (or one by one\n"+
-			"with AGGREGATE_DEFERRED_TASKS=false); the load tool runs them right after the run and measures them.\n"+
-			"The rates above do not include them; the all-in line's ceiling does. Groups folded during the run are in its CPU.\n",
+		fmt.Fprintf(w, "\n%s ended with %d of its %d tasks deferred, their requests left to %s (K1, K4), %.3f ms of CPU each,\n"+
+			"run after it: the rates above leave them out, the all-in line counts them (docs/benchmarks.md, the method).\n",
 			name, d.Tasks, max(r.Accepted, r.Journeys), drain, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))
 	}
 }
