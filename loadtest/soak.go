@@ -471,7 +471,7 @@ func (r *SoakReport) writeText(w io.Writer) {
 		for _, col := range soakColumns {
 			cell := "–"
 			if v, ok := s.Values[col]; ok {
-				cell = strconv.FormatFloat(v, 'f', -1, 64)
+				cell = soakCell(col, v)
 			}
 			fmt.Fprintf(tw, "\t%s", cell)
 		}
@@ -487,4 +487,17 @@ func (r *SoakReport) writeText(w io.Writer) {
 	for _, c := range r.Checks {
 		fmt.Fprintln(w, strings.TrimSuffix(fmt.Sprintf("    %-7s %s: %s; %s", c.Verdict, c.Name, c.Measured, c.Bound), "; "))
 	}
+}
+
+// soakCell is a sample's value in its column's format: counts whole,
+// Redis' and the tables' sizes to a hundredth of a MiB, each process's
+// memory to a tenth.
+func soakCell(col string, v float64) string {
+	switch {
+	case strings.HasSuffix(col, " rows"), strings.HasSuffix(col, " keys"):
+		return fmt.Sprintf("%.0f", v)
+	case strings.HasSuffix(col, " MiB"):
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
 }

@@ -131,7 +131,7 @@ func TestSoakTableAndJSON(t *testing.T) {
 	lines := strings.Split(text.String(), "\n")
 	require.Equal(t, []string{"t", "s", "phase", "keys", "api", "rss", "api", "heap", "worker", "rss", "worker", "heap", "redis", "MiB", "redis", "keys",
 		"requests", "rows", "requests", "MiB", "key_fences", "rows", "key_fences", "MiB", "key_progress", "rows", "key_progress", "MiB"}, strings.Fields(lines[1]))
-	require.Equal(t, []string{"10.0", "writes", "3000", "30", "15", "–", "5", "1.3", "3040", "100", "0.1", "3000", "0.6", "–", "–"},
+	require.Equal(t, []string{"10.0", "writes", "3000", "30.0", "15.0", "–", "5.0", "1.30", "3040", "100", "0.10", "3000", "0.60", "–", "–"},
 		strings.Fields(lines[3]))
 	require.Equal(t, utf8.RuneCountInString(lines[1]), utf8.RuneCountInString(lines[3]), "the columns are aligned:\n%s", text.String())
 	require.Contains(t, text.String(), "\n    at 10 s, not read: worker: connection refused\n")
