@@ -424,7 +424,7 @@ func writeDeferredNote(w io.Writer, name, drain string, r *Report) {
 		fmt.Fprintf(w, "\n%s's deferred tasks were not measured: %s\n", name, d.Error)
 	case d.Tasks > 0:
 		fmt.Fprintf(w, "\n%s ended with %d of its %d tasks deferred, their requests left to %s (K1, K4), %.3f ms of CPU each,\n"+
-			"run after it: the rates above leave them out, the all-in line counts them (docs/benchmarks.md, the method).\n",
+			"run after it: the rates above leave them out, the all-in line counts them (docs/benchmarks.md).\n",
 			name, d.Tasks, max(r.Accepted, r.Journeys), drain, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))
 	}
 }
