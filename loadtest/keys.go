@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -28,7 +29,7 @@ type backlog struct {
 	seen   func(client.Outcome)
 }
 
-// hold pauses holdfast's queues on the run's Redis until finish, and
+// hold pauses holdfast's queues on the run's Redis until Finish, and
 // creates n events named name for grabs grabs, grab i on event i mod n,
 // each with a seat for every grab it gets.
 func (b *backlog) hold(ctx context.Context, e *Env, scenario, name string, n, grabs int) error {
@@ -85,7 +86,7 @@ func (b *backlog) Finish(ctx context.Context, e *Env) error {
 // was lost, refused or applied twice.
 func (b *backlog) check(ctx context.Context, e *Env, more ...*fcfsRush) ([]string, error) {
 	var out []string
-	for _, ev := range append(b.events, more...) {
+	for _, ev := range slices.Concat(b.events, more) {
 		bad, err := ev.Check(ctx, e)
 		if err != nil {
 			return nil, err
