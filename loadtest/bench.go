@@ -182,19 +182,12 @@ func (b *Bench) writeCart(w io.Writer, title, name string, runs pick) (ok bool) 
 	fmt.Fprintf(w, "%s (seed 002's order reserve): %s, every client reserving at once, nothing confirmed:\n\n", title, cartLoad(pairs[0].h))
 	fmt.Fprintln(w, "| run | commits | reserves per second | latency p50 / p99 (ms) | carts reserved / refused | units reserved | oversold units | duplicates | invariants |")
 	fmt.Fprintln(w, "|---|---|---:|---|---|---:|---:|---:|---|")
-	row := func(name string, at *Bench, r *Report) {
-		c := r.Cart
-		if c == nil {
-			c = &CartReport{}
-		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f / %.1f | %d / %d | %d of %d | %d | %d | %s |\n", name, at.commits(), r.CompletedPerSec,
-			r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.CartsReserved, c.CartsRefused, c.UnitsReserved,
-			c.Options*c.StockPerOption, c.OversoldUnits, c.Duplicates, verdictOf(r))
-	}
-	for _, p := range pairs {
-		row("synchronous: one transaction per request, the cart's options locked FOR UPDATE", p.at, p.s)
-		row(fmt.Sprintf("holdfast cart-rush: reserve, then its outcome (accept→terminal %.1f / %.1f ms)", p.h.AcceptToDone.P50, p.h.AcceptToDone.P99), p.at, p.h)
-	}
+	writePairs(w, pairs, "synchronous: one transaction per request, the cart's options locked FOR UPDATE",
+		"holdfast cart-rush: reserve, then its outcome", func(r *Report) string {
+			c := orZero(r.Cart)
+			return fmt.Sprintf("%.0f | %.1f / %.1f | %d / %d | %d of %d | %d | %d | %s", r.CompletedPerSec, r.ClientRoundTrip.P50,
+				r.ClientRoundTrip.P99, c.CartsReserved, c.CartsRefused, c.UnitsReserved, c.Options*c.StockPerOption, c.OversoldUnits, c.Duplicates, verdictOf(r))
+		})
 	c := newChecker(w)
 	for _, p := range pairs {
 		at := ", " + p.at.commits()
@@ -214,19 +207,13 @@ func (b *Bench) writeHold(w io.Writer) (ok bool) {
 	fmt.Fprintf(w, "Hold storm (seed 000's holds): %s:\n\n", holdLoad(pairs[0].h))
 	fmt.Fprintln(w, "| run | commits | journeys per second | writes per second | write latency p50 / p99 (ms) | holds granted / refused | confirmed / refused | cancelled / abandoned | room nights booked | oversold nights | double-booked | invariants |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---|---|---|---|---:|---:|---:|---|")
-	row := func(name string, at *Bench, r *Report) {
-		c := r.Hold
-		if c == nil {
-			c = &HoldReport{}
-		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.1f / %.1f | %d / %d | %d / %d | %d / %d | %d | %d | %d | %s |\n", name, at.commits(), journeysPerSec(r),
-			r.CompletedPerSec, r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.HoldsGranted, c.HoldsRefused, c.Confirmed, c.ConfirmsRefused,
-			c.Cancelled, c.Abandoned, c.RoomNightsBooked, c.OversoldNights, c.DoubleBooked, verdictOf(r))
-	}
-	for _, p := range pairs {
-		row("synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE", p.at, p.s)
-		row(fmt.Sprintf("holdfast hold-storm: each write, then its outcome (accept→terminal %.1f / %.1f ms)", p.h.AcceptToDone.P50, p.h.AcceptToDone.P99), p.at, p.h)
-	}
+	writePairs(w, pairs, "synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE",
+		"holdfast hold-storm: each write, then its outcome", func(r *Report) string {
+			c := orZero(r.Hold)
+			return fmt.Sprintf("%.0f | %.0f | %.1f / %.1f | %d / %d | %d / %d | %d / %d | %d | %d | %d | %s", journeysPerSec(r), r.CompletedPerSec,
+				r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.HoldsGranted, c.HoldsRefused, c.Confirmed, c.ConfirmsRefused,
+				c.Cancelled, c.Abandoned, c.RoomNightsBooked, c.OversoldNights, c.DoubleBooked, verdictOf(r))
+		})
 	c := newChecker(w)
 	for _, p := range pairs {
 		at := ", " + p.at.commits()
@@ -239,6 +226,16 @@ func (b *Bench) writeHold(w io.Writer) (ok bool) {
 		c.sideBySide("hold-storm", "synchronous hold", p)
 	}
 	return c.ok
+}
+
+// writePairs prints, for each pair, the synchronous run's row, named
+// sync, and holdfast's, named holdfast with its accept→terminal latency:
+// a run's name, its commits, then cells.
+func writePairs(w io.Writer, pairs []pair, sync, holdfast string, cells func(*Report) string) {
+	for _, p := range pairs {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", sync, p.at.commits(), cells(p.s))
+		fmt.Fprintf(w, "| %s (accept→terminal %.1f / %.1f ms) | %s | %s |\n", holdfast, p.h.AcceptToDone.P50, p.h.AcceptToDone.P99, p.at.commits(), cells(p.h))
+	}
 }
 
 // sideBySide checks what every holdfast-beside-a-baseline section holds
