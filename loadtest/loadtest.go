@@ -102,9 +102,9 @@ type Options struct {
 	// (0: 25) on the other keys while the hot key's backlog drains.
 	OtherClients, OtherWrites int
 	// recovery: KillPID is the worker process it kills with SIGKILL mid-work;
-	// VictimMetrics, that worker's /metrics, tells when it is at work (''
-	// kills it once the first write is done); LeaseTTL is the workers'
-	// LEASE_TTL, reported beside the recovery time (0: not known).
+	// VictimMetrics, that worker's /metrics, tells when it is at work (both
+	// required); LeaseTTL is the workers' LEASE_TTL, reported beside the
+	// recovery time (0: not known).
 	KillPID       int
 	VictimMetrics string
 	LeaseTTL      time.Duration
