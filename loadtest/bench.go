@@ -115,6 +115,12 @@ type checker struct {
 	ok bool
 }
 
+// newChecker prints the head of a table of targets.
+func newChecker(w io.Writer) *checker {
+	fmt.Fprint(w, "\n| target | measured | wanted | verdict |\n|---|---:|---:|---|\n")
+	return &checker{w: w, ok: true}
+}
+
 func (c *checker) check(name string, got, want float64, atLeast bool, unit string) {
 	pass := got >= want
 	if !atLeast {
@@ -147,12 +153,12 @@ func (b *Bench) writeFCFS(w io.Writer) (ok bool) {
 	row("holdfast fcfs-rush: outcomes", b.Rush, b.Rush.CompletedPerSec, b.Rush.ClientRoundTrip)
 	row("holdfast fcfs-rush -intake: 202s", b.Intake, b.Intake.AcceptedPerSec, b.Intake.Submit)
 
-	c := &checker{w: w, ok: true}
-	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
+	c := newChecker(w)
 	c.check("fcfs-rush outcomes/s ÷ Asynq floor", ratio(b.Rush.CompletedPerSec, b.AsynqFloor.ProcessedPerSec), targetOfAsynq, true, "×")
 	c.check("fcfs-rush outcomes/s ÷ lean synchronous", ratio(b.Rush.CompletedPerSec, b.Lean.CompletedPerSec), targetOfLean, true, "×")
-	c.check("fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's", ratio(storesCPU(b.Rush), storesCPU(b.Lean)), targetStoresOfLean, false, "×")
+	// The shared stores, which do not scale out with API and workers.
+	stores := func(r *Report) float64 { return cpuPerJourney(r, CPUPostgres, CPURedis) }
+	c.check("fcfs-rush Postgres + Redis CPU per write (deferred tasks in) ÷ lean's", ratio(stores(b.Rush), stores(b.Lean)), targetStoresOfLean, false, "×")
 	c.check("intake p99 submit latency", b.Intake.Submit.P99, targetSubmitP99Ms, false, " ms")
 	for i, r := range []*Report{b.Rush, b.Intake} {
 		for _, p := range []string{"api", "worker"} {
@@ -176,22 +182,13 @@ func (b *Bench) writeCart(w io.Writer, title, name string, runs pick) (ok bool) 
 	fmt.Fprintf(w, "%s (seed 002's order reserve): %s, every client reserving at once, nothing confirmed:\n\n", title, cartLoad(pairs[0].h))
 	fmt.Fprintln(w, "| run | commits | reserves per second | latency p50 / p99 (ms) | carts reserved / refused | units reserved | oversold units | duplicates | invariants |")
 	fmt.Fprintln(w, "|---|---|---:|---|---|---:|---:|---:|---|")
-	row := func(name string, at *Bench, r *Report) {
-		c := r.Cart
-		if c == nil {
-			c = &CartReport{}
-		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.1f / %.1f | %d / %d | %d of %d | %d | %d | %s |\n", name, at.commits(), r.CompletedPerSec,
-			r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.CartsReserved, c.CartsRefused, c.UnitsReserved,
-			c.Options*c.StockPerOption, c.OversoldUnits, c.Duplicates, verdictOf(r))
-	}
-	for _, p := range pairs {
-		row("synchronous: one transaction per request, the cart's options locked FOR UPDATE", p.at, p.s)
-		row(fmt.Sprintf("holdfast cart-rush: reserve, then its outcome (accept→terminal %.1f / %.1f ms)", p.h.AcceptToDone.P50, p.h.AcceptToDone.P99), p.at, p.h)
-	}
-	c := &checker{w: w, ok: true}
-	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
+	writePairs(w, pairs, "synchronous: one transaction per request, the cart's options locked FOR UPDATE",
+		"holdfast cart-rush: reserve, then its outcome", func(r *Report) string {
+			c := orZero(r.Cart)
+			return fmt.Sprintf("%.0f | %.1f / %.1f | %d / %d | %d of %d | %d | %d | %s", r.CompletedPerSec, r.ClientRoundTrip.P50,
+				r.ClientRoundTrip.P99, c.CartsReserved, c.CartsRefused, c.UnitsReserved, c.Options*c.StockPerOption, c.OversoldUnits, c.Duplicates, verdictOf(r))
+		})
+	c := newChecker(w)
 	for _, p := range pairs {
 		at := ", " + p.at.commits()
 		c.check(name+" accept→terminal p99"+at, p.h.AcceptToDone.P99, targetCartP99Ms, false, " ms")
@@ -210,22 +207,14 @@ func (b *Bench) writeHold(w io.Writer) (ok bool) {
 	fmt.Fprintf(w, "Hold storm (seed 000's holds): %s:\n\n", holdLoad(pairs[0].h))
 	fmt.Fprintln(w, "| run | commits | journeys per second | writes per second | write latency p50 / p99 (ms) | holds granted / refused | confirmed / refused | cancelled / abandoned | room nights booked | oversold nights | double-booked | invariants |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---|---|---|---|---:|---:|---:|---|")
-	row := func(name string, at *Bench, r *Report) {
-		c := r.Hold
-		if c == nil {
-			c = &HoldReport{}
-		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f | %.1f / %.1f | %d / %d | %d / %d | %d / %d | %d | %d | %d | %s |\n", name, at.commits(), journeysPerSec(r),
-			r.CompletedPerSec, r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.HoldsGranted, c.HoldsRefused, c.Confirmed, c.ConfirmsRefused,
-			c.Cancelled, c.Abandoned, c.RoomNightsBooked, c.OversoldNights, c.DoubleBooked, verdictOf(r))
-	}
-	for _, p := range pairs {
-		row("synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE", p.at, p.s)
-		row(fmt.Sprintf("holdfast hold-storm: each write, then its outcome (accept→terminal %.1f / %.1f ms)", p.h.AcceptToDone.P50, p.h.AcceptToDone.P99), p.at, p.h)
-	}
-	c := &checker{w: w, ok: true}
-	fmt.Fprintln(w, "\n| target | measured | wanted | verdict |")
-	fmt.Fprintln(w, "|---|---:|---:|---|")
+	writePairs(w, pairs, "synchronous: one transaction per request, the stay's stock rows locked FOR UPDATE",
+		"holdfast hold-storm: each write, then its outcome", func(r *Report) string {
+			c := orZero(r.Hold)
+			return fmt.Sprintf("%.0f | %.0f | %.1f / %.1f | %d / %d | %d / %d | %d / %d | %d | %d | %d | %s", journeysPerSec(r), r.CompletedPerSec,
+				r.ClientRoundTrip.P50, r.ClientRoundTrip.P99, c.HoldsGranted, c.HoldsRefused, c.Confirmed, c.ConfirmsRefused,
+				c.Cancelled, c.Abandoned, c.RoomNightsBooked, c.OversoldNights, c.DoubleBooked, verdictOf(r))
+		})
+	c := newChecker(w)
 	for _, p := range pairs {
 		at := ", " + p.at.commits()
 		fmt.Fprintf(w, "| (no target) hold-storm write p99 ÷ synchronous p99%s | %.2f× | – | – |\n", at, ratio(p.h.ClientRoundTrip.P99, p.s.ClientRoundTrip.P99))
@@ -237,6 +226,16 @@ func (b *Bench) writeHold(w io.Writer) (ok bool) {
 		c.sideBySide("hold-storm", "synchronous hold", p)
 	}
 	return c.ok
+}
+
+// writePairs prints, for each pair, the synchronous run's row, named
+// sync, and holdfast's, named holdfast with its accept→terminal latency:
+// a run's name, its commits, then cells.
+func writePairs(w io.Writer, pairs []pair, sync, holdfast string, cells func(*Report) string) {
+	for _, p := range pairs {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", sync, p.at.commits(), cells(p.s))
+		fmt.Fprintf(w, "| %s (accept→terminal %.1f / %.1f ms) | %s | %s |\n", holdfast, p.h.AcceptToDone.P50, p.h.AcceptToDone.P99, p.at.commits(), cells(p.h))
+	}
 }
 
 // sideBySide checks what every holdfast-beside-a-baseline section holds
@@ -338,22 +337,15 @@ func (b *Bench) writeRegimeCPU(t cpuTable) {
 	if h, s := groupRuns(b); h != nil && s != nil {
 		b.writeGroupCPU(t)
 	}
-	if b.Rush != nil {
-		writeDeferredNote(t.w, "fcfs-rush", "the event's drain", b.Rush)
-	}
+	carts := "the drains of their users' and options' keys"
 	for _, n := range []struct {
-		name string
-		r    *Report
-	}{{"drop", b.DropRush}, {"cart-rush", b.CartRush}} {
+		name, drain string
+		r           *Report
+	}{{"fcfs-rush", "the event's drain", b.Rush}, {"drop", carts, b.DropRush}, {"cart-rush", carts, b.CartRush},
+		{"hold-storm", "the drains of their room types' keys", b.HoldStorm}, {"group-rush", "the event's drain", b.GroupRush}} {
 		if n.r != nil {
-			writeDeferredNote(t.w, n.name, "the drains of their users' and options' keys", n.r)
+			writeDeferredNote(t.w, n.name, n.drain, n.r)
 		}
-	}
-	if b.HoldStorm != nil {
-		writeDeferredNote(t.w, "hold-storm", "the drains of their room types' keys", b.HoldStorm)
-	}
-	if b.GroupRush != nil {
-		writeDeferredNote(t.w, "group-rush", "the event's drain", b.GroupRush)
 	}
 }
 
@@ -428,10 +420,8 @@ func writeDeferredNote(w io.Writer, name, drain string, r *Report) {
 	case d.Error != "":
 		fmt.Fprintf(w, "\n%s's deferred tasks were not measured: %s\n", name, d.Error)
 	case d.Tasks > 0:
-		fmt.Fprintf(w, "\n%s ended with %d of its %d tasks deferred, their requests left to %s (K1, K4), %.3f ms of CPU each.\n"+
-			"They run as no-ops once a drain has applied their requests, folded into one task per group (or one by one\n"+
-			"with AGGREGATE_DEFERRED_TASKS=false); the load tool runs them right after the run and measures them.\n"+
-			"The rates above do not include them; the all-in line's ceiling does. Groups folded during the run are in its CPU.\n",
+		fmt.Fprintf(w, "\n%s ended with %d of its %d tasks deferred, their requests left to %s (K1, K4), %.3f ms of CPU each,\n"+
+			"run after it: the rates above leave them out, the all-in line counts them (docs/benchmarks.md).\n",
 			name, d.Tasks, max(r.Accepted, r.Journeys), drain, cpuTotal(d.CPUSeconds)*1000/float64(d.Tasks))
 	}
 }
@@ -457,12 +447,6 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// storesCPU is the CPU seconds per journey that Postgres and Redis spent on
-// run r, its deferred tasks included: the shared stores, which do not scale
-// out with API and workers. It is NaN when either was not measured (its
-// processes not visible to the load tool), which fails any target.
-func storesCPU(r *Report) float64 { return cpuPerJourney(r, CPUPostgres, CPURedis) }
-
 // cpuPerJourney is the CPU seconds per journey that the processes parts
 // (CPUPostgres, CPURedis, …) spent on run r, its deferred tasks included;
 // NaN when one of them was not measured, which fails any target.
@@ -482,4 +466,52 @@ func cpuPerJourney(r *Report, parts ...string) float64 {
 		}
 	}
 	return s / float64(r.Journeys)
+}
+
+// writeKeys prints make bench's per-key serialization part: isolation's
+// other keys' latency while one key's backlog drains (K4) and recovery's
+// time from a worker's kill -9 until every write was terminal (K5), each
+// run's raw numbers, then their targets. A run not measured (a directory
+// from before them) is left out.
+func (b *Bench) writeKeys(w io.Writer) (ok bool) {
+	fmt.Fprintf(w, "Per-key serialization (K4, K5), at %s:\n\n", b.commits())
+	fmt.Fprintln(w, "| run | load | measured | invariants |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	iso, rec := b.Isolation, b.Recovery
+	if iso != nil {
+		r := orZero(iso.Isolation)
+		fmt.Fprintf(w, "| isolation: one key's backlog drains, other keys' writes timed | %s | %s | %s |\n", r.load(), r.measured(), verdictOf(iso))
+	}
+	if rec != nil {
+		r := orZero(rec.Recovery)
+		fmt.Fprintf(w, "| recovery: a worker killed (kill -9) mid-work, another left | %s | %s | %s |\n", r.load(), r.measured(), verdictOf(rec))
+	}
+	c := newChecker(w)
+	violations := 0
+	if iso != nil {
+		p99 := math.NaN() // not measured fails the target
+		if r := orZero(iso.Isolation); r.Other.Count > 0 {
+			p99 = r.Other.P99
+		}
+		c.check("K4: other keys' accept→terminal p99 while one key's backlog drains", p99, targetIsolationP99Ms, false, " ms")
+		violations += len(iso.Violations)
+	}
+	if rec != nil {
+		r, took := orZero(rec.Recovery), math.NaN()
+		if r.Killed {
+			took = r.AllTerminalAfterKillSeconds
+		}
+		c.check(fmt.Sprintf("K5: all writes terminal after a worker's kill -9 (LEASE_TTL %s)", r.leaseTTL()), took, targetRecoverySeconds, false, " s")
+		violations += len(rec.Violations)
+	}
+	c.check("invariant violations (isolation, recovery)", float64(violations), 1, false, "")
+	return c.ok
+}
+
+// orZero is *r, or T's zero value for a report that lacks it.
+func orZero[T any](r *T) *T {
+	if r == nil {
+		return new(T)
+	}
+	return r
 }

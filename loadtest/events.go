@@ -108,7 +108,9 @@ type fcfsRush struct {
 	pending []pendingWrite
 }
 
+// pendingWrite is a grab accepted on event ev, as its client c saw it.
 type pendingWrite struct {
+	ev        *fcfsRush
 	c         *client.Client
 	user      string
 	acc       client.Accepted
@@ -162,38 +164,38 @@ func (s *fcfsRush) grab(ctx context.Context, e *Env, i int, keep bool) (client.O
 	if err != nil {
 		return client.Outcome{}, err
 	}
-	p := pendingWrite{c: c, user: user, acc: acc, at: at, acked: time.Now()}
+	p := pendingWrite{ev: s, c: c, user: user, acc: acc, at: at, acked: time.Now()}
 	if keep {
 		s.mu.Lock()
 		s.pending = append(s.pending, p)
 		s.mu.Unlock()
 		return client.Outcome{}, nil
 	}
-	return s.follow(ctx, e, p)
+	return p.follow(ctx, e)
 }
 
 // follow awaits a grab's outcome and records it.
-func (s *fcfsRush) follow(ctx context.Context, e *Env, p pendingWrite) (client.Outcome, error) {
+func (p pendingWrite) follow(ctx context.Context, e *Env) (client.Outcome, error) {
 	out, err := e.await(ctx, p.c, "fcfs", p.acc, p.at)
 	if err != nil {
 		return out, err
 	}
-	return out, s.record(p, out)
+	return out, p.record(out)
 }
 
-func (s *fcfsRush) record(p pendingWrite, out client.Outcome) error {
+// record books the grab's outcome in its event's seats and order.
+func (p pendingWrite) record(out client.Outcome) error {
 	var r client.FCFSResult
-	user := p.user
 	switch err := out.Decode(&r); {
 	case err == nil:
-		s.book.won(user, r.SeatID)
-		s.order.add(ordered{user: user, sent: p.at, acked: p.acked, seat: r.SeatID})
+		p.ev.book.won(p.user, r.SeatID)
+		p.ev.order.add(ordered{user: p.user, sent: p.at, acked: p.acked, seat: r.SeatID})
 	case client.IsCode(err, client.CodeSoldOut):
-		s.book.sold()
-		s.order.add(ordered{user: user, sent: p.at, acked: p.acked, soldOut: true})
+		p.ev.book.sold()
+		p.ev.order.add(ordered{user: p.user, sent: p.at, acked: p.acked, soldOut: true})
 	case client.IsCode(err, client.CodeContention):
 	default:
-		return fmt.Errorf("fcfs for %s: %w", user, err)
+		return fmt.Errorf("fcfs for %s: %w", p.user, err)
 	}
 	return nil
 }
@@ -207,20 +209,14 @@ func (s *fcfsRush) Finish(ctx context.Context, e *Env) error {
 // e.Opt.Concurrency clients, and hands each terminal outcome to seen when
 // it is not nil.
 func followAll(ctx context.Context, e *Env, events []*fcfsRush, seen func(client.Outcome)) error {
-	type kept struct {
-		ev *fcfsRush
-		p  pendingWrite
-	}
-	var all []kept
+	var all []pendingWrite
 	for _, ev := range events {
 		ev.mu.Lock()
-		for _, p := range ev.pending {
-			all = append(all, kept{ev, p})
-		}
+		all = append(all, ev.pending...)
 		ev.mu.Unlock()
 	}
 	return forEach(len(all), e.Opt.Concurrency, func(i int) error {
-		out, err := all[i].ev.follow(ctx, e, all[i].p)
+		out, err := all[i].follow(ctx, e)
 		if seen != nil && out.Terminal() {
 			seen(out)
 		}
@@ -238,7 +234,7 @@ func (s *fcfsRush) Check(ctx context.Context, e *Env) ([]string, error) {
 	return append(out, bad...), nil
 }
 
-func (s *fcfsRush) orderReport() *OrderReport { return s.orderFound }
+func (s *fcfsRush) report(r *Report) { r.Order = s.orderFound }
 
 // forEach runs f(0..n-1) on up to workers goroutines and returns the first
 // error.

@@ -14,9 +14,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,9 +102,9 @@ type Options struct {
 	// (0: 25) on the other keys while the hot key's backlog drains.
 	OtherClients, OtherWrites int
 	// recovery: KillPID is the worker process it kills with SIGKILL mid-work;
-	// VictimMetrics, that worker's /metrics, tells when it is at work (''
-	// kills it once the first write is done); LeaseTTL is the workers'
-	// LEASE_TTL, reported beside the recovery time (0: not known).
+	// VictimMetrics, that worker's /metrics, tells when it is at work (both
+	// required); LeaseTTL is the workers' LEASE_TTL, reported beside the
+	// recovery time (0: not known).
 	KillPID       int
 	VictimMetrics string
 	LeaseTTL      time.Duration
@@ -141,14 +142,7 @@ var Scenarios = map[string]func() Scenario{
 }
 
 // Names lists the scenarios in order.
-func Names() []string {
-	out := make([]string, 0, len(Scenarios))
-	for n := range Scenarios {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func Names() []string { return slices.Sorted(maps.Keys(Scenarios)) }
 
 // Env is what a scenario works with.
 type Env struct {
@@ -172,24 +166,21 @@ type Env struct {
 // As returns a client acting as user sub with role.
 func (e *Env) As(sub string, role domain.Role) (*client.Client, error) {
 	tok, err := e.signer.Issue(sub, role, time.Now(), 2*time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	return e.base.WithToken(tok), nil
+	return e.base.WithToken(tok), err
 }
 
 // User returns a client for the run's user i (a role "user" principal).
 func (e *Env) User(i int) (*client.Client, string, error) {
-	sub := e.userID(i)
-	base := e.users[i%len(e.users)]
+	tok, err := e.token(i)
+	return e.users[i%len(e.users)].WithToken(tok), e.userID(i), err
+}
+
+// token is user i's token: issued before the run (signIn), or now.
+func (e *Env) token(i int) (string, error) {
 	if i < len(e.tokens) {
-		return base.WithToken(e.tokens[i]), sub, nil
+		return e.tokens[i], nil
 	}
-	tok, err := e.signer.Issue(sub, domain.RoleUser, time.Now(), 2*time.Hour)
-	if err != nil {
-		return nil, sub, err
-	}
-	return base.WithToken(tok), sub, nil
+	return e.signer.Issue(e.userID(i), domain.RoleUser, time.Now(), 2*time.Hour)
 }
 
 func (e *Env) userID(i int) string { return fmt.Sprintf("%s-%d", e.RunID, i) }
@@ -199,13 +190,12 @@ func (e *Env) userID(i int) string { return fmt.Sprintf("%s-%d", e.RunID, i) }
 // charge the machine for work the synchronous baselines' clients (which
 // name their user in a header) never do.
 func (e *Env) signIn(n int) error {
-	e.tokens = make([]string, n)
-	for i := range e.tokens {
-		tok, err := e.signer.Issue(e.userID(i), domain.RoleUser, time.Now(), 2*time.Hour)
+	for i := len(e.tokens); i < n; i++ {
+		tok, err := e.token(i)
 		if err != nil {
 			return err
 		}
-		e.tokens[i] = tok
+		e.tokens = append(e.tokens, tok)
 	}
 	return nil
 }
@@ -240,9 +230,8 @@ func (e *Env) submit(ctx context.Context, kind string, submit func(context.Conte
 		var ae *client.Error
 		if errors.As(err, &ae) && ae.HTTPStatus == 429 {
 			e.Rec.Throttled(ae.Code)
-			wait := max(ae.RetryAfter, 50*time.Millisecond)
 			select {
-			case <-time.After(wait):
+			case <-time.After(max(ae.RetryAfter, 50*time.Millisecond)):
 				continue
 			case <-ctx.Done():
 				return acc, start, ctx.Err()
@@ -267,9 +256,24 @@ func (e *Env) await(ctx context.Context, c *client.Client, kind string, acc clie
 func (e *Env) Read(kind string, call func() error) error {
 	start := time.Now()
 	err := call()
-	e.Rec.Read(kind, start, time.Since(start), err)
+	e.Rec.Read(kind, time.Since(start), err)
 	return err
 }
+
+// Optional parts of a scenario, found by a type assertion.
+type (
+	// finisher runs after the journeys, inside the measured phase: it
+	// follows what the journeys only submitted.
+	finisher interface {
+		Finish(context.Context, *Env) error
+	}
+	// reporter adds what the scenario measured of its own to the report.
+	reporter interface{ report(*Report) }
+	// timeOnly scenarios measure time alone and leave their deferred tasks
+	// be: recovery's killed worker keeps some of them active until Asynq's
+	// recoverer frees them, a minute or more later.
+	timeOnly interface{ measuresTimeOnly() }
+)
 
 // Run sets up the scenario, runs its journeys and checks its invariants.
 func Run(ctx context.Context, name string, opt Options) (*Report, error) {
@@ -280,26 +284,12 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	if opt.Concurrency <= 0 {
 		opt.Concurrency = 200
 	}
-	hc := &http.Client{Transport: newFastTransport()}
-	e := &Env{Opt: opt, Rec: NewRecorder(), RunID: fmt.Sprintf("lt%x", time.Now().UnixNano()&0xffffffffff),
-		hc: hc, base: client.NewWithHTTP(opt.BaseURL, "", hc), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
-	e.users = []*client.Client{e.base}
-	for _, url := range opt.MoreAPIs {
-		e.users = append(e.users, client.NewWithHTTP(url, "", hc))
-	}
-	if !opt.Intake {
-		for _, c := range e.users {
-			c.PreferWait = opt.PreferWait
-		}
-	}
-	var err error
-	if e.Admin, err = e.As(e.RunID+"-admin", domain.RoleAdmin); err != nil {
+	e, err := newEnv(opt)
+	if err != nil {
 		return nil, err
 	}
 	sc := mk()
-	finisher, submitsFirst := sc.(interface {
-		Finish(context.Context, *Env) error
-	})
+	fin, submitsFirst := sc.(finisher)
 	submitsFirst = submitsFirst && opt.Intake
 	if opt.HoldApply && (!submitsFirst || opt.RedisURL == "") {
 		return nil, errors.New("holding the workers back needs an intake run (-intake, fcfs-rush) and holdfast's Redis (-redis)")
@@ -331,34 +321,14 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 		return nil, err
 	}
 	defer thaw()
-	mem := watchMemory(ctx, opt.MetricsURLs)
+	peaks := watchMemory(ctx, opt.MetricsURLs)
 	cpu := startCPU(ctx, opt.MetricsURLs)
 	e.Rec.Start()
-	var next, failed atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
-	var wg sync.WaitGroup
-	for range min(opt.Concurrency, max(total, 1)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= total || ctx.Err() != nil {
-					return
-				}
-				if err := sc.Journey(ctx, e, i); err != nil {
-					failed.Add(1)
-					errOnce.Do(func() { firstErr = err })
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	failures := runJourneys(ctx, e, sc, total)
 	thaw()
-	var submitCPUSeconds map[string]float64
+	var submitCPU map[string]float64
 	if submitsFirst {
-		submitCPUSeconds = cpu.read(ctx)
+		submitCPU = cpu.read(ctx)
 	}
 	var applying *Applying
 	if queues != nil {
@@ -370,28 +340,24 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	if finisher != nil {
-		if err := finisher.Finish(ctx, e); err != nil {
-			failed.Add(1)
-			errOnce.Do(func() { firstErr = err })
+	if fin != nil {
+		if err := fin.Finish(ctx, e); err != nil {
+			failures.add(err)
 		}
 	}
 	e.Rec.Stop()
-	peaks := mem.stop()
-	cpuSeconds := cpu.read(ctx)
+	rssPeaks, cpuSeconds := peaks(), cpu.read(ctx)
 	violations, err := sc.Check(ctx, e)
 	if err != nil {
 		return nil, fmt.Errorf("%s check: %w", name, err)
 	}
-	if n := failed.Load(); n > 0 {
-		violations = append(violations, fmt.Sprintf("%d journeys ended in an error; the first: %v", n, firstErr))
+	if failures.n > 0 {
+		violations = append(violations, fmt.Sprintf("%d journeys ended in an error; the first: %v", failures.n, failures.first))
 	}
-	violations = append(violations, e.Rec.LostViolations()...)
-	rep := e.Rec.Report(name, opt, total, peaks, violations)
-	rep.CPUSeconds = cpuSeconds
-	rep.Applying = applying
-	if r, ok := sc.(interface{ streamsReport() *StreamsReport }); ok {
-		rep.Streams = r.streamsReport()
+	rep := e.Rec.Report(name, opt, total, rssPeaks, append(violations, e.Rec.LostViolations()...))
+	rep.CPUSeconds, rep.SubmitCPUSeconds, rep.Applying = cpuSeconds, submitCPU, applying
+	if r, ok := sc.(reporter); ok {
+		r.report(rep)
 	}
 	if r, ok := sc.(interface{ cartReport() *CartReport }); ok {
 		rep.Cart = r.cartReport()
@@ -402,29 +368,65 @@ func Run(ctx context.Context, name string, opt Options) (*Report, error) {
 	if r, ok := sc.(interface{ groupReport() *GroupReport }); ok {
 		rep.Group = r.groupReport()
 	}
-	if r, ok := sc.(interface{ soakReport() *SoakReport }); ok {
-		rep.Soak = r.soakReport()
-	}
-	if r, ok := sc.(interface{ orderReport() *OrderReport }); ok {
-		rep.Order = r.orderReport()
-	}
-	if r, ok := sc.(interface{ isolationReport() *IsolationReport }); ok {
-		rep.Isolation = r.isolationReport()
-	}
-	if r, ok := sc.(interface{ recoveryReport() *RecoveryReport }); ok {
-		rep.Recovery = r.recoveryReport()
-	}
-	rep.SubmitCPUSeconds = submitCPUSeconds
-	// A scenario that measures time alone leaves its deferred tasks be:
-	// recovery's killed worker keeps some of them active until Asynq's
-	// recoverer frees them, a minute or more later.
-	_, timeOnly := sc.(interface{ measuresTimeOnly() })
-	if opt.RedisURL != "" && !timeOnly {
+	if _, ok := sc.(timeOnly); opt.RedisURL != "" && !ok {
 		if rep.Deferred, err = runDeferred(ctx, opt.RedisURL, holdfastQueues, opt.MetricsURLs); err != nil {
 			rep.Deferred = &Deferred{Error: err.Error()}
 		}
 	}
 	return rep, nil
+}
+
+// newEnv makes a run's environment: its HTTP client, an admin, and a
+// client for each API.
+func newEnv(opt Options) (*Env, error) {
+	hc := &http.Client{Transport: newFastTransport()}
+	e := &Env{Opt: opt, Rec: NewRecorder(), RunID: fmt.Sprintf("lt%x", time.Now().UnixNano()&0xffffffffff),
+		hc: hc, base: client.NewWithHTTP(opt.BaseURL, "", hc), signer: auth.NewSigner(opt.Secret), rng: rand.New(rand.NewPCG(opt.Seed, 7))}
+	e.users = []*client.Client{e.base}
+	for _, url := range opt.MoreAPIs {
+		e.users = append(e.users, client.NewWithHTTP(url, "", hc))
+	}
+	if !opt.Intake {
+		for _, c := range e.users {
+			c.PreferWait = opt.PreferWait
+		}
+	}
+	var err error
+	e.Admin, err = e.As(e.RunID+"-admin", domain.RoleAdmin)
+	return e, err
+}
+
+// failures counts the journeys that ended in an error, and keeps the first.
+type failures struct {
+	mu    sync.Mutex
+	n     int
+	first error
+}
+
+func (f *failures) add(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n++; f.n == 1 {
+		f.first = err
+	}
+}
+
+// runJourneys runs journeys 0 … total-1 of sc on e's clients.
+func runJourneys(ctx context.Context, e *Env, sc Scenario, total int) *failures {
+	var next atomic.Int64
+	f := &failures{}
+	var wg sync.WaitGroup
+	for range min(e.Opt.Concurrency, max(total, 1)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < total && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				if err := sc.Journey(ctx, e, i); err != nil {
+					f.add(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return f
 }
 
 // freeze stops process pid with SIGSTOP (none when pid is 0) and returns
@@ -436,6 +438,5 @@ func freeze(pid int) (thaw func(), err error) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("freeze Redis, process %d: %w", pid, err)
 	}
-	var once sync.Once
-	return func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }, nil
+	return sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }), nil
 }

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -25,12 +26,11 @@ type idleStreams struct {
 	hold     time.Duration
 	streamer *client.Client // net/http: hands a stream's body over as it comes
 
-	mu      sync.Mutex
-	open    int
-	allOpen chan struct{}
-	done    chan struct{}
-	bad     violations
-	report  *StreamsReport
+	mu   sync.Mutex
+	open int
+	done chan struct{}
+	bad  violations
+	rep  *StreamsReport
 }
 
 // StreamsReport is what idle-streams measured over the hold.
@@ -46,10 +46,7 @@ type StreamsReport struct {
 }
 
 func (s *idleStreams) Setup(ctx context.Context, e *Env) (int, error) {
-	s.users, s.hold = orDefault(e.Opt.Users, 2000), e.Opt.Duration
-	if s.hold <= 0 {
-		s.hold = time.Minute
-	}
+	s.users, s.hold = orDefault(e.Opt.Users, 2000), cmp.Or(max(e.Opt.Duration, 0), time.Minute)
 	if e.Opt.Concurrency < s.users {
 		return 0, fmt.Errorf("idle-streams holds every stream open at once: -concurrency (%d) must be at least -users (%d)", e.Opt.Concurrency, s.users)
 	}
@@ -60,16 +57,11 @@ func (s *idleStreams) Setup(ctx context.Context, e *Env) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.eventID, s.allOpen, s.done = ev.EventID, make(chan struct{}), make(chan struct{})
+	s.eventID, s.done = ev.EventID, make(chan struct{})
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = s.users, 0
 	s.streamer = client.NewWithHTTP(e.Opt.BaseURL, "", &http.Client{Transport: tr})
-	s.report = &StreamsReport{Streams: s.users}
-	if url := e.Opt.MetricsURLs["api"]; url != "" {
-		if v, err := scrapeValue(ctx, &http.Client{Timeout: 2 * time.Second}, url, "process_resident_memory_bytes"); err == nil {
-			s.report.APIRSSBeforeMiB = round(v/(1<<20), 1)
-		}
-	}
+	s.rep = &StreamsReport{Streams: s.users, APIRSSBeforeMiB: apiRSS(ctx, e)}
 	return s.users, nil
 }
 
@@ -128,20 +120,21 @@ func (s *idleStreams) measure(ctx context.Context, e *Env) {
 	}
 	took := time.Since(start).Seconds()
 	parts := cpu.read(ctx)
-	s.report.HoldSeconds = round(took, 1)
-	s.report.CPUPercent = map[string]float64{}
+	s.rep.HoldSeconds, s.rep.APIRSSMiB = round(took, 1), apiRSS(ctx, e)
+	s.rep.CPUPercent = map[string]float64{}
 	for _, part := range []string{"api", CPURedis, CPULoadTool} {
 		if v, ok := parts[part]; ok {
-			s.report.CPUPercent[part] = round(100*v/took, 1)
-		}
-	}
-	if url := e.Opt.MetricsURLs["api"]; url != "" {
-		if v, err := scrapeValue(ctx, &http.Client{Timeout: 2 * time.Second}, url, "process_resident_memory_bytes"); err == nil {
-			s.report.APIRSSMiB = round(v/(1<<20), 1)
+			s.rep.CPUPercent[part] = round(100*v/took, 1)
 		}
 	}
 }
 
+// apiRSS is the API's resident memory in MiB, 0 when not read.
+func apiRSS(ctx context.Context, e *Env) float64 {
+	v, _ := scrapeOne(ctx, &http.Client{Timeout: 2 * time.Second}, e.Opt.MetricsURLs["api"], metricRSS)
+	return mib(v)
+}
+
 func (s *idleStreams) Check(context.Context, *Env) ([]string, error) { return s.bad.all(), nil }
 
-func (s *idleStreams) streamsReport() *StreamsReport { return s.report }
+func (s *idleStreams) report(r *Report) { r.Streams = s.rep }

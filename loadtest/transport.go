@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -72,10 +74,7 @@ func (t *fastTransport) dial(addr string) (net.Conn, error) {
 // user's interrupt), so the exchanges of other contexts end with it.
 func (t *fastTransport) closeAll() {
 	t.mu.Lock()
-	conns := make([]net.Conn, 0, len(t.conns))
-	for c := range t.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(t.conns))
 	t.mu.Unlock()
 	for _, c := range conns {
 		_ = c.Close()
@@ -104,10 +103,8 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	release := func() {
-		fasthttp.ReleaseRequest(req)
-		fasthttp.ReleaseResponse(resp)
-	}
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.URL.String())
 	for name, values := range r.Header {
@@ -119,7 +116,6 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		body, err := io.ReadAll(r.Body)
 		_ = r.Body.Close()
 		if err != nil {
-			release()
 			return nil, err
 		}
 		req.SetBodyRaw(body)
@@ -136,7 +132,6 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		// connection of the caller's next exchange under it.
 		<-closed
 	}
-	defer release()
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr // as net/http reports a context that ended
@@ -155,9 +150,6 @@ func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return &http.Response{
 		Status:        strconv.Itoa(code) + " " + http.StatusText(code),
 		StatusCode:    code,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
 		Header:        h,
 		Body:          io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)),

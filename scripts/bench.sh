@@ -48,17 +48,9 @@ case "$only" in keys | group) delay=0 ;; esac # the keys and group parts run at 
 case "$delay" in "" | *[!0-9]*) echo "BENCH_COMMIT_DELAY_US must be a whole number of µs (0: local commits only)" >&2; exit 2 ;; esac
 part() { [ -z "$only" ] || [ "$only" = "$1" ]; } # part NAME: whether this run measures part NAME (fcfs: a full run)
 local_part() { part "$1" && [ "$regime" = 0 ]; } # local_part NAME: part NAME, measured at local commits only
-pg_base="${BENCH_PG:-postgres://postgres@127.0.0.1:5432}"
-export DATABASE_URL="$pg_base/holdfast_bench?sslmode=disable"
-redis_port="${BENCH_REDIS_PORT:-16399}"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
-export JWT_SECRET="bench-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export LOG_LEVEL=warn
 export LEASE_TTL="${LEASE_TTL:-5s}" # holdfast's default, named for recovery's report
 api_addr=127.0.0.1:18181 worker_addr=127.0.0.1:19191 baseline_addr=127.0.0.1:18191
 victim_addr=127.0.0.1:19192
-root="bin/bench/$(date -u +%Y%m%dT%H%M%SZ)" out=$root
-mkdir -p "$out"
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
@@ -102,7 +94,8 @@ holdfast_run() {
     -json "$@" > "$out/$name.json" || true
 }
 
-fresh_stores holdfast_bench "$redis_port"
+fresh_stores bench BENCH 16399
+root=$out
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 pgv=$(psql -tA "$DATABASE_URL" -c 'SHOW server_version' | cut -d' ' -f1)

@@ -13,21 +13,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 users="${AWAY_USERS:-20000}" conc="${AWAY_CONCURRENCY:-200}"
-pg_base="${AWAY_PG:-postgres://postgres@127.0.0.1:5432}"
-export DATABASE_URL="$pg_base/holdfast_away?sslmode=disable"
-redis_port="${AWAY_REDIS_PORT:-16398}"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
-export JWT_SECRET="away-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export LOG_LEVEL=error
 api_addr=127.0.0.1:18183 worker_addr=127.0.0.1:19193
-out="bin/away/$(date -u +%Y%m%dT%H%M%SZ)"
-mkdir -p "$out"
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 
-fresh_stores holdfast_away "$redis_port"
+fresh_stores away AWAY 16398
 redis_pid=${pids[-1]}
-start_holdfast
+LOG_LEVEL=error start_holdfast
 field() { grep -o "\"$1\": *[0-9.]*" "$2" | head -1 | sed 's/.*: *//'; } # NAME FILE: its first value
 run() { # NAME LOAD_ARGS...
   local name=$1; shift

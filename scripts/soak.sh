@@ -18,20 +18,13 @@ cd "$(dirname "$0")/.."
 duration="${SOAK_DURATION:-5m}" rate="${SOAK_RATE:-300}" sample="${SOAK_SAMPLE:-30s}" idle="${SOAK_IDLE:-2m}"
 warmup="${SOAK_WARMUP:-0}" # memory must hold from this far into the writes (0: a fifth of them)
 export REQUEST_RETENTION="${SOAK_RETENTION:-60s}" KEY_FORGET_AFTER="${SOAK_FORGET_AFTER:-60s}"
-pg_base="${SOAK_PG:-postgres://postgres@127.0.0.1:5432}"
-export DATABASE_URL="$pg_base/holdfast_soak?sslmode=disable"
-redis_port="${SOAK_REDIS_PORT:-16397}"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
-export JWT_SECRET="soak-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export LOG_LEVEL=warn HOLDFAST_PROBE=true
+export HOLDFAST_PROBE=true
 api_addr=127.0.0.1:18184 worker_addr=127.0.0.1:19194
-out="bin/soak/$(date -u +%Y%m%dT%H%M%SZ)"
-mkdir -p "$out"
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 
-fresh_stores holdfast_soak "$redis_port"
+fresh_stores soak SOAK 16397
 start_holdfast
 step "soak: $rate probe writes/s on new keys for $duration, then $idle idle (REQUEST_RETENTION=$REQUEST_RETENTION, KEY_FORGET_AFTER=$KEY_FORGET_AFTER, a sample every $sample)"
 bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -redis "$REDIS_URL" -database-url "$DATABASE_URL" \

@@ -9,22 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 streams="${STREAMS:-2000}" hold="${STREAMS_HOLD:-60s}"
-pg_base="${STREAMS_PG:-postgres://postgres@127.0.0.1:5432}"
-export DATABASE_URL="$pg_base/holdfast_streams?sslmode=disable"
-redis_port="${STREAMS_REDIS_PORT:-16398}"
-export REDIS_URL="redis://127.0.0.1:$redis_port/0"
-export JWT_SECRET="streams-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-export LOG_LEVEL=warn
 # Every stream is a connection: more than the default 1,024 open files.
 ulimit -n $((streams * 2 + 1024)) 2>/dev/null || true
 api_addr=127.0.0.1:18183 worker_addr=127.0.0.1:19193
-out="bin/streams/$(date -u +%Y%m%dT%H%M%SZ)"
-mkdir -p "$out"
 
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 
-fresh_stores holdfast_streams "$redis_port"
+fresh_stores streams STREAMS 16398
 PPROF_ADDR=${STREAMS_PPROF:-} start_holdfast
 step "$streams position streams held open for $hold"
 bin/load -url "http://$api_addr" -worker-metrics "http://$worker_addr/metrics" -users "$streams" -concurrency "$streams" \

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -54,21 +56,14 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 		return 1, err
 	}
 	b, err := readBench(dir)
+	if err == nil && exists(dir, delayedDir) {
+		b.Delayed, err = readBench(filepath.Join(dir, delayedDir))
+	}
 	if err != nil {
 		return 1, err
 	}
 	b.Machine = strings.TrimSpace(string(machine))
 	b.Cores = runtime.NumCPU() // the table is made on the machine that ran the bench
-	if exists(dir, delayedDir) {
-		if b.Delayed, err = readBench(filepath.Join(dir, delayedDir)); err != nil {
-			return 1, err
-		}
-	}
-	if b.Rush == nil && (b.DropRush == nil || b.DropBaseline == nil) && (b.CartRush == nil || b.CartBaseline == nil) &&
-		(b.HoldStorm == nil || b.HoldBaseline == nil) && (b.GroupRush == nil || b.GroupBaseline == nil) && b.Isolation == nil && b.Recovery == nil {
-		return 1, fmt.Errorf("%s: neither rush.json, nor drop-rush.json with drop-baseline.json, nor cart-rush.json with cart-baseline.json, "+
-			"nor hold-storm.json with hold-baseline.json, nor group-rush.json with group-baseline.json, nor isolation.json or recovery.json", dir)
-	}
 	if !b.WriteTable(stdout) {
 		return 1, nil
 	}
@@ -80,65 +75,55 @@ func tableCmd(args []string, stdout io.Writer) (int, error) {
 const delayedDir = "commit-delay"
 
 // readBench reads the runs of one commit regime from dir, and the commit
-// delay they ran at from commit-delay-us.txt (none: local commits).
+// delay they ran at from commit-delay-us.txt (none: local commits). A part
+// is there when all its files are; a file of a part whose others are
+// missing is an error, and so is a directory with no part.
 func readBench(dir string) (*loadtest.Bench, error) {
 	var b loadtest.Bench
-	if exists(dir, "rush.json") {
-		if err := readFCFS(dir, &b); err != nil {
-			return nil, err
-		}
+	parts := []map[string]any{
+		{"floor.json": &b.AsynqFloor, "lean.json": &b.Lean, "rush.json": &b.Rush, "intake.json": &b.Intake},
+		{"drop-baseline.json": &b.DropBaseline, "drop-rush.json": &b.DropRush},
+		{"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush},
+		{"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm},
+		{"group-baseline.json": &b.GroupBaseline, "group-rush.json": &b.GroupRush},
+		{"isolation.json": &b.Isolation}, {"recovery.json": &b.Recovery},
 	}
-	if err := readReports(dir, map[string]**loadtest.Report{"drop-baseline.json": &b.DropBaseline, "drop-rush.json": &b.DropRush,
-		"cart-baseline.json": &b.CartBaseline, "cart-rush.json": &b.CartRush,
-		"hold-baseline.json": &b.HoldBaseline, "hold-storm.json": &b.HoldStorm,
-		"group-baseline.json": &b.GroupBaseline, "group-rush.json": &b.GroupRush,
-		"isolation.json": &b.Isolation, "recovery.json": &b.Recovery}, true); err != nil {
+	measured := 0
+	for _, files := range parts {
+		found := 0
+		for name := range files {
+			if exists(dir, name) {
+				found++
+			}
+		}
+		if found == 0 {
+			continue
+		}
+		for name, dst := range files {
+			raw, err := os.ReadFile(filepath.Join(dir, name))
+			if err == nil {
+				err = json.Unmarshal(raw, dst)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		measured++
+	}
+	if measured == 0 {
+		return nil, fmt.Errorf("%s: no part measured: no floor.json, lean.json, rush.json and intake.json, "+
+			"no drop-, cart-, hold- or group-baseline.json with its rush, no isolation.json or recovery.json", dir)
+	}
+	switch raw, err := os.ReadFile(filepath.Join(dir, "commit-delay-us.txt")); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
 		return nil, err
-	}
-	if exists(dir, "commit-delay-us.txt") {
-		raw, err := os.ReadFile(filepath.Join(dir, "commit-delay-us.txt"))
-		if err != nil {
-			return nil, err
-		}
+	default:
 		if b.CommitDelayUS, err = strconv.Atoi(strings.TrimSpace(string(raw))); err != nil || b.CommitDelayUS < 0 {
 			return nil, fmt.Errorf("%s: commit-delay-us.txt must hold the commit delay in µs, a whole number ≥ 0, not %q", dir, raw)
 		}
 	}
 	return &b, nil
-}
-
-// readFCFS reads the floor's and the first-come-first-served runs' files.
-func readFCFS(dir string, b *loadtest.Bench) error {
-	if err := readJSON(dir, "floor.json", &b.AsynqFloor); err != nil {
-		return err
-	}
-	return readReports(dir, map[string]**loadtest.Report{"lean.json": &b.Lean, "rush.json": &b.Rush, "intake.json": &b.Intake}, false)
-}
-
-// readReports reads each named report file of dir into its destination;
-// with optional, a missing file leaves its destination nil.
-func readReports(dir string, files map[string]**loadtest.Report, optional bool) error {
-	for name, dst := range files {
-		if optional && !exists(dir, name) {
-			continue
-		}
-		*dst = new(loadtest.Report)
-		if err := readJSON(dir, name, *dst); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func readJSON(dir, name string, v any) error {
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
 }
 
 func exists(dir, name string) bool {

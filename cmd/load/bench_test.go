@@ -60,9 +60,11 @@ func TestTableReadsBothRegimes(t *testing.T) {
 
 	empty := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(empty, "machine.txt"), []byte("test machine\n"), 0o644))
+	_, err = tableCmd([]string{empty}, &out)
+	require.ErrorContains(t, err, "no part measured: no floor.json")
 	writeRun(t, empty, "drop-rush.json", 3100, 1)
 	_, err = tableCmd([]string{empty}, &out)
-	require.ErrorContains(t, err, "neither rush.json, nor drop-rush.json with drop-baseline.json")
+	require.ErrorContains(t, err, "drop-baseline.json: open "+filepath.Join(empty, "drop-baseline.json"), "half a part")
 }
 
 // A directory of the per-key part alone (BENCH_ONLY=keys) prints its

@@ -80,7 +80,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.IntVar(&opt.OtherClients, "other-clients", 0, "isolation: clients writing on other keys while the hot key's backlog (-users) drains (0: 4)")
 	fs.IntVar(&opt.OtherWrites, "other-writes", 0, "isolation: writes of each other client, one at a time (0: 25)")
 	fs.IntVar(&opt.KillPID, "kill-pid", 0, "recovery: the worker process to kill with SIGKILL mid-work")
-	fs.StringVar(&opt.VictimMetrics, "victim-metrics", "", "recovery: that worker's /metrics, to kill it once it has applied a batch ('': once the first write is done)")
+	fs.StringVar(&opt.VictimMetrics, "victim-metrics", "", "recovery: that worker's /metrics, to kill it once it has applied a batch")
 	fs.DurationVar(&opt.LeaseTTL, "lease-ttl", 0, "recovery: the workers' LEASE_TTL, reported beside the recovery time (0: not known)")
 	fs.IntVar(&opt.RedisAwayPID, "redis-away", 0, "with -intake (and no -redis): holdfast's Redis server process, frozen (SIGSTOP) while the clients submit, thawed before the outcomes are followed")
 	fs.BoolVar(&opt.HoldApply, "hold-apply", false, "with -intake and -redis: pause holdfast's queues until every client has submitted (the API's intake with the workers idle; never on a live system)")
