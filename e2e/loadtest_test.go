@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -149,9 +150,9 @@ func TestLoadScenarios(t *testing.T) {
 		}
 	})
 	t.Run("baseline-cart, twice", func(t *testing.T) {
-		url := startCartBaseline(t)
+		url, dbURL := startCartBaseline(t)
 		for seed := range uint64(2) { // the same tables twice: each run has options of its own
-			rep := runChecked(t, "baseline-cart", loadtest.Options{BaseURL: url,
+			rep := runChecked(t, "baseline-cart", loadtest.Options{BaseURL: url, DatabaseURL: dbURL,
 				Concurrency: 30, Users: 150, Stock: 15, Seed: seed, MetricsURLs: map[string]string{"api": url + "/metrics"}})
 			requireCartRush(t, rep, "order.reserve.sync", 150, 15)
 			require.Equal(t, 150, rep.ClientRoundTrip.Count)
@@ -186,8 +187,9 @@ func requireCartRush(t *testing.T, rep *loadtest.Report, kind string, users, sto
 }
 
 // startCartBaseline serves cmd/baseline's cart mode, on a schema of its own,
-// until the test ends, and returns its URL.
-func startCartBaseline(t *testing.T) string {
+// until the test ends, and returns its URL and a database URL whose
+// search_path is the schema, where the scenario writes its options.
+func startCartBaseline(t *testing.T) (string, string) {
 	t.Helper()
 	ctx := context.Background()
 	pgURL, _ := testenv.Postgres(t)
@@ -197,11 +199,16 @@ func startCartBaseline(t *testing.T) string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	schema := "cart_" + hex.EncodeToString(b)
-	require.NoError(t, baseline.SetupCart(ctx, pool, schema))
+	require.NoError(t, baseline.Setup(ctx, pool, baseline.Cart, schema, 0))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
 	srv, err := baseline.New(pool, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: 2 * time.Second})
 	require.NoError(t, err)
-	return testenv.Serve(t, srv.Serve)
+	u, err := url.Parse(pgURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return testenv.Serve(t, srv.Serve), u.String()
 }
 
 // TestLoadSoak runs the soak scenario briefly against a real API and worker

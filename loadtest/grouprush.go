@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/client"
 )
 
@@ -243,51 +246,44 @@ func (w queuedGroups) confirm(ctx context.Context, eventID, holdID int64, paymen
 }
 
 // baselineGroupRush: the same group rush against cmd/baseline's group
-// modes: each write is one request answered with its outcome. The event
-// is created with the same client call as holdfast's; the checks read the
-// baseline's tables with the same rules.
-type baselineGroupRush struct {
-	book   *groupBook
-	report *GroupReport // made by Check
-}
+// mode: each write is one request answered with its outcome. Its event is
+// written into the design's tables, and its checks read them with the same
+// rules.
+type baselineGroupRush struct{ groupRush }
 
 func (s *baselineGroupRush) Setup(ctx context.Context, e *Env) (int, error) {
 	s.book = newGroupBook(e.Opt.Seed, orDefault(e.Opt.Users, defaultGroupFans), orDefault(e.Opt.Seats, defaultGroupSeats),
 		orDefault(e.Opt.SeatHoldSeconds, defaultHoldSeconds))
-	if err := s.book.setup(ctx, e, e.base); err != nil {
-		return 0, err
-	}
-	// Open the baseline's pool before the rush, from every client at once,
-	// as the fixture's calls leave holdfast's API warm (see warmUp).
-	err := forEach(e.Opt.Concurrency, e.Opt.Concurrency, func(int) error {
-		_, err := e.base.PublicEvent(ctx, s.book.eventID)
+	err := inBaselineDB(ctx, e, func(db *pgxpool.Pool, schema string) (err error) {
+		s.book.eventID, err = baseline.NewEvent(ctx, db, schema, "group rush "+e.RunID, groupMap(s.book.report.Seats),
+			s.book.report.HoldSeconds, groupMaxSize)
 		return err
 	})
+	if err == nil {
+		err = warmUp(ctx, e)
+	}
 	return s.book.fans, err
 }
 
 func (s *baselineGroupRush) Journey(ctx context.Context, e *Env, i int) error {
 	user := e.userID(i)
-	return s.book.journey(ctx, syncGroups{syncHolds{e, user}}, i, user)
+	return s.book.journey(ctx, syncGroups{syncWriter{e, user}}, i, user)
 }
 
 func (s *baselineGroupRush) Check(ctx context.Context, e *Env) ([]string, error) {
-	out, r, err := s.book.checkTables(ctx, e.Opt.DatabaseURL, baselineTables, e.base)
+	out, r, err := s.book.checkTables(ctx, e.Opt.DatabaseURL, baselineTables, nil)
 	s.report = r
 	return out, err
 }
 
-func (s *baselineGroupRush) groupReport() *GroupReport { return s.report }
+// syncGroups writes the group rush to the synchronous design.
+type syncGroups struct{ syncWriter }
 
-// syncGroups writes to the baseline as its user (X-User-Id): a synchronous
-// answer is its own outcome, accepted and terminal at once.
-type syncGroups struct{ w syncHolds }
-
-func (g syncGroups) hold(ctx context.Context, eventID int64, quantity int) (client.Outcome, error) {
-	return g.w.do(ctx, "seat.hold.sync", http.MethodPost, fmt.Sprintf("/api/v1/events/%d/holds", eventID), map[string]int{"quantity": quantity})
+func (w syncGroups) hold(ctx context.Context, eventID int64, quantity int) (client.Outcome, error) {
+	return w.do(ctx, "seat.hold.sync", http.MethodPost, fmt.Sprintf("%s/%d/holds", baseline.EventsPath, eventID), map[string]int{"quantity": quantity})
 }
 
-func (g syncGroups) confirm(ctx context.Context, eventID, holdID int64, payment string) (client.Outcome, error) {
-	return g.w.do(ctx, "seat.hold.confirm.sync", http.MethodPost, fmt.Sprintf("/api/v1/events/%d/holds/%d/confirm", eventID, holdID),
+func (w syncGroups) confirm(ctx context.Context, eventID, holdID int64, payment string) (client.Outcome, error) {
+	return w.do(ctx, "seat.hold.confirm.sync", http.MethodPost, fmt.Sprintf("%s/%d/holds/%d/confirm", baseline.EventsPath, eventID, holdID),
 		map[string]string{"paymentReference": payment})
 }

@@ -5,9 +5,9 @@
 // reserve (-mode cart, schema cart_baseline), seed 000's locked hold flow
 // (-mode hold, schema hold_baseline) and best-available seat holds for
 // groups (-mode group, schema group_baseline); the cart, hold and group
-// tables are created if missing, and the load tool creates their products,
-// hotel or event over HTTP. It is not part of holdfast and never runs in
-// production.
+// tables are created if missing, and the load tool writes its products,
+// hotel or event into them (its -database-url). It is not part of holdfast
+// and never runs in production.
 //
 // Settings are flags; each defaults to the environment variable named in
 // its usage (baseline -h), else to a local default:
@@ -29,8 +29,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/storage"
@@ -87,8 +85,10 @@ func run(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := setupSchema(ctx, pool, mode, *seats); err != nil {
-		return err
+	if mode != baseline.Lean || *seats > 0 { // the lean mode's seats are made afresh, or kept
+		if err := baseline.Setup(ctx, pool, mode, baseline.DefaultSchema(mode), *seats); err != nil {
+			return err
+		}
 	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -102,23 +102,6 @@ func run(args []string) error {
 	}
 	fmt.Printf("baseline listening on %s mode=%s\n", ln.Addr(), mode)
 	return srv.Serve(ctx, ln)
-}
-
-// setupSchema prepares the mode's tables: the cart, hold and group modes'
-// are created if missing, the lean mode's seats recreated when seats > 0.
-func setupSchema(ctx context.Context, pool *pgxpool.Pool, mode baseline.Mode, seats int) error {
-	switch mode {
-	case baseline.Cart:
-		return baseline.SetupCart(ctx, pool, baseline.DefaultCartSchema)
-	case baseline.Holds:
-		return baseline.SetupHold(ctx, pool, baseline.DefaultHoldSchema)
-	case baseline.Group:
-		return baseline.SetupGroup(ctx, pool, baseline.DefaultGroupSchema)
-	}
-	if seats > 0 {
-		return baseline.Setup(ctx, pool, baseline.DefaultSchema, seats)
-	}
-	return nil
 }
 
 func env(name, def string) string {
