@@ -50,16 +50,34 @@ func warmUp(ctx context.Context, e *Env) error {
 	})
 }
 
+// writer makes a rush's writes of one design, at holdfast's paths (which
+// the synchronous designs answer too), and returns their outcomes.
+type writer interface {
+	write(ctx context.Context, kind, method, path string, body any) (client.Outcome, error)
+}
+
+// queued writes through holdfast as c: a 202, then the outcome.
+type queued struct {
+	e *Env
+	c *client.Client
+}
+
+func (w queued) write(ctx context.Context, kind, method, path string, body any) (client.Outcome, error) {
+	return w.e.Write(ctx, w.c, kind, func(ctx context.Context) (client.Accepted, error) { return w.c.Submit(ctx, method, path, body) })
+}
+
 // syncWriter writes to the synchronous design as user (X-User-Id): an
-// answer is its own outcome, accepted and terminal at once.
+// answer is its own outcome, accepted and terminal at once, recorded as
+// kind.sync.
 type syncWriter struct {
 	e    *Env
 	user string
 }
 
-// do sends one write and records it: a 2xx succeeded with its body as the
-// result, a 4xx was rejected with its error; anything else is an error.
-func (w syncWriter) do(ctx context.Context, kind, method, path string, body any) (client.Outcome, error) {
+// write sends one write and records it: a 2xx succeeded with its body as
+// the result, a 4xx was rejected with its error; anything else is an error.
+func (w syncWriter) write(ctx context.Context, kind, method, path string, body any) (client.Outcome, error) {
+	kind += ".sync"
 	start := time.Now()
 	var raw json.RawMessage
 	err := w.e.base.Do(ctx, method, path, body, &raw, client.Header("X-User-Id", w.user))

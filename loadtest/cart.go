@@ -353,7 +353,7 @@ func (s *cartRush) Setup(ctx context.Context, e *Env) (int, error) {
 
 func (s *cartRush) Journey(ctx context.Context, e *Env, i int) error {
 	c, uid := s.clients[i], s.uids[i]
-	out, err := e.Write(ctx, c, "order.reserve", func(ctx context.Context) (client.Accepted, error) { return c.ReserveOrder(ctx, uid) })
+	out, err := queued{e, c}.write(ctx, "order.reserve", http.MethodPost, "/api/v1/orders/reserve", map[string]int64{"userId": uid})
 	if err != nil {
 		return err
 	}
@@ -412,7 +412,7 @@ func (s *baselineCart) Journey(ctx context.Context, e *Env, i int) error {
 	for _, l := range s.book.carts[i] {
 		body.Items = append(body.Items, baseline.CartItem{ProductOptionID: l.option, Quantity: l.quantity})
 	}
-	out, err := syncWriter{e, user}.do(ctx, "order.reserve.sync", http.MethodPost, baseline.CartReservePath, body)
+	out, err := syncWriter{e, user}.write(ctx, "order.reserve", http.MethodPost, baseline.CartReservePath, body)
 	if err != nil {
 		return err
 	}

@@ -94,12 +94,6 @@ func groupMap(seats int) []client.Section {
 	return m
 }
 
-// groupWriter makes a group rush's writes and returns their outcomes.
-type groupWriter interface {
-	hold(ctx context.Context, eventID int64, quantity int) (client.Outcome, error)
-	confirm(ctx context.Context, eventID, holdID int64, payment string) (client.Outcome, error)
-}
-
 // toldHold is a hold a fan was told of, and what came of it.
 type toldHold struct {
 	user      string
@@ -151,10 +145,11 @@ func (b *groupBook) count(n *int, by int) {
 }
 
 // journey is fan i's: a group's hold, then, if granted, its fate.
-func (b *groupBook) journey(ctx context.Context, w groupWriter, i int, user string) error {
+func (b *groupBook) journey(ctx context.Context, w writer, i int, user string) error {
 	ch := groupChoiceOf(b.seed, i)
 	b.count(&b.report.SeatsAsked, ch.size)
-	out, err := w.hold(ctx, b.eventID, ch.size)
+	holds := fmt.Sprintf("/api/v1/events/%d/holds", b.eventID)
+	out, err := w.write(ctx, "seat.hold", http.MethodPost, holds, map[string]int{"quantity": ch.size})
 	if err != nil {
 		return err
 	}
@@ -180,7 +175,8 @@ func (b *groupBook) journey(ctx context.Context, w groupWriter, i int, user stri
 	if !ch.confirm {
 		return nil
 	}
-	out, err = w.confirm(ctx, b.eventID, h.HoldID, "pay-"+user)
+	out, err = w.write(ctx, "seat.hold.confirm", http.MethodPost, fmt.Sprintf("%s/%d/confirm", holds, h.HoldID),
+		map[string]string{"paymentReference": "pay-" + user})
 	if err != nil {
 		return err
 	}
@@ -216,7 +212,7 @@ func (s *groupRush) Journey(ctx context.Context, e *Env, i int) error {
 	if err != nil {
 		return err
 	}
-	return s.book.journey(ctx, queuedGroups{e, c}, i, user)
+	return s.book.journey(ctx, queued{e, c}, i, user)
 }
 
 func (s *groupRush) Check(ctx context.Context, e *Env) ([]string, error) {
@@ -226,24 +222,6 @@ func (s *groupRush) Check(ctx context.Context, e *Env) ([]string, error) {
 }
 
 func (s *groupRush) groupReport() *GroupReport { return s.report }
-
-// queuedGroups writes through holdfast: 202, then the outcome.
-type queuedGroups struct {
-	e *Env
-	c *client.Client
-}
-
-func (w queuedGroups) hold(ctx context.Context, eventID int64, quantity int) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "seat.hold", func(ctx context.Context) (client.Accepted, error) {
-		return w.c.HoldSeats(ctx, eventID, quantity)
-	})
-}
-
-func (w queuedGroups) confirm(ctx context.Context, eventID, holdID int64, payment string) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "seat.hold.confirm", func(ctx context.Context) (client.Accepted, error) {
-		return w.c.ConfirmSeatHold(ctx, eventID, holdID, payment)
-	})
-}
 
 // baselineGroupRush: the same group rush against cmd/baseline's group
 // mode: each write is one request answered with its outcome. Its event is
@@ -267,23 +245,11 @@ func (s *baselineGroupRush) Setup(ctx context.Context, e *Env) (int, error) {
 
 func (s *baselineGroupRush) Journey(ctx context.Context, e *Env, i int) error {
 	user := e.userID(i)
-	return s.book.journey(ctx, syncGroups{syncWriter{e, user}}, i, user)
+	return s.book.journey(ctx, syncWriter{e, user}, i, user)
 }
 
 func (s *baselineGroupRush) Check(ctx context.Context, e *Env) ([]string, error) {
 	out, r, err := s.book.checkTables(ctx, e.Opt.DatabaseURL, baselineTables, nil)
 	s.report = r
 	return out, err
-}
-
-// syncGroups writes the group rush to the synchronous design.
-type syncGroups struct{ syncWriter }
-
-func (w syncGroups) hold(ctx context.Context, eventID int64, quantity int) (client.Outcome, error) {
-	return w.do(ctx, "seat.hold.sync", http.MethodPost, fmt.Sprintf("%s/%d/holds", baseline.EventsPath, eventID), map[string]int{"quantity": quantity})
-}
-
-func (w syncGroups) confirm(ctx context.Context, eventID, holdID int64, payment string) (client.Outcome, error) {
-	return w.do(ctx, "seat.hold.confirm.sync", http.MethodPost, fmt.Sprintf("%s/%d/holds/%d/confirm", baseline.EventsPath, eventID, holdID),
-		map[string]string{"paymentReference": payment})
 }

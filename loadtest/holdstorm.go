@@ -72,13 +72,6 @@ func stormChoiceOf(seed uint64, i int) stormChoice {
 	return stormChoice{roomType: rng.IntN(stormRoomTypes), start: 1 + rng.IntN(stormDays), nights: 1 + rng.IntN(3), fate: rng.IntN(4)}
 }
 
-// holdWriter makes a hold storm's writes and returns their outcomes.
-type holdWriter interface {
-	create(ctx context.Context, roomType int64, checkIn, checkOut, clientHoldKey string) (client.Outcome, error)
-	confirm(ctx context.Context, holdID string) (client.Outcome, error)
-	cancel(ctx context.Context, holdID string) (client.Outcome, error)
-}
-
 // stormBook runs a hold storm's journeys and records what the clients were
 // told, to check it against the API's availability.
 type stormBook struct {
@@ -106,9 +99,10 @@ func (b *stormBook) count(n *int) {
 }
 
 // journey is user i's: a hold, then its fate.
-func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user string) error {
+func (b *stormBook) journey(ctx context.Context, w writer, i int, user string) error {
 	ch := stormChoiceOf(b.seed, i)
-	out, err := w.create(ctx, b.roomTypes[ch.roomType], day(ch.start), day(ch.start+ch.nights), uuid.NewString())
+	out, err := w.write(ctx, "hold.create", http.MethodPost, "/api/v1/holds", map[string]any{"roomTypeId": b.roomTypes[ch.roomType],
+		"checkIn": day(ch.start), "checkOut": day(ch.start + ch.nights), "clientHoldKey": uuid.NewString()})
 	if err != nil {
 		return err
 	}
@@ -123,7 +117,7 @@ func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user strin
 	b.count(&b.report.HoldsGranted)
 	switch {
 	case ch.fate < 2:
-		out, err := w.confirm(ctx, h.HoldID)
+		out, err := w.write(ctx, "hold.confirm", http.MethodPost, "/api/v1/holds/"+url.PathEscape(h.HoldID)+"/confirm", nil)
 		if err != nil {
 			return err
 		}
@@ -138,7 +132,7 @@ func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user strin
 			return fmt.Errorf("confirm for %s: %w", user, err)
 		}
 	case ch.fate < 3:
-		out, err := w.cancel(ctx, h.HoldID)
+		out, err := w.write(ctx, "hold.cancel", http.MethodDelete, "/api/v1/holds/"+url.PathEscape(h.HoldID), nil)
 		if err != nil {
 			return err
 		}
@@ -242,7 +236,7 @@ func (s *holdStorm) Journey(ctx context.Context, e *Env, i int) error {
 	if err != nil {
 		return err
 	}
-	return s.book.journey(ctx, queuedHolds{e, c}, i, user)
+	return s.book.journey(ctx, queued{e, c}, i, user)
 }
 
 func (s *holdStorm) Check(ctx context.Context, e *Env) ([]string, error) {
@@ -257,26 +251,6 @@ func (s *holdStorm) Check(ctx context.Context, e *Env) ([]string, error) {
 }
 
 func (s *holdStorm) holdReport() *HoldReport { return s.report }
-
-// queuedHolds writes through holdfast: 202, then the outcome.
-type queuedHolds struct {
-	e *Env
-	c *client.Client
-}
-
-func (w queuedHolds) create(ctx context.Context, roomType int64, checkIn, checkOut, key string) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "hold.create", func(ctx context.Context) (client.Accepted, error) {
-		return w.c.CreateHold(ctx, roomType, checkIn, checkOut, key)
-	})
-}
-
-func (w queuedHolds) confirm(ctx context.Context, holdID string) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "hold.confirm", func(ctx context.Context) (client.Accepted, error) { return w.c.ConfirmHold(ctx, holdID) })
-}
-
-func (w queuedHolds) cancel(ctx context.Context, holdID string) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "hold.cancel", func(ctx context.Context) (client.Accepted, error) { return w.c.CancelHold(ctx, holdID) })
-}
 
 // baselineHoldStorm: the same hold storm against cmd/baseline's hold mode,
 // seed 000's locked flow done synchronously: each write is one request
@@ -299,7 +273,7 @@ func (s *baselineHoldStorm) Setup(ctx context.Context, e *Env) (int, error) {
 
 func (s *baselineHoldStorm) Journey(ctx context.Context, e *Env, i int) error {
 	user := e.userID(i)
-	return s.book.journey(ctx, syncHolds{syncWriter{e, user}}, i, user)
+	return s.book.journey(ctx, syncWriter{e, user}, i, user)
 }
 
 func (s *baselineHoldStorm) Check(ctx context.Context, e *Env) (out []string, err error) {
@@ -310,20 +284,4 @@ func (s *baselineHoldStorm) Check(ctx context.Context, e *Env) (out []string, er
 		return err
 	})
 	return out, err
-}
-
-// syncHolds writes the hold storm to the synchronous design.
-type syncHolds struct{ syncWriter }
-
-func (w syncHolds) create(ctx context.Context, roomType int64, checkIn, checkOut, key string) (client.Outcome, error) {
-	body := baseline.HoldRequest{RoomTypeID: roomType, CheckIn: checkIn, CheckOut: checkOut, ClientHoldKey: key}
-	return w.do(ctx, "hold.create.sync", http.MethodPost, baseline.HoldsPath, body)
-}
-
-func (w syncHolds) confirm(ctx context.Context, holdID string) (client.Outcome, error) {
-	return w.do(ctx, "hold.confirm.sync", http.MethodPost, baseline.HoldsPath+"/"+url.PathEscape(holdID)+"/confirm", nil)
-}
-
-func (w syncHolds) cancel(ctx context.Context, holdID string) (client.Outcome, error) {
-	return w.do(ctx, "hold.cancel.sync", http.MethodDelete, baseline.HoldsPath+"/"+url.PathEscape(holdID), nil)
 }
