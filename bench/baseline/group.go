@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/holdfast/holdfast/client"
 	"github.com/holdfast/holdfast/domain"
 )
 
@@ -40,7 +41,7 @@ import (
 // A confirm locks the hold's row, checks the hold is still live by the
 // clock, marks it CONFIRMED and its seats sold, and marks the row sold out
 // when none of its seats is left unsold; COMMIT. Answers and codes are
-// holdfast's (its SeatHold result). The tables keep holdfast's names
+// holdfast's (its SeatHold result, client.SeatHold). The tables keep holdfast's names
 // (events, seats, seat_holds) so that the load tool's check reads both
 // designs with the same queries, in a schema of their own (Setup); the
 // event is made by NewEvent.
@@ -56,18 +57,6 @@ const (
 	// groupCandidates is how many rows with a run a hold reads at once.
 	groupCandidates = 8
 )
-
-// SeatHold is a hold, in holdfast's result shape.
-type SeatHold struct {
-	HoldID           int64     `json:"holdId"`
-	EventID          int64     `json:"eventId"`
-	UserID           string    `json:"userId"`
-	Status           string    `json:"status"`
-	SeatIDs          []int64   `json:"seatIds"`
-	ExpiresAt        time.Time `json:"expiresAt"`
-	PaymentReference *string   `json:"paymentReference"`
-	BookingReference *string   `json:"bookingReference"`
-}
 
 // groupQueries are the group mode's statements, schema spelled out.
 type groupQueries struct {
@@ -150,7 +139,7 @@ func (s *Server) holdGroup(c *fiber.Ctx) error {
 // LOCKED, was being decided on by others: then it waits for them, in a
 // transaction that holds no other row (one holding a row while it waits
 // for another could deadlock with one doing the same the other way round).
-func (s *Server) holdSeats(ctx context.Context, ev int64, user string, n int) (SeatHold, error) {
+func (s *Server) holdSeats(ctx context.Context, ev int64, user string, n int) (client.SeatHold, error) {
 	lock := s.group.lock
 	for range groupAttempts {
 		h, retry, err := s.tryGroupHold(ctx, ev, user, n, lock)
@@ -159,15 +148,15 @@ func (s *Server) holdSeats(ctx context.Context, ev int64, user string, n int) (S
 		}
 		lock = s.group.lockWait
 	}
-	return SeatHold{}, domain.NewProblem(domain.CodeSeatsNotTogether, "no %d seats side by side could be held; try again", n)
+	return client.SeatHold{}, domain.NewProblem(domain.CodeSeatsNotTogether, "no %d seats side by side could be held; try again", n)
 }
 
 // tryGroupHold is one hold transaction; retry reports candidates that had
 // lost their runs, nothing done.
-func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int, lock string) (h SeatHold, retry bool, err error) {
+func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int, lock string) (h client.SeatHold, retry bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return SeatHold{}, false, fmt.Errorf("baseline: begin hold: %w", err)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: begin hold: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var holdSecs, perUser, have int
@@ -175,28 +164,28 @@ func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int,
 	err = tx.QueryRow(ctx, s.group.state, ev, user, n).Scan(&holdSecs, &perUser, &have, &candidates)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return SeatHold{}, false, domain.NewProblem(domain.CodeNotFound, "no such event")
+		return client.SeatHold{}, false, domain.NewProblem(domain.CodeNotFound, "no such event")
 	case err != nil:
-		return SeatHold{}, false, fmt.Errorf("baseline: read candidates: %w", err)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: read candidates: %w", err)
 	case have+n > perUser:
-		return SeatHold{}, false, domain.NewProblem(domain.CodeSeatLimit, "at most %d seats per person for this event; you hold %d", perUser, have)
+		return client.SeatHold{}, false, domain.NewProblem(domain.CodeSeatLimit, "at most %d seats per person for this event; you hold %d", perUser, have)
 	case len(candidates) == 0:
-		return SeatHold{}, false, s.noRun(ctx, tx, ev, n)
+		return client.SeatHold{}, false, s.noRun(ctx, tx, ev, n)
 	}
 	seats, err := s.lockRun(ctx, tx, candidates, n, lock)
 	if err != nil || seats == nil {
-		return SeatHold{}, err == nil, err
+		return client.SeatHold{}, err == nil, err
 	}
-	h = SeatHold{EventID: ev, UserID: user, Status: "held", SeatIDs: seats}
+	h = client.SeatHold{EventID: ev, UserID: user, Status: "held", SeatIDs: seats}
 	var marked int
 	if err := tx.QueryRow(ctx, s.group.put, ev, user, seats, holdSecs).Scan(&h.HoldID, &h.ExpiresAt, &marked); err != nil {
-		return SeatHold{}, false, fmt.Errorf("baseline: put hold: %w", err)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: put hold: %w", err)
 	}
 	if marked != n {
-		return SeatHold{}, false, fmt.Errorf("baseline: hold %d marked %d of its %d seats under its row's lock", h.HoldID, marked, n)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: hold %d marked %d of its %d seats under its row's lock", h.HoldID, marked, n)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return SeatHold{}, false, fmt.Errorf("baseline: commit hold: %w", err)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: commit hold: %w", err)
 	}
 	h.ExpiresAt = h.ExpiresAt.UTC()
 	return h, false, nil
@@ -293,42 +282,42 @@ func (s *Server) confirmGroup(c *fiber.Ctx) error {
 
 // confirmSeats is the confirm's transaction: the hold's row locked, the
 // hold confirmed if it is still live, its seats sold.
-func (s *Server) confirmSeats(ctx context.Context, ev, holdID int64, user, payment string) (SeatHold, error) {
+func (s *Server) confirmSeats(ctx context.Context, ev, holdID int64, user, payment string) (client.SeatHold, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: begin confirm: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: begin confirm: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var owner string
 	var row int64
 	err = tx.QueryRow(ctx, s.group.readHold, holdID, ev).Scan(&owner, &row)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && owner != user {
-		return SeatHold{}, domain.NewProblem(domain.CodeNotFound, "no hold %d of yours for this event", holdID)
+		return client.SeatHold{}, domain.NewProblem(domain.CodeNotFound, "no hold %d of yours for this event", holdID)
 	}
 	if err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: read hold: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: read hold: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.group.lockWait, row); err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: lock row: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: lock row: %w", err)
 	}
-	h := SeatHold{HoldID: holdID, EventID: ev, UserID: user}
+	h := client.SeatHold{HoldID: holdID, EventID: ev, UserID: user}
 	var status string
 	var same bool
 	if err := tx.QueryRow(ctx, s.group.confirm, holdID, payment).Scan(&h.SeatIDs, &status, &h.ExpiresAt, &h.PaymentReference, &same); err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: confirm: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: confirm: %w", err)
 	}
 	if status != "CONFIRMED" {
-		return SeatHold{}, domain.NewProblem(domain.CodeHoldExpired, "hold %d expired at %s; hold seats again", holdID, h.ExpiresAt.UTC().Format(time.RFC3339))
+		return client.SeatHold{}, domain.NewProblem(domain.CodeHoldExpired, "hold %d expired at %s; hold seats again", holdID, h.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	if !same {
-		return SeatHold{}, domain.NewProblem(domain.CodeConflict, "hold %d is confirmed already, with another payment reference", holdID)
+		return client.SeatHold{}, domain.NewProblem(domain.CodeConflict, "hold %d is confirmed already, with another payment reference", holdID)
 	}
 	var sold int
 	if err := tx.QueryRow(ctx, s.group.sell, h.SeatIDs, holdID, row).Scan(&sold); err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: sell seats: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: sell seats: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: commit confirm: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: commit confirm: %w", err)
 	}
 	h.Status, h.ExpiresAt = "confirmed", h.ExpiresAt.UTC()
 	ref := fmt.Sprintf("O-%06d", holdID)

@@ -56,7 +56,7 @@ func TestGroupHoldsRaceOnTheBestRows(t *testing.T) {
 						require.Contains(t, []string{"SOLD_OUT", "SEATS_NOT_TOGETHER"}, a.code, "%v %s", err, a.body)
 						return
 					}
-					var h baseline.SeatHold
+					var h client.SeatHold
 					a.decode(t, &h)
 					mu.Lock()
 					got[user] = h.SeatIDs
@@ -87,7 +87,7 @@ func TestGroupHoldsRaceOnTheBestRows(t *testing.T) {
 
 			lapse(t, sys) // the holds' lifetime passes: what is measured is their lapse
 			require.Equal(t, 16, remaining(), "every hold lapsed at its time")
-			var h baseline.SeatHold
+			var h client.SeatHold
 			call(t, sys, http.MethodPost, holds, "buyer", map[string]int{"quantity": 6}).decode(t, &h)
 			require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, h.SeatIDs, "the Front row's best seats, free again (a fresh schema numbers seats from 1)")
 			call(t, sys, http.MethodPost, fmt.Sprintf("%s/%d/confirm", holds, h.HoldID), "buyer", map[string]string{"paymentReference": "p"}).decode(t, &h)
