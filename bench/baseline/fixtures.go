@@ -111,55 +111,25 @@ func Nights(ctx context.Context, db *pgxpool.Pool, schema string, hotel int64, f
 // NewEvent makes an event of seat map m, its holds lasting holdSeconds
 // and at most perUser seats a user, with seat ids in the map's order
 // (sections best first, rows, positions), and returns its id.
-func NewEvent(ctx context.Context, db *pgxpool.Pool, schema, name string, m []client.Section, holdSeconds, perUser int) (int64, error) {
-	q := newGroupQueries(schema)
-	var ev int64
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var sections []string
-		var rowNos, prefs []int32
-		total := 0
-		for _, sec := range m {
-			for n, r := range sec.Rows {
-				sections, rowNos, prefs = append(sections, sec.Name), append(rowNos, int32(n)), append(prefs, int32(len(prefs)+1))
-				total += r.Seats
-			}
+func NewEvent(ctx context.Context, db *pgxpool.Pool, schema, name string, m []client.Section, holdSeconds, perUser int) (ev int64, err error) {
+	var sections, labels []string
+	var rowNos, seats []int32
+	for _, sec := range m {
+		for n, r := range sec.Rows {
+			sections, labels, rowNos, seats = append(sections, sec.Name), append(labels, r.Label), append(rowNos, int32(n)), append(seats, int32(r.Seats))
 		}
-		if err := tx.QueryRow(ctx, q.event, name, total, holdSeconds, perUser).Scan(&ev); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, q.rows, ev, sections, rowNos, prefs)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64]) // by preference
-		if err != nil {
-			return err
-		}
-		var rowIDs []int64
-		var secs, labels []string
-		var nos, pos []int32
-		for _, sec := range m {
-			for n, r := range sec.Rows {
-				for i := range r.Seats {
-					rowIDs, secs, labels = append(rowIDs, ids[0]), append(secs, sec.Name), append(labels, r.Label)
-					nos, pos = append(nos, int32(n)), append(pos, int32(i+1))
-				}
-				ids = ids[1:]
-			}
-		}
-		_, err = tx.Exec(ctx, q.seats, ev, rowIDs, secs, labels, nos, pos)
-		return err
-	})
+	}
+	err = db.QueryRow(ctx, `WITH m AS (SELECT * FROM unnest($4::text[], $5::text[], $6::int[], $7::int[]) WITH ORDINALITY AS m(section, label, row_no, seats, pref)),
+		e AS (INSERT INTO `+table(schema, "events")+` (name, total_seats, seat_hold_seconds, max_seats_per_user)
+			SELECT $1, sum(seats), $2, $3 FROM m RETURNING id),
+		r AS (INSERT INTO `+table(schema, "seat_rows")+` (event_id, section, row_no, preference) SELECT e.id, section, row_no, pref FROM e, m
+			RETURNING id, preference),
+		s AS (INSERT INTO `+table(schema, "seats")+` (event_id, row_id, section, row_label, row_no, pos)
+			SELECT e.id, r.id, m.section, m.label, m.row_no, p FROM e, m JOIN r ON r.preference = m.pref, generate_series(1, m.seats) p
+			ORDER BY m.pref, p)
+		SELECT id FROM e`, name, holdSeconds, perUser, sections, labels, rowNos, seats).Scan(&ev)
 	if err != nil {
 		return 0, fmt.Errorf("baseline: new event: %w", err)
 	}
 	return ev, nil
-}
-
-// FreeSeats counts an event's seats free now: the remaining seats a public
-// read of the event would show.
-func FreeSeats(ctx context.Context, db *pgxpool.Pool, schema string, event int64) (int, error) {
-	var n int
-	err := db.QueryRow(ctx, newGroupQueries(schema).free, event).Scan(&n)
-	return n, err
 }

@@ -60,16 +60,15 @@ const (
 
 // groupQueries are the group mode's statements, schema spelled out.
 type groupQueries struct {
-	event, rows, seats string // the fixture's inserts (NewEvent)
-	state              string // settings, the caller's live seats, candidate rows
-	lock               string // a candidate row locked, as the mode locks it
-	lockWait           string // a row locked, waiting for it
-	rowSeats           string // a row's unsold seats, each free or not
-	put                string // the hold and its seats, each re-checked free
-	free               string // free seats of the event
-	readHold           string // a hold and its row
-	confirm            string // a live hold confirmed
-	sell               string // its seats sold, and its row sold out if it is
+	state    string // settings, the caller's live seats, candidate rows
+	lock     string // a candidate row locked, as the mode locks it
+	lockWait string // a row locked, waiting for it
+	rowSeats string // a row's unsold seats, each free or not
+	put      string // the hold and its seats, each re-checked free
+	free     string // free seats of the event
+	readHold string // a hold and its row
+	confirm  string // a live hold confirmed
+	sell     string // its seats sold, and its row sold out if it is
 }
 
 // newGroupQueries builds the statements.
@@ -78,13 +77,6 @@ func newGroupQueries(schema string) groupQueries {
 	events, rows, seats, holds := q("events"), q("seat_rows"), q("seats"), q("seat_holds")
 	free := `NOT s.sold AND (s.held_until IS NULL OR s.held_until <= clock_timestamp())`
 	return groupQueries{
-		event: `INSERT INTO ` + events + ` (name, total_seats, seat_hold_seconds, max_seats_per_user) VALUES ($1, $2, $3, $4) RETURNING id`,
-		rows: `WITH r AS (INSERT INTO ` + rows + ` (event_id, section, row_no, preference)
-			SELECT $1, s, n, p FROM unnest($2::text[], $3::int[], $4::int[]) AS r(s, n, p) RETURNING id, preference)
-			SELECT id FROM r ORDER BY preference`,
-		seats: `INSERT INTO ` + seats + ` (event_id, row_id, section, row_label, row_no, pos)
-			SELECT $1, r, s, l, n, p FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[], $6::int[])
-				WITH ORDINALITY AS m(r, s, l, n, p, o) ORDER BY o`,
 		state: `SELECT e.seat_hold_seconds, e.max_seats_per_user,
 				(SELECT coalesce(sum(cardinality(h.seat_ids)), 0) FROM ` + holds + ` h WHERE h.event_id = e.id AND h.user_id = $2
 					AND (h.status = 'CONFIRMED' OR h.status = 'HELD' AND h.expires_at > clock_timestamp())),
