@@ -3,9 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -186,29 +183,23 @@ func requireCartRush(t *testing.T, rep *loadtest.Report, kind string, users, sto
 	require.Greater(t, c.UnitsReserved, 5*stock*3/4)
 }
 
-// startCartBaseline serves cmd/baseline's cart mode, on a schema of its own,
-// until the test ends, and returns its URL and a database URL whose
-// search_path is the schema, where the scenario writes its options.
+// startCartBaseline serves cmd/baseline's cart mode, its tables in an
+// empty schema of its own, until the test ends, and returns its URL and
+// the database URL whose search_path selects the schema, where the
+// scenario writes its options.
 func startCartBaseline(t *testing.T) (string, string) {
 	t.Helper()
 	ctx := context.Background()
-	pgURL, _ := testenv.Postgres(t)
-	pool, err := storage.OpenPostgres(ctx, pgURL, 20)
+	dbURL := testenv.EmptySchemaOn(t, testenv.PGServerURL())
+	pool, err := storage.OpenPostgres(ctx, dbURL, 20) // the clients race in Postgres, not for a connection
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "cart_" + hex.EncodeToString(b)
+	var schema string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema))
 	require.NoError(t, baseline.Setup(ctx, pool, baseline.Cart, schema, 0))
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
 	srv, err := baseline.New(pool, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: 2 * time.Second})
 	require.NoError(t, err)
-	u, err := url.Parse(pgURL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return testenv.Serve(t, srv.Serve), u.String()
+	return testenv.Serve(t, srv.Serve), dbURL
 }
 
 // TestLoadSoak runs the soak scenario briefly against a real API and worker

@@ -2,9 +2,7 @@ package loadtest
 
 import (
 	"context"
-	"net/url"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -118,23 +116,19 @@ func TestDropOfOneOption(t *testing.T) {
 	})
 }
 
-// startBaseline serves cmd/baseline's mode, its tables in a schema of the
-// test's own, and returns its URL and the database URL whose search_path
-// is that schema, for the scenario's fixture and checks.
+// startBaseline serves cmd/baseline's mode, its tables in an empty schema
+// of the test's own, and returns its URL and the database URL whose
+// search_path selects that schema, for the scenario's fixture and checks.
 func startBaseline(t *testing.T, mode baseline.Mode) (string, string) {
 	t.Helper()
-	dbURL, pool := testenv.Postgres(t)
-	schema := string(mode) + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	dbURL := testenv.EmptySchemaOn(t, testenv.PGServerURL())
+	pool := testenv.Pool(t, dbURL)
+	var schema string
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT current_schema()").Scan(&schema))
 	require.NoError(t, baseline.Setup(t.Context(), pool, mode, schema, 0))
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") }) // before the pool closes
 	srv, err := baseline.New(pool, baseline.Options{Mode: mode, Schema: schema, ShutdownTimeout: time.Second})
 	require.NoError(t, err)
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return testenv.Serve(t, srv.Serve), u.String()
+	return testenv.Serve(t, srv.Serve), dbURL
 }
 
 func equalCarts(a, b []cartLine) bool {
