@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
@@ -149,9 +147,9 @@ func TestLoadScenarios(t *testing.T) {
 		}
 	})
 	t.Run("baseline-cart, twice", func(t *testing.T) {
-		url := startCartBaseline(t)
+		url, dbURL := startCartBaseline(t)
 		for seed := range uint64(2) { // the same tables twice: each run has options of its own
-			rep := runChecked(t, "baseline-cart", loadtest.Options{BaseURL: url,
+			rep := runChecked(t, "baseline-cart", loadtest.Options{BaseURL: url, DatabaseURL: dbURL,
 				Concurrency: 30, Users: 150, Stock: 15, Seed: seed, MetricsURLs: map[string]string{"api": url + "/metrics"}})
 			requireCartRush(t, rep, "order.reserve.sync", 150, 15)
 			require.Equal(t, 150, rep.ClientRoundTrip.Count)
@@ -185,23 +183,23 @@ func requireCartRush(t *testing.T, rep *loadtest.Report, kind string, users, sto
 	require.Greater(t, c.UnitsReserved, 5*stock*3/4)
 }
 
-// startCartBaseline serves cmd/baseline's cart mode, on a schema of its own,
-// until the test ends, and returns its URL.
-func startCartBaseline(t *testing.T) string {
+// startCartBaseline serves cmd/baseline's cart mode, its tables in an
+// empty schema of its own, until the test ends, and returns its URL and
+// the database URL whose search_path selects the schema, where the
+// scenario writes its options.
+func startCartBaseline(t *testing.T) (string, string) {
 	t.Helper()
 	ctx := context.Background()
-	pgURL, _ := testenv.Postgres(t)
-	pool, err := storage.OpenPostgres(ctx, pgURL, 20)
+	dbURL := testenv.EmptySchemaOn(t, testenv.PGServerURL())
+	pool, err := storage.OpenPostgres(ctx, dbURL, 20) // the clients race in Postgres, not for a connection
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "cart_" + hex.EncodeToString(b)
-	require.NoError(t, baseline.SetupCart(ctx, pool, schema))
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	var schema string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema))
+	require.NoError(t, baseline.Setup(ctx, pool, baseline.Cart, schema, 0))
 	srv, err := baseline.New(pool, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: 2 * time.Second})
 	require.NoError(t, err)
-	return testenv.Serve(t, srv.Serve)
+	return testenv.Serve(t, srv.Serve), dbURL
 }
 
 // TestLoadSoak runs the soak scenario briefly against a real API and worker

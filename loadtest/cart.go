@@ -10,10 +10,11 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/client"
 	"github.com/holdfast/holdfast/domain"
 )
@@ -80,42 +81,51 @@ func rushCart(seed uint64, i int, options, tail []int64) []cartLine {
 
 func byOption(a, b cartLine) int { return cmp.Compare(a.option, b.option) }
 
-// createRushOptions creates the rush's product of Options.HotOptions hot
-// options through api (holdfast's admin call, which the baseline's cart
-// mode also answers) and returns their ids; with Options.CartTail, first a
-// catalog product of that many options, whose ids it returns in tail.
-// Option codes carry the run's id, so runs can share a database.
-func createRushOptions(ctx context.Context, e *Env, api *client.Client, stock int) (options, tail []int64, err error) {
+// makeRushOptions makes the rush's Options.HotOptions hot options with
+// newOptions, which makes a product of options of the codes given and
+// returns their ids; with Options.CartTail, first a catalog product of that
+// many options, whose ids it returns in tail. Option codes carry the run's
+// id, so runs can share a database.
+func makeRushOptions(e *Env, newOptions func(product string, codes []string) ([]int64, error)) (options, tail []int64, err error) {
 	if e.Opt.HotOptions < 0 || e.Opt.CartTail < 0 || e.Opt.Stock < 0 {
 		return nil, nil, fmt.Errorf("hot options (%d), cart tail (%d) and stock (%d) must not be negative", e.Opt.HotOptions, e.Opt.CartTail, e.Opt.Stock)
 	}
+	codes := func(code string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s-%s-%d", e.RunID, code, i)
+		}
+		return out
+	}
 	if n := e.Opt.CartTail; n > 0 {
-		if tail, err = createOptions(ctx, e, api, "catalog", "TAIL", n, stock); err != nil {
+		if tail, err = newOptions("catalog "+e.RunID, codes("TAIL", n)); err != nil {
 			return nil, nil, err
 		}
 	}
-	options, err = createOptions(ctx, e, api, "limited drop", "DROP", orDefault(e.Opt.HotOptions, rushOptions), stock)
+	options, err = newOptions("limited drop "+e.RunID, codes("DROP", orDefault(e.Opt.HotOptions, rushOptions)))
 	return options, tail, err
 }
 
-// createOptions creates n options of stock units each, in products of at
-// most maxProductOptions (the shop's bound).
-func createOptions(ctx context.Context, e *Env, api *client.Client, name, code string, n, stock int) ([]int64, error) {
-	var ids []int64
-	for first := 0; first < n; first += maxProductOptions {
-		var opts []client.NewOption
-		for i := first; i < min(n, first+maxProductOptions); i++ {
-			opts = append(opts, client.NewOption{OptionCode: fmt.Sprintf("%s-%s-%d", e.RunID, code, i), Price: 1000 * int64(i+1), StockQuantity: stock, IsActive: true})
+// createOptions makes options of stock units each through api, holdfast's
+// admin call, in products of at most maxProductOptions (the shop's bound).
+func createOptions(ctx context.Context, api *client.Client, stock int) func(string, []string) ([]int64, error) {
+	return func(product string, codes []string) ([]int64, error) {
+		var ids []int64
+		for first := 0; first < len(codes); first += maxProductOptions {
+			var opts []client.NewOption
+			for i, code := range codes[first:min(len(codes), first+maxProductOptions)] {
+				opts = append(opts, client.NewOption{OptionCode: code, Price: 1000 * int64(first+i+1), StockQuantity: stock, IsActive: true})
+			}
+			p, err := api.CreateProduct(ctx, fmt.Sprintf("%s %d", product, first), opts...)
+			if err != nil {
+				return nil, fmt.Errorf("create product: %w", err)
+			}
+			for _, o := range p.Options {
+				ids = append(ids, o.ProductOptionID)
+			}
 		}
-		p, err := api.CreateProduct(ctx, fmt.Sprintf("%s %s %d", name, e.RunID, first), opts...)
-		if err != nil {
-			return nil, fmt.Errorf("create product: %w", err)
-		}
-		for _, o := range p.Options {
-			ids = append(ids, o.ProductOptionID)
-		}
+		return ids, nil
 	}
-	return ids, nil
 }
 
 // maxProductOptions is the most options the shop takes in one product.
@@ -185,6 +195,25 @@ func (b *cartBook) refusedFor(i int, option int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refused[i] = option
+}
+
+// answered records the outcome of user i's reserve: its lines, or the option
+// a refusal for stock names; any other answer is an error.
+func (b *cartBook) answered(i int, out client.Outcome) error {
+	var r struct {
+		Reservations []reservedLine `json:"reservations"`
+	}
+	err := out.Decode(&r)
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Code == client.CodeInsufficientAvailableStock {
+		b.refusedFor(i, refusedOption(ce))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reserve for user %s: %w", b.users[i], err)
+	}
+	b.reserved(i, r.Reservations)
+	return nil
 }
 
 // check compares what the clients were told with each option's stock as
@@ -271,19 +300,6 @@ func (b *cartBook) checkLive(live map[string]int, r *CartReport) []string {
 	return out
 }
 
-// readStocks reads each option's stock through api.
-func readStocks(ctx context.Context, api *client.Client, options []int64) (map[int64]client.Stock, error) {
-	out := make(map[int64]client.Stock, len(options))
-	for _, id := range options {
-		st, err := api.Stock(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("stock of option %d: %w", id, err)
-		}
-		out[id] = st
-	}
-	return out, nil
-}
-
 // refusedOption is the option an INSUFFICIENT_AVAILABLE_STOCK names, 0 if
 // none.
 func refusedOption(e *client.Error) int64 {
@@ -309,7 +325,7 @@ type cartRush struct {
 
 func (s *cartRush) Setup(ctx context.Context, e *Env) (int, error) {
 	n, stock := orDefault(e.Opt.Users, 3000), orDefault(e.Opt.Stock, 300)
-	options, tail, err := createRushOptions(ctx, e, e.Admin, stock)
+	options, tail, err := makeRushOptions(e, createOptions(ctx, e.Admin, stock))
 	if err != nil {
 		return 0, err
 	}
@@ -337,33 +353,24 @@ func (s *cartRush) Setup(ctx context.Context, e *Env) (int, error) {
 
 func (s *cartRush) Journey(ctx context.Context, e *Env, i int) error {
 	c, uid := s.clients[i], s.uids[i]
-	out, err := e.Write(ctx, c, "order.reserve", func(ctx context.Context) (client.Accepted, error) { return c.ReserveOrder(ctx, uid) })
+	out, err := queued{e, c}.write(ctx, "order.reserve", http.MethodPost, "/api/v1/orders/reserve", map[string]int64{"userId": uid})
 	if err != nil {
 		return err
 	}
-	var r struct {
-		Reservations []reservedLine `json:"reservations"`
-	}
-	err = out.Decode(&r)
-	var ce *client.Error
-	if errors.As(err, &ce) && ce.Code == "INSUFFICIENT_AVAILABLE_STOCK" {
-		s.book.refusedFor(i, refusedOption(ce))
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reserve for user %d: %w", uid, err)
-	}
-	s.book.reserved(i, r.Reservations)
-	return nil
+	return s.book.answered(i, out)
 }
 
 // Check reads each option's stock from the API. holdfast lists no user's
 // reservations, so a reserve applied twice shows as units reserved that no
 // client was told of.
 func (s *cartRush) Check(ctx context.Context, e *Env) ([]string, error) {
-	stocks, err := readStocks(ctx, e.Admin, s.book.options)
-	if err != nil {
-		return nil, err
+	stocks := make(map[int64]client.Stock, len(s.book.options))
+	for _, id := range s.book.options {
+		st, err := e.Admin.Stock(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("stock of option %d: %w", id, err)
+		}
+		stocks[id] = st
 	}
 	out, r := s.book.check(stocks, nil)
 	s.report = r
@@ -374,122 +381,53 @@ func (s *cartRush) cartReport() *CartReport { return s.report }
 
 // baselineCart: the same cart rush against cmd/baseline's cart mode, seed
 // 002's reserve done synchronously: each journey is one POST
-// /api/v1/orders/reserve carrying the cart, answered 200 with the
-// reservations or 409 with the refusal. The options are created with the
-// same client call as holdfast's; the checks read the same stock call and
-// the baseline's list of who holds what.
-type baselineCart struct {
-	book   *cartBook
-	report *CartReport // made by Check
-}
+// /api/v1/orders/reserve carrying the cart, answered with the reservations
+// or the refusal. Its options are written into the design's tables, and
+// its checks read each option's stock and who holds what there.
+type baselineCart struct{ cartRush }
 
 func (s *baselineCart) Setup(ctx context.Context, e *Env) (int, error) {
 	n, stock := orDefault(e.Opt.Users, 3000), orDefault(e.Opt.Stock, 300)
-	options, tail, err := createRushOptions(ctx, e, e.base, stock)
+	err := inBaselineDB(ctx, e, func(db *pgxpool.Pool, schema string) error {
+		options, tail, err := makeRushOptions(e, func(product string, codes []string) ([]int64, error) {
+			return baseline.NewOptions(ctx, db, schema, product, stock, codes...)
+		})
+		if err == nil {
+			s.book = newCartBook(e.Opt.Seed, n, options, tail, stock)
+		}
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	s.book = newCartBook(e.Opt.Seed, n, options, tail, stock)
 	for i := range s.book.users {
 		s.book.users[i] = e.userID(i)
 	}
-	return n, warmUp(ctx, e, s.book.options)
-}
-
-// warmUp reads the options' stock from all clients at once, so that the
-// baseline's pool has its connections open, their backends warm, before
-// the rush, as the setup's thousands of calls leave holdfast's API.
-func warmUp(ctx context.Context, e *Env, options []int64) error {
-	return forEach(e.Opt.Concurrency, e.Opt.Concurrency, func(i int) error {
-		_, err := e.base.Stock(ctx, options[i%len(options)])
-		return err
-	})
-}
-
-// baselineCartBody is the baseline's reserve body: the cart comes with it.
-type baselineCartBody struct {
-	UserID string         `json:"userId"`
-	Items  []baselineItem `json:"items"`
-}
-
-type baselineItem struct {
-	ProductOptionID int64 `json:"productOptionId"`
-	Quantity        int   `json:"quantity"`
+	return n, warmUp(ctx, e)
 }
 
 func (s *baselineCart) Journey(ctx context.Context, e *Env, i int) error {
 	user := s.book.users[i]
-	body := baselineCartBody{UserID: user}
+	body := baseline.CartRequest{UserID: user}
 	for _, l := range s.book.carts[i] {
-		body.Items = append(body.Items, baselineItem{l.option, l.quantity})
+		body.Items = append(body.Items, baseline.CartItem{ProductOptionID: l.option, Quantity: l.quantity})
 	}
-	start := time.Now()
-	status, raw, err := plainPost(ctx, e, "/api/v1/orders/reserve", user, body)
-	took := time.Since(start)
+	out, err := syncWriter{e, user}.write(ctx, "order.reserve", http.MethodPost, baseline.CartReservePath, body)
 	if err != nil {
-		e.Rec.SubmitError("order.reserve.sync", err)
 		return err
 	}
-	out, err := s.answer(i, status, raw)
-	if err != nil {
-		e.Rec.SubmitError("order.reserve.sync", err)
+	return s.book.answered(i, out)
+}
+
+func (s *baselineCart) Check(ctx context.Context, e *Env) (out []string, err error) {
+	err = inBaselineDB(ctx, e, func(db *pgxpool.Pool, schema string) error {
+		stocks, err := baseline.Stocks(ctx, db, schema, s.book.options)
+		if err != nil {
+			return err
+		}
+		live, err := baseline.LiveRows(ctx, db, schema, s.book.options)
+		out, s.report = s.book.check(stocks, live)
 		return err
-	}
-	// A synchronous answer is its own outcome: accepted and terminal at once.
-	e.Rec.Accepted("order.reserve.sync", start, took)
-	e.Rec.Terminal("order.reserve.sync", start, out)
-	return nil
+	})
+	return out, err
 }
-
-// answer records a reserve's answer in the book and returns it as an
-// outcome.
-func (s *baselineCart) answer(i, status int, raw []byte) (client.Outcome, error) {
-	switch status {
-	case http.StatusOK:
-		var r struct {
-			Data struct {
-				Reservations []reservedLine `json:"reservations"`
-			} `json:"data"`
-		}
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return client.Outcome{}, fmt.Errorf("reserve for %s: %w", s.book.users[i], err)
-		}
-		s.book.reserved(i, r.Data.Reservations)
-		return client.Outcome{Status: client.StatusSucceeded}, nil
-	case http.StatusConflict:
-		var r struct {
-			Error *client.Error `json:"error"`
-		}
-		if err := json.Unmarshal(raw, &r); err == nil && r.Error != nil && r.Error.Code == "INSUFFICIENT_AVAILABLE_STOCK" {
-			s.book.refusedFor(i, refusedOption(r.Error))
-			return client.Outcome{Status: client.StatusRejected, Problem: r.Error}, nil
-		}
-	}
-	return client.Outcome{}, fmt.Errorf("reserve for %s: HTTP %d: %s", s.book.users[i], status, raw)
-}
-
-// Check reads each option's stock and who holds what from the baseline.
-func (s *baselineCart) Check(ctx context.Context, e *Env) ([]string, error) {
-	stocks, err := readStocks(ctx, e.base, s.book.options)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(s.book.options))
-	for i, id := range s.book.options {
-		ids[i] = strconv.FormatInt(id, 10)
-	}
-	var live struct {
-		Users map[string]int `json:"users"`
-	}
-	if err := e.base.Do(ctx, http.MethodGet, "/api/v1/reservations/live?productOptionIds="+strings.Join(ids, ","), nil, &live); err != nil {
-		return nil, fmt.Errorf("live reservations: %w", err)
-	}
-	if live.Users == nil {
-		live.Users = map[string]int{}
-	}
-	out, r := s.book.check(stocks, live.Users)
-	s.report = r
-	return out, nil
-}
-
-func (s *baselineCart) cartReport() *CartReport { return s.report }

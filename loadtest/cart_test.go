@@ -3,7 +3,6 @@ package loadtest
 import (
 	"context"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -103,7 +102,8 @@ func TestDropOfOneOption(t *testing.T) {
 	}
 	t.Run("synchronous", func(t *testing.T) {
 		t.Parallel()
-		rep := drop(t, "baseline-cart", Options{BaseURL: startCartBaseline(t), Secret: "x"})
+		url, dbURL := startBaseline(t, baseline.Cart)
+		rep := drop(t, "baseline-cart", Options{BaseURL: url, Secret: "x", DatabaseURL: dbURL})
 		require.Equal(t, map[string]int{"order.reserve.sync succeeded": stock,
 			"order.reserve.sync rejected INSUFFICIENT_AVAILABLE_STOCK": users - stock}, rep.Outcomes)
 	})
@@ -116,18 +116,19 @@ func TestDropOfOneOption(t *testing.T) {
 	})
 }
 
-// startCartBaseline serves cmd/baseline's cart mode, its tables in a
-// schema of the test's own (the test's search_path holds holdfast's), until
-// the test ends, and returns its URL.
-func startCartBaseline(t *testing.T) string {
+// startBaseline serves cmd/baseline's mode, its tables in an empty schema
+// of the test's own, and returns its URL and the database URL whose
+// search_path selects that schema, for the scenario's fixture and checks.
+func startBaseline(t *testing.T, mode baseline.Mode) (string, string) {
 	t.Helper()
-	_, pool := testenv.Postgres(t)
-	schema := "cart_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	require.NoError(t, baseline.SetupCart(t.Context(), pool, schema))
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") }) // before the pool closes
-	srv, err := baseline.New(pool, baseline.Options{Mode: baseline.Cart, Schema: schema, ShutdownTimeout: time.Second})
+	dbURL := testenv.EmptySchemaOn(t, testenv.PGServerURL())
+	pool := testenv.Pool(t, dbURL)
+	var schema string
+	require.NoError(t, pool.QueryRow(t.Context(), "SELECT current_schema()").Scan(&schema))
+	require.NoError(t, baseline.Setup(t.Context(), pool, mode, schema, 0))
+	srv, err := baseline.New(pool, baseline.Options{Mode: mode, Schema: schema, ShutdownTimeout: time.Second})
 	require.NoError(t, err)
-	return testenv.Serve(t, srv.Serve)
+	return testenv.Serve(t, srv.Serve), dbURL
 }
 
 func equalCarts(a, b []cartLine) bool {

@@ -47,6 +47,9 @@ type groupTables struct {
 	event   string // total seats, the count of seats taken (NULL: none kept), seatHoldSeconds
 	seats   string // id, section, row_no, pos, taken, the hold taking it
 	holds   string // id, user_id, seat_ids, status, created_at, expires_at, updated_at
+	// remaining counts the seats a public read of the event shows left,
+	// where the design has no public read (holdfast's is its API's).
+	remaining string
 }
 
 var holdfastTables = groupTables{
@@ -65,6 +68,7 @@ var baselineTables = groupTables{
 		FROM seats WHERE event_id = $1`,
 	holds: `SELECT id, user_id, seat_ids, CASE WHEN status = 'HELD' AND expires_at <= $2 THEN 'EXPIRED' ELSE status END,
 		created_at, expires_at, updated_at FROM seat_holds WHERE event_id = $1`,
+	remaining: `SELECT count(*) FROM seats WHERE event_id = $1 AND NOT sold AND (held_until IS NULL OR held_until <= $2)`,
 }
 
 // snapSeat and snapHold are a seat and a hold as the tables hold them.
@@ -97,7 +101,8 @@ const settleTimeout = time.Minute
 
 // checkTables waits until every hold of the rush has expired (and, in
 // holdfast, been swept) or been confirmed, reads the design's tables and
-// the public event through api, and checks them (checkGroup).
+// its remaining seats (t.remaining, else the public event through api),
+// and checks them (checkGroup).
 func (b *groupBook) checkTables(ctx context.Context, databaseURL string, t groupTables, api *client.Client) ([]string, *GroupReport, error) {
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
@@ -130,17 +135,27 @@ func (b *groupBook) checkTables(ctx context.Context, databaseURL string, t group
 	taken := snap.takenSeats()
 	// The public count follows the last sweep's commit: give it a moment.
 	for range 20 {
-		ev, err := api.PublicEvent(ctx, b.eventID)
-		if err != nil {
+		if snap.remaining, err = remaining(ctx, conn, t, api, b.eventID); err != nil {
 			return nil, nil, err
 		}
-		if snap.remaining = ev.RemainingSeats; snap.remaining == snap.total-taken {
+		if snap.remaining == snap.total-taken {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	out, r := b.checkGroup(snap)
 	return out, r, nil
+}
+
+// remaining is the event's remaining seats, read with t.remaining or, for
+// a design without it, from the public event through api.
+func remaining(ctx context.Context, conn *pgx.Conn, t groupTables, api *client.Client, ev int64) (n int, err error) {
+	if t.remaining != "" {
+		err = conn.QueryRow(ctx, t.remaining, ev, time.Now()).Scan(&n)
+		return n, err
+	}
+	pub, err := api.PublicEvent(ctx, ev)
+	return pub.RemainingSeats, err
 }
 
 func readGroupSnapshot(ctx context.Context, conn *pgx.Conn, t groupTables, ev int64) (*groupSnapshot, error) {

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/client"
 )
 
@@ -91,12 +94,6 @@ func groupMap(seats int) []client.Section {
 	return m
 }
 
-// groupWriter makes a group rush's writes and returns their outcomes.
-type groupWriter interface {
-	hold(ctx context.Context, eventID int64, quantity int) (client.Outcome, error)
-	confirm(ctx context.Context, eventID, holdID int64, payment string) (client.Outcome, error)
-}
-
 // toldHold is a hold a fan was told of, and what came of it.
 type toldHold struct {
 	user      string
@@ -148,10 +145,11 @@ func (b *groupBook) count(n *int, by int) {
 }
 
 // journey is fan i's: a group's hold, then, if granted, its fate.
-func (b *groupBook) journey(ctx context.Context, w groupWriter, i int, user string) error {
+func (b *groupBook) journey(ctx context.Context, w writer, i int, user string) error {
 	ch := groupChoiceOf(b.seed, i)
 	b.count(&b.report.SeatsAsked, ch.size)
-	out, err := w.hold(ctx, b.eventID, ch.size)
+	holds := fmt.Sprintf("/api/v1/events/%d/holds", b.eventID)
+	out, err := w.write(ctx, "seat.hold", http.MethodPost, holds, map[string]int{"quantity": ch.size})
 	if err != nil {
 		return err
 	}
@@ -177,7 +175,8 @@ func (b *groupBook) journey(ctx context.Context, w groupWriter, i int, user stri
 	if !ch.confirm {
 		return nil
 	}
-	out, err = w.confirm(ctx, b.eventID, h.HoldID, "pay-"+user)
+	out, err = w.write(ctx, "seat.hold.confirm", http.MethodPost, fmt.Sprintf("%s/%d/confirm", holds, h.HoldID),
+		map[string]string{"paymentReference": "pay-" + user})
 	if err != nil {
 		return err
 	}
@@ -213,7 +212,7 @@ func (s *groupRush) Journey(ctx context.Context, e *Env, i int) error {
 	if err != nil {
 		return err
 	}
-	return s.book.journey(ctx, queuedGroups{e, c}, i, user)
+	return s.book.journey(ctx, queued{e, c}, i, user)
 }
 
 func (s *groupRush) Check(ctx context.Context, e *Env) ([]string, error) {
@@ -224,70 +223,33 @@ func (s *groupRush) Check(ctx context.Context, e *Env) ([]string, error) {
 
 func (s *groupRush) groupReport() *GroupReport { return s.report }
 
-// queuedGroups writes through holdfast: 202, then the outcome.
-type queuedGroups struct {
-	e *Env
-	c *client.Client
-}
-
-func (w queuedGroups) hold(ctx context.Context, eventID int64, quantity int) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "seat.hold", func(ctx context.Context) (client.Accepted, error) {
-		return w.c.HoldSeats(ctx, eventID, quantity)
-	})
-}
-
-func (w queuedGroups) confirm(ctx context.Context, eventID, holdID int64, payment string) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "seat.hold.confirm", func(ctx context.Context) (client.Accepted, error) {
-		return w.c.ConfirmSeatHold(ctx, eventID, holdID, payment)
-	})
-}
-
 // baselineGroupRush: the same group rush against cmd/baseline's group
-// modes: each write is one request answered with its outcome. The event
-// is created with the same client call as holdfast's; the checks read the
-// baseline's tables with the same rules.
-type baselineGroupRush struct {
-	book   *groupBook
-	report *GroupReport // made by Check
-}
+// mode: each write is one request answered with its outcome. Its event is
+// written into the design's tables, and its checks read them with the same
+// rules.
+type baselineGroupRush struct{ groupRush }
 
 func (s *baselineGroupRush) Setup(ctx context.Context, e *Env) (int, error) {
 	s.book = newGroupBook(e.Opt.Seed, orDefault(e.Opt.Users, defaultGroupFans), orDefault(e.Opt.Seats, defaultGroupSeats),
 		orDefault(e.Opt.SeatHoldSeconds, defaultHoldSeconds))
-	if err := s.book.setup(ctx, e, e.base); err != nil {
-		return 0, err
-	}
-	// Open the baseline's pool before the rush, from every client at once,
-	// as the fixture's calls leave holdfast's API warm (see warmUp).
-	err := forEach(e.Opt.Concurrency, e.Opt.Concurrency, func(int) error {
-		_, err := e.base.PublicEvent(ctx, s.book.eventID)
+	err := inBaselineDB(ctx, e, func(db *pgxpool.Pool, schema string) (err error) {
+		s.book.eventID, err = baseline.NewEvent(ctx, db, schema, "group rush "+e.RunID, groupMap(s.book.report.Seats),
+			s.book.report.HoldSeconds, groupMaxSize)
 		return err
 	})
+	if err == nil {
+		err = warmUp(ctx, e)
+	}
 	return s.book.fans, err
 }
 
 func (s *baselineGroupRush) Journey(ctx context.Context, e *Env, i int) error {
 	user := e.userID(i)
-	return s.book.journey(ctx, syncGroups{syncHolds{e, user}}, i, user)
+	return s.book.journey(ctx, syncWriter{e, user}, i, user)
 }
 
 func (s *baselineGroupRush) Check(ctx context.Context, e *Env) ([]string, error) {
-	out, r, err := s.book.checkTables(ctx, e.Opt.DatabaseURL, baselineTables, e.base)
+	out, r, err := s.book.checkTables(ctx, e.Opt.DatabaseURL, baselineTables, nil)
 	s.report = r
 	return out, err
-}
-
-func (s *baselineGroupRush) groupReport() *GroupReport { return s.report }
-
-// syncGroups writes to the baseline as its user (X-User-Id): a synchronous
-// answer is its own outcome, accepted and terminal at once.
-type syncGroups struct{ w syncHolds }
-
-func (g syncGroups) hold(ctx context.Context, eventID int64, quantity int) (client.Outcome, error) {
-	return g.w.do(ctx, "seat.hold.sync", http.MethodPost, fmt.Sprintf("/api/v1/events/%d/holds", eventID), map[string]int{"quantity": quantity})
-}
-
-func (g syncGroups) confirm(ctx context.Context, eventID, holdID int64, payment string) (client.Outcome, error) {
-	return g.w.do(ctx, "seat.hold.confirm.sync", http.MethodPost, fmt.Sprintf("/api/v1/events/%d/holds/%d/confirm", eventID, holdID),
-		map[string]string{"paymentReference": payment})
 }

@@ -3,8 +3,6 @@ package loadtest
 import (
 	"bytes"
 	"context"
-	"net/url"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,7 +10,6 @@ import (
 
 	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/internal/systest"
-	"github.com/holdfast/holdfast/internal/testenv"
 )
 
 // A fan's group depends on the seed and the fan alone, so group-rush and
@@ -157,7 +154,7 @@ func TestGroupRushOnBothDesigns(t *testing.T) {
 	}
 	t.Run("synchronous", func(t *testing.T) {
 		t.Parallel()
-		url, dbURL := startGroupBaseline(t)
+		url, dbURL := startBaseline(t, baseline.Group)
 		rush(t, "baseline-group-rush", Options{BaseURL: url, Secret: "x", DatabaseURL: dbURL})
 	})
 	t.Run("holdfast", func(t *testing.T) {
@@ -165,25 +162,6 @@ func TestGroupRushOnBothDesigns(t *testing.T) {
 		s := systest.Start(t, systest.Options{Workers: 1, Overrides: []string{"RATE_LIMIT_PER_USER", "0", "EVENTS_RECONCILE_INTERVAL", "1s"}})
 		rush(t, "group-rush", Options{BaseURL: s.URL, Secret: s.Cfg.JWTSecret, DatabaseURL: s.Cfg.DatabaseURL, PreferWait: 10 * time.Second})
 	})
-}
-
-// startGroupBaseline serves cmd/baseline's group mode, its
-// tables in a schema of the test's own, and returns its URL and the
-// database URL whose search_path is that schema, for the checks.
-func startGroupBaseline(t *testing.T) (string, string) {
-	t.Helper()
-	dbURL, pool := testenv.Postgres(t)
-	schema := "group_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	require.NoError(t, baseline.SetupGroup(t.Context(), pool, schema))
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
-	srv, err := baseline.New(pool, baseline.Options{Mode: baseline.Group, Schema: schema, ShutdownTimeout: time.Second})
-	require.NoError(t, err)
-	u, err := url.Parse(dbURL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return testenv.Serve(t, srv.Serve), u.String()
 }
 
 // The group section puts holdfast's group-rush beside the synchronous

@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,7 +11,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/client"
 )
 
@@ -71,13 +72,6 @@ func stormChoiceOf(seed uint64, i int) stormChoice {
 	return stormChoice{roomType: rng.IntN(stormRoomTypes), start: 1 + rng.IntN(stormDays), nights: 1 + rng.IntN(3), fate: rng.IntN(4)}
 }
 
-// holdWriter makes a hold storm's writes and returns their outcomes.
-type holdWriter interface {
-	create(ctx context.Context, roomType int64, checkIn, checkOut, clientHoldKey string) (client.Outcome, error)
-	confirm(ctx context.Context, holdID string) (client.Outcome, error)
-	cancel(ctx context.Context, holdID string) (client.Outcome, error)
-}
-
 // stormBook runs a hold storm's journeys and records what the clients were
 // told, to check it against the API's availability.
 type stormBook struct {
@@ -105,9 +99,10 @@ func (b *stormBook) count(n *int) {
 }
 
 // journey is user i's: a hold, then its fate.
-func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user string) error {
+func (b *stormBook) journey(ctx context.Context, w writer, i int, user string) error {
 	ch := stormChoiceOf(b.seed, i)
-	out, err := w.create(ctx, b.roomTypes[ch.roomType], day(ch.start), day(ch.start+ch.nights), uuid.NewString())
+	out, err := w.write(ctx, "hold.create", http.MethodPost, "/api/v1/holds", map[string]any{"roomTypeId": b.roomTypes[ch.roomType],
+		"checkIn": day(ch.start), "checkOut": day(ch.start + ch.nights), "clientHoldKey": uuid.NewString()})
 	if err != nil {
 		return err
 	}
@@ -122,7 +117,7 @@ func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user strin
 	b.count(&b.report.HoldsGranted)
 	switch {
 	case ch.fate < 2:
-		out, err := w.confirm(ctx, h.HoldID)
+		out, err := w.write(ctx, "hold.confirm", http.MethodPost, "/api/v1/holds/"+url.PathEscape(h.HoldID)+"/confirm", nil)
 		if err != nil {
 			return err
 		}
@@ -137,7 +132,7 @@ func (b *stormBook) journey(ctx context.Context, w holdWriter, i int, user strin
 			return fmt.Errorf("confirm for %s: %w", user, err)
 		}
 	case ch.fate < 3:
-		out, err := w.cancel(ctx, h.HoldID)
+		out, err := w.write(ctx, "hold.cancel", http.MethodDelete, "/api/v1/holds/"+url.PathEscape(h.HoldID), nil)
 		if err != nil {
 			return err
 		}
@@ -221,15 +216,8 @@ func (b *stormBook) check(items []client.Availability) ([]string, *HoldReport) {
 	return out, &r
 }
 
-// checkAvailability reads the storm's nights from api and checks them.
-func (b *stormBook) checkAvailability(ctx context.Context, api *client.Client) ([]string, *HoldReport, error) {
-	items, err := api.Availability(ctx, b.hotelID, day(1), day(stormDays+4))
-	if err != nil {
-		return nil, nil, err
-	}
-	out, r := b.check(items)
-	return out, r, nil
-}
+// stormNights are the from and to of the nights a storm's check reads.
+func stormNights() (string, string) { return day(1), day(stormDays + 4) }
 
 // holdStorm: the hold storm against holdfast. Each write is submitted and
 // its outcome awaited, as a person at a browser would.
@@ -248,112 +236,52 @@ func (s *holdStorm) Journey(ctx context.Context, e *Env, i int) error {
 	if err != nil {
 		return err
 	}
-	return s.book.journey(ctx, queuedHolds{e, c}, i, user)
+	return s.book.journey(ctx, queued{e, c}, i, user)
 }
 
 func (s *holdStorm) Check(ctx context.Context, e *Env) ([]string, error) {
-	out, r, err := s.book.checkAvailability(ctx, e.Admin)
+	from, to := stormNights()
+	items, err := e.Admin.Availability(ctx, s.book.hotelID, from, to)
+	if err != nil {
+		return nil, err
+	}
+	out, r := s.book.check(items)
 	s.report = r
-	return out, err
+	return out, nil
 }
 
 func (s *holdStorm) holdReport() *HoldReport { return s.report }
 
-// queuedHolds writes through holdfast: 202, then the outcome.
-type queuedHolds struct {
-	e *Env
-	c *client.Client
-}
-
-func (w queuedHolds) create(ctx context.Context, roomType int64, checkIn, checkOut, key string) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "hold.create", func(ctx context.Context) (client.Accepted, error) {
-		return w.c.CreateHold(ctx, roomType, checkIn, checkOut, key)
-	})
-}
-
-func (w queuedHolds) confirm(ctx context.Context, holdID string) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "hold.confirm", func(ctx context.Context) (client.Accepted, error) { return w.c.ConfirmHold(ctx, holdID) })
-}
-
-func (w queuedHolds) cancel(ctx context.Context, holdID string) (client.Outcome, error) {
-	return w.e.Write(ctx, w.c, "hold.cancel", func(ctx context.Context) (client.Accepted, error) { return w.c.CancelHold(ctx, holdID) })
-}
-
 // baselineHoldStorm: the same hold storm against cmd/baseline's hold mode,
 // seed 000's locked flow done synchronously: each write is one request
-// answered with its outcome. The hotel is created with the same client
-// calls as holdfast's; the checks read the same availability call.
-type baselineHoldStorm struct {
-	book   *stormBook
-	report *HoldReport // made by Check
-}
+// answered with its outcome. Its hotel is written into the design's
+// tables, and its check reads the same nights there.
+type baselineHoldStorm struct{ holdStorm }
 
 func (s *baselineHoldStorm) Setup(ctx context.Context, e *Env) (int, error) {
 	s.book = newStormBook(e.Opt.Seed, orDefault(e.Opt.Users, 2000))
-	if err := s.book.setup(ctx, e, e.base, stormRoomTypes, stormRooms); err != nil {
-		return 0, err
-	}
-	// Open the baseline's pool before the storm, from every client at once,
-	// as the fixture's calls leave holdfast's API warm (see warmUp).
-	err := forEach(e.Opt.Concurrency, e.Opt.Concurrency, func(int) error {
-		_, err := e.base.Availability(ctx, s.book.hotelID, day(1), day(2))
+	s.book.rooms = stormRooms
+	err := inBaselineDB(ctx, e, func(db *pgxpool.Pool, schema string) (err error) {
+		s.book.hotelID, s.book.roomTypes, err = baseline.NewHotel(ctx, db, schema, stormRoomTypes, stormRooms)
 		return err
 	})
+	if err == nil {
+		err = warmUp(ctx, e)
+	}
 	return s.book.users, err
 }
 
 func (s *baselineHoldStorm) Journey(ctx context.Context, e *Env, i int) error {
 	user := e.userID(i)
-	return s.book.journey(ctx, syncHolds{e, user}, i, user)
+	return s.book.journey(ctx, syncWriter{e, user}, i, user)
 }
 
-func (s *baselineHoldStorm) Check(ctx context.Context, e *Env) ([]string, error) {
-	out, r, err := s.book.checkAvailability(ctx, e.base)
-	s.report = r
+func (s *baselineHoldStorm) Check(ctx context.Context, e *Env) (out []string, err error) {
+	err = inBaselineDB(ctx, e, func(db *pgxpool.Pool, schema string) error {
+		from, to := stormNights()
+		items, err := baseline.Nights(ctx, db, schema, s.book.hotelID, from, to)
+		out, s.report = s.book.check(items)
+		return err
+	})
 	return out, err
-}
-
-func (s *baselineHoldStorm) holdReport() *HoldReport { return s.report }
-
-// syncHolds writes to the baseline as user (X-User-Id): a synchronous
-// answer is its own outcome, accepted and terminal at once.
-type syncHolds struct {
-	e    *Env
-	user string
-}
-
-func (w syncHolds) create(ctx context.Context, roomType int64, checkIn, checkOut, key string) (client.Outcome, error) {
-	body := map[string]any{"roomTypeId": roomType, "checkIn": checkIn, "checkOut": checkOut, "clientHoldKey": key}
-	return w.do(ctx, "hold.create.sync", http.MethodPost, "/api/v1/holds", body)
-}
-
-func (w syncHolds) confirm(ctx context.Context, holdID string) (client.Outcome, error) {
-	return w.do(ctx, "hold.confirm.sync", http.MethodPost, "/api/v1/holds/"+url.PathEscape(holdID)+"/confirm", nil)
-}
-
-func (w syncHolds) cancel(ctx context.Context, holdID string) (client.Outcome, error) {
-	return w.do(ctx, "hold.cancel.sync", http.MethodDelete, "/api/v1/holds/"+url.PathEscape(holdID), nil)
-}
-
-// do sends one write and records it: a 2xx succeeded with its body as the
-// result, a 4xx was rejected with its error; anything else is an error.
-func (w syncHolds) do(ctx context.Context, kind, method, path string, body any) (client.Outcome, error) {
-	start := time.Now()
-	var raw json.RawMessage
-	err := w.e.base.Do(ctx, method, path, body, &raw, client.Header("X-User-Id", w.user))
-	took := time.Since(start)
-	var out client.Outcome
-	var ce *client.Error
-	switch {
-	case err == nil:
-		out = client.Outcome{Status: client.StatusSucceeded, Result: raw}
-	case errors.As(err, &ce) && ce.HTTPStatus >= 400 && ce.HTTPStatus < 500:
-		out = client.Outcome{Status: client.StatusRejected, Problem: ce}
-	default:
-		w.e.Rec.SubmitError(kind, err)
-		return out, err
-	}
-	w.e.Rec.Accepted(kind, start, took)
-	w.e.Rec.Terminal(kind, start, out)
-	return out, nil
 }

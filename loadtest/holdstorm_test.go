@@ -2,11 +2,14 @@ package loadtest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/client"
 )
 
@@ -69,6 +72,24 @@ func TestStormBookFindsViolations(t *testing.T) {
 
 	v, _ = b.check([]client.Availability{night("2030-01-01", 0, 0), night("2030-01-02", 3, 0)})
 	require.Contains(t, v, "room type 7 on 2030-01-01: API shows 0 reserved, clients were told 1")
+}
+
+// The hold storm on the synchronous design, small, against a real server:
+// its hotel written into the design's tables, every hold granted or refused
+// NOT_AVAILABLE, and the checks of the nights there pass.
+func TestBaselineHoldStorm(t *testing.T) {
+	t.Parallel()
+	url, dbURL := startBaseline(t, baseline.Holds)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, "baseline-hold-storm", Options{BaseURL: url, Secret: "x", DatabaseURL: dbURL, Users: 150, Concurrency: 20})
+	require.NoError(t, err)
+	require.True(t, rep.OK, "%v", rep.Violations)
+	h := rep.Hold
+	require.Equal(t, 150, h.HoldsGranted+h.HoldsRefused)
+	require.Equal(t, h.HoldsGranted, h.Confirmed+h.ConfirmsRefused+h.Cancelled+h.Abandoned)
+	require.Positive(t, h.Confirmed)
+	require.Equal(t, h.HeldNightsTold, h.HeldNightsSeen, "every hold told of still counts, none other")
 }
 
 // The hold section puts holdfast's hold-storm beside the synchronous hold:

@@ -55,9 +55,10 @@ type Options struct {
 	// on for Idle after the last write; Retention is the system's
 	// REQUEST_RETENTION, for the check of the requests table's rows; and
 	// DatabaseURL is holdfast's Postgres, whose tables are sampled (none
-	// when empty). group-rush and baseline-group-rush need DatabaseURL: their
-	// checks read the design's seats and holds there (the baseline's tables
-	// through the URL's search_path).
+	// when empty). group-rush, baseline-cart, baseline-hold-storm and
+	// baseline-group-rush need DatabaseURL: their checks read the design's
+	// tables there, and a baseline's fixture is written there (its mode's
+	// schema through the URL's search_path).
 	Rate        int
 	SampleEvery time.Duration
 	WarmUp      time.Duration // soak: memory must hold after this (0: a fifth of Duration)

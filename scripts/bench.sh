@@ -9,8 +9,9 @@
 #   drop:  cart-rush -hot-options 1 beside -mode cart (baseline-cart).
 #   cart:  cart-rush beside -mode cart.
 #   hold:  hold-storm beside -mode hold (baseline-hold-storm).
-#   group: group-rush beside -mode group (baseline-group-rush); each run's
-#          checks read its design's tables (-database-url).
+#   group: group-rush beside -mode group (baseline-group-rush).
+# A synchronous run writes its fixture into its design's tables, and reads
+# its checks there (-database-url); group-rush's checks read holdfast's.
 #   keys:  isolation (K4) and recovery (K5: a second worker killed mid-work).
 # holdfast's runs fire the Asynq tasks they left deferred and measure them
 # (-redis).
@@ -74,6 +75,9 @@ fresh_db() {
   psql -q "$pg_base/postgres?sslmode=disable" -c "CREATE DATABASE $1"
   commit_regime "$1"
 }
+# sync_db MODE: the database URL of bin/baseline -mode MODE's tables, where
+# the load tool writes its fixture and reads its checks.
+sync_db() { echo "$pg_base/holdfast_bench?sslmode=disable&search_path=$1_baseline"; }
 # sync_run MODE NAME LOAD_ARGS...: serve bin/baseline -mode MODE (and
 # $baseline_args) and rush it with bin/load LOAD_ARGS (flags, then the
 # scenario); report in $out/NAME.json.
@@ -115,20 +119,20 @@ measure() {
   fi
   if part drop; then
     step "baseline: synchronous drop (seed 002's reserve), $drop_users users for $drop_stock units of one option, $conc clients, $commits"
-    sync_run cart drop-baseline -users "$drop_users" -stock "$drop_stock" -hot-options 1 baseline-cart
+    sync_run cart drop-baseline -users "$drop_users" -stock "$drop_stock" -hot-options 1 -database-url "$(sync_db cart)" baseline-cart
   fi
   if part cart; then
     step "baseline: synchronous cart reserve (seed 002), $cart_users users, carts of 1–2 of 5 options of $cart_stock units, $conc clients, $commits"
-    sync_run cart cart-baseline -users "$cart_users" -stock "$cart_stock" baseline-cart
+    sync_run cart cart-baseline -users "$cart_users" -stock "$cart_stock" -database-url "$(sync_db cart)" baseline-cart
   fi
   if part hold; then
     step "baseline: synchronous hold (seed 000's locked flow), hold storm of $hold_users users, $conc clients, $commits"
-    sync_run hold hold-baseline -users "$hold_users" baseline-hold-storm
+    sync_run hold hold-baseline -users "$hold_users" -database-url "$(sync_db hold)" baseline-hold-storm
   fi
   group_args=(-users "$group_fans" -seats "$group_seats" -seat-hold-seconds "$group_hold")
   if local_part group; then
     step "baseline: synchronous group holds, $group_fans fans for $group_seats seats, $conc clients, $commits"
-    sync_run group group-baseline "${group_args[@]}" -database-url "$pg_base/holdfast_bench?sslmode=disable&search_path=group_baseline" baseline-group-rush
+    sync_run group group-baseline "${group_args[@]}" -database-url "$(sync_db group)" baseline-group-rush
   fi
 
   step "holdfast: API and worker, $commits"

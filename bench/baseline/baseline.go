@@ -4,11 +4,14 @@
 // outcome. The lean mode is seed 004's first-come-first-served seat grab as
 // one statement a request (lean.go); the cart mode seed 002's order reserve
 // (cart.go); the hold mode seed 000's locked hold flow (hold.go); the group
-// mode best-available seat holds for groups (group.go). It is not part of
-// holdfast and never runs in production.
+// mode best-available seat holds for groups (group.go). Each serves only the
+// writes its rush measures: a run's fixture is written into the mode's
+// tables with SQL (fixtures.go), and its checks read them there. It is not
+// part of holdfast and never runs in production.
 package baseline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,17 +19,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/holdfast/holdfast/domain"
 )
 
 // Mode selects what the server does.
@@ -35,21 +40,18 @@ type Mode string
 const (
 	// Lean is the strongest synchronous first-come-first-served design:
 	// one UPDATE … FOR UPDATE SKIP LOCKED as the whole request, with no
-	// lookup before it and no retry, on Go's net/http server (lean.go), in
-	// a schema of its own (Setup).
+	// lookup before it and no retry, on Go's net/http server (lean.go).
 	Lean Mode = "lean"
 	// Cart is seed 002's order reserve done synchronously, one transaction
-	// per HTTP request that locks the cart's options (see cart.go), in a
-	// schema of its own (SetupCart).
+	// per HTTP request that locks the cart's options (cart.go).
 	Cart Mode = "cart"
 	// Holds is seed 000's hold flow done synchronously, one transaction per
 	// HTTP request that locks the room type's stock rows for the stay's
-	// nights (see hold.go), in a schema of its own (SetupHold).
+	// nights (hold.go).
 	Holds Mode = "hold"
 	// Group is best-available seat holds for groups done synchronously, one
 	// transaction per HTTP request that locks a row of the seat map FOR
-	// UPDATE SKIP LOCKED (see group.go), in a schema of its own
-	// (SetupGroup).
+	// UPDATE SKIP LOCKED (group.go).
 	Group Mode = "group"
 )
 
@@ -62,34 +64,13 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("baseline: unknown mode %q (want lean, cart, hold or group)", s)
 }
 
-const (
-	// ReservePath is the seed's endpoint.
-	ReservePath = "/api/v1/seats/reservation/fcfs"
-	// UserHeader names the caller; it is what reserved_by records.
-	UserHeader = "X-User-Id"
-)
-
-// Reason says why a reservation did not succeed (seed §6).
-type Reason string
-
-// The seed's reason codes.
-const (
-	SoldOut         Reason = "sold_out"
-	AlreadyReserved Reason = "already_reserved"
-)
-
-// Reply is the seed's §5 answer, always sent with 200.
-type Reply struct {
-	Success    bool    `json:"success"`
-	SeatID     *int64  `json:"seat_id"`
-	ReservedBy *string `json:"reserved_by"`
-	Reason     *Reason `json:"reason"`
-}
+// UserHeader names the caller; it is what reserved_by and user_id record.
+const UserHeader = "X-User-Id"
 
 // Options configure a Server. Zero values take the defaults.
 type Options struct {
 	Mode            Mode          // required
-	Schema          string        // Postgres schema of the mode's tables (DefaultSchema, DefaultCartSchema, DefaultHoldSchema, DefaultGroupSchema)
+	Schema          string        // Postgres schema of the mode's tables (Setup); default the mode's DefaultSchema
 	HoldTTL         time.Duration // the hold mode's hold lifetime; default DefaultHoldTTL
 	ShutdownTimeout time.Duration // default 10s
 	Log             *slog.Logger  // 5xx answers are logged here; nil discards
@@ -109,23 +90,6 @@ type Server struct {
 	beforeInsert func(user string)
 }
 
-// queries are the lean mode's statements, with the schema spelled out so
-// that they do not depend on the connection's search_path.
-type queries struct {
-	seatOf string // the seat a user holds
-	take   string // the first free seat no one else holds, reserved
-}
-
-func newQueries(schema string) queries {
-	seats := pgx.Identifier{schema, "seats"}.Sanitize()
-	return queries{
-		seatOf: `SELECT id FROM ` + seats + ` WHERE reserved_by = $1 AND status`,
-		take: `UPDATE ` + seats + ` SET status = true, reserved_by = $1, phone = $2, updated_at = now()
-			WHERE id = (SELECT id FROM ` + seats + ` WHERE status = false ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-			AND status = false RETURNING id`,
-	}
-}
-
 // New builds the server on pool, which holds the mode's schema.
 func New(pool *pgxpool.Pool, opt Options) (*Server, error) {
 	if _, err := ParseMode(string(opt.Mode)); err != nil {
@@ -134,15 +98,9 @@ func New(pool *pgxpool.Pool, opt Options) (*Server, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("baseline: mode %s needs Postgres", opt.Mode)
 	}
-	if opt.Schema == "" {
-		opt.Schema = map[Mode]string{Lean: DefaultSchema, Cart: DefaultCartSchema, Holds: DefaultHoldSchema, Group: DefaultGroupSchema}[opt.Mode]
-	}
-	if opt.HoldTTL <= 0 {
-		opt.HoldTTL = DefaultHoldTTL
-	}
-	if opt.ShutdownTimeout <= 0 {
-		opt.ShutdownTimeout = 10 * time.Second
-	}
+	opt.Schema = cmp.Or(opt.Schema, DefaultSchema(opt.Mode))
+	opt.HoldTTL = cmp.Or(opt.HoldTTL, DefaultHoldTTL)
+	opt.ShutdownTimeout = cmp.Or(opt.ShutdownTimeout, 10*time.Second)
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -157,18 +115,25 @@ func New(pool *pgxpool.Pool, opt Options) (*Server, error) {
 		ErrorHandler:          s.errorHandler,
 	})
 	s.app.Use(recover.New())
-	s.app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
+	// /healthz takes a connection of the pool: a load run that calls it
+	// from all its clients at once opens the pool before the rush.
+	s.app.Get("/healthz", func(c *fiber.Ctx) error {
+		return answer(c, http.StatusOK, fiber.Map{"status": "ok"}, pool.Ping(c.UserContext()))
+	})
 	s.app.Get("/metrics", adaptor.HTTPHandler(processMetrics()))
 	switch opt.Mode {
 	case Cart:
 		s.cart = newCartQueries(opt.Schema, allLocks)
-		s.mountCart()
+		s.app.Post(CartReservePath, s.reserveCart)
 	case Holds:
 		s.holds = newHoldQueries(opt.Schema, true)
-		s.mountHold()
+		s.app.Post(HoldsPath, s.createHold)
+		s.app.Post(HoldsPath+"/:holdId/confirm", s.confirmHold)
+		s.app.Delete(HoldsPath+"/:holdId", s.cancelHold)
 	default:
 		s.group = newGroupQueries(opt.Schema)
-		s.mountGroup()
+		s.app.Post(EventsPath+"/:id/holds", s.holdGroup)
+		s.app.Post(EventsPath+"/:id/holds/:holdId/confirm", s.confirmGroup)
 	}
 	return s, nil
 }
@@ -201,24 +166,36 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return <-errc
 }
 
-// seatOf returns the seat the user holds, or nil.
-func (s *Server) seatOf(ctx context.Context, user string) (*int64, error) {
-	var id int64
-	err := s.pool.QueryRow(ctx, s.sql.seatOf, user).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+// answer sends v with status, or the refusal err carries in holdfast's
+// error envelope; other errors go to the error handler.
+func answer(c *fiber.Ctx, status int, v any, err error) error {
+	if p, ok := domain.AsProblem(err); ok {
+		return c.Status(p.HTTPStatus).JSON(fiber.Map{"error": p})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("baseline: find user's seat: %w", err)
+		return err
 	}
-	return &id, nil
+	return c.Status(status).JSON(v)
 }
 
-// alreadyReserved answers with the user's seat; seat_id is null if a unique
-// violation left no seat to show (not expected: the violation waits for the
-// winning transaction to commit).
-func alreadyReserved(seat *int64, user string) Reply {
-	return Reply{SeatID: seat, ReservedBy: &user, Reason: ptr(AlreadyReserved)}
+// caller is the request's X-User-Id, required.
+func caller(c *fiber.Ctx) (string, error) {
+	user := strings.Clone(c.Get(UserHeader))
+	if user == "" {
+		return "", domain.Invalid("%s header is required", UserHeader)
+	}
+	return user, nil
+}
+
+// errorHandler answers fiber's own refusals with their status and any
+// other error with a logged 500, in holdfast's envelope.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	var fe *fiber.Error
+	if errors.As(err, &fe) && fe.Code < 500 {
+		return answer(c, 0, nil, domain.Invalid("%s", fe.Message).WithStatus(fe.Code))
+	}
+	s.opt.Log.Error("baseline: request failed", "method", c.Method(), "path", c.Path(), "err", err)
+	return answer(c, 0, nil, domain.NewProblem(domain.CodeInternal, "%s", err.Error()))
 }
 
 func isUniqueViolation(err error) bool {
@@ -226,21 +203,12 @@ func isUniqueViolation(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
-// errorHandler answers errors in the seed's §5.5 envelope and logs 5xx.
-func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
-	status, code, msg := fiber.StatusInternalServerError, "internal_error", err.Error()
-	var fe *fiber.Error
-	switch {
-	case errors.As(err, &fe) && fe.Code < 500:
-		status, msg = fe.Code, fe.Message
-		code = "validation_failed"
-		if fe.Code == fiber.StatusNotFound || fe.Code == fiber.StatusMethodNotAllowed {
-			code = "not_found"
-		}
-	default:
-		s.opt.Log.Error("baseline: request failed", "method", c.Method(), "path", c.Path(), "err", err)
-	}
-	return c.Status(status).JSON(fiber.Map{"error": fiber.Map{"code": code, "message": msg}})
-}
-
 func ptr[T any](v T) *T { return &v }
+
+// wrap names op in a failure of Postgres; nil stays nil.
+func wrap(op string, err error) error {
+	if err != nil {
+		return fmt.Errorf("baseline: %s: %w", op, err)
+	}
+	return nil
+}

@@ -41,20 +41,8 @@ func start(t *testing.T, mode baseline.Mode, seats int) system {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	sys.pool = pool
-	switch mode {
-	case baseline.Cart:
-		sys.schema = "cart_" + randomName()
-		require.NoError(t, baseline.SetupCart(ctx, pool, sys.schema))
-	case baseline.Holds:
-		sys.schema = "hold_" + randomName()
-		require.NoError(t, baseline.SetupHold(ctx, pool, sys.schema))
-	case baseline.Group:
-		sys.schema = "group_" + randomName()
-		require.NoError(t, baseline.SetupGroup(ctx, pool, sys.schema))
-	default:
-		sys.schema = "fcfs_" + randomName()
-		require.NoError(t, baseline.Setup(ctx, pool, sys.schema, seats))
-	}
+	sys.schema = string(mode) + "_" + randomName()
+	require.NoError(t, baseline.Setup(ctx, pool, mode, sys.schema, seats))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+sys.schema+" CASCADE") })
 	srv, err := baseline.New(sys.pool, baseline.Options{Mode: mode, Schema: sys.schema})
 	require.NoError(t, err)

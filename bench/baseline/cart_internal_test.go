@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/testenv"
 	"github.com/holdfast/holdfast/storage"
 )
@@ -32,9 +33,9 @@ func TestCartLocksPreventOversellAndDuplicates(t *testing.T) {
 		refusal  string // the second's refusal with the lock; "" when both go through
 		reserved int    // units reserved in the end
 	}{
-		{"last unit, options locked", allLocks, [2]string{"ann", "bob"}, [2]int{0, 0}, CodeInsufficientStock, 1},
+		{"last unit, options locked", allLocks, [2]string{"ann", "bob"}, [2]int{0, 0}, domain.CodeInsufficientStock, 1},
 		{"last unit, options not locked (control)", cartLocks{user: true}, [2]string{"ann", "bob"}, [2]int{0, 0}, "", 2},
-		{"one user twice, user locked", allLocks, [2]string{"ann", "ann"}, [2]int{0, 1}, CodeDuplicate, 1},
+		{"one user twice, user locked", allLocks, [2]string{"ann", "ann"}, [2]int{0, 1}, domain.CodeDuplicateReservation, 1},
 		{"one user twice, user not locked (control)", cartLocks{options: true}, [2]string{"ann", "ann"}, [2]int{0, 1}, "", 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,7 +64,7 @@ func TestCartLocksPreventOversellAndDuplicates(t *testing.T) {
 			close(release)
 			var refusals []string
 			for range 2 {
-				var r *CartRefusal
+				var r *domain.Problem
 				if err := <-errs; errors.As(err, &r) {
 					refusals = append(refusals, r.Code)
 				} else {
@@ -96,18 +97,14 @@ func cartServer(t *testing.T, locks cartLocks) (*Server, string, [2]int64) {
 	pool, err := storage.OpenPostgres(ctx, pgURL+"&application_name="+schema, 6)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	require.NoError(t, SetupCart(ctx, pool, schema))
+	require.NoError(t, Setup(ctx, pool, Cart, schema, 0))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
 	s, err := New(pool, Options{Mode: Cart, Schema: schema})
 	require.NoError(t, err)
 	s.cart = newCartQueries(schema, locks)
-	var options [2]int64
-	for i := range options {
-		require.NoError(t, pool.QueryRow(ctx, `WITH p AS (INSERT INTO `+schema+`.products (name) VALUES ('last one') RETURNING id)
-			INSERT INTO `+schema+`.product_options (product_id, option_code, price, stock_quantity)
-			SELECT id, $1, 1000, 1 FROM p RETURNING id`, schema+"-"+string(rune('a'+i))).Scan(&options[i]))
-	}
-	return s, schema, options
+	ids, err := NewOptions(ctx, pool, schema, "last one", 1, "a", "b")
+	require.NoError(t, err)
+	return s, schema, [2]int64(ids)
 }
 
 // waitingOnALock reports whether one of the server's connections waits for

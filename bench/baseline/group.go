@@ -1,7 +1,6 @@
 package baseline
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,8 +11,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/holdfast/holdfast/client"
 	"github.com/holdfast/holdfast/domain"
 )
 
@@ -42,19 +41,16 @@ import (
 // A confirm locks the hold's row, checks the hold is still live by the
 // clock, marks it CONFIRMED and its seats sold, and marks the row sold out
 // when none of its seats is left unsold; COMMIT. Answers and codes are
-// holdfast's (its SeatHold result). The tables keep holdfast's names
+// holdfast's (its SeatHold result, client.SeatHold). The tables keep holdfast's names
 // (events, seats, seat_holds) so that the load tool's check reads both
-// designs with the same queries, in a schema of their own (SetupGroup).
+// designs with the same queries, in a schema of their own (Setup); the
+// event is made by NewEvent.
 
-// Group mode paths, holdfast's.
 const (
-	// EventsPath creates an event with a seat map (POST {name, sections,
-	// seatHoldSeconds, maxSeatsPerUser}); EventsPath+"/{id}/holds" holds
-	// seats (POST {quantity}), EventsPath+"/{id}/holds/{holdId}/confirm"
-	// confirms a hold (POST {paymentReference}).
+	// EventsPath+"/{id}/holds" holds seats (POST {quantity}),
+	// EventsPath+"/{id}/holds/{holdId}/confirm" confirms a hold (POST
+	// {paymentReference}): holdfast's paths.
 	EventsPath = "/api/v1/events"
-	// PublicEventsPath+"/{id}" reads an event's remaining seats (GET).
-	PublicEventsPath = "/api/v1/public/events"
 	// groupAttempts bounds the transactions a hold starts over when every
 	// candidate row it locked had lost its run meanwhile.
 	groupAttempts = 5
@@ -62,44 +58,17 @@ const (
 	groupCandidates = 8
 )
 
-// GroupSection is a section of a seat map, as holdfast's events take it.
-type GroupSection struct {
-	Name      string     `json:"name"`
-	PriceTier string     `json:"priceTier"`
-	Rows      []GroupRow `json:"rows"`
-}
-
-// GroupRow is a row of a section: its label and seat count.
-type GroupRow struct {
-	Label string `json:"label"`
-	Seats int    `json:"seats"`
-}
-
-// SeatHold is a hold, in holdfast's result shape.
-type SeatHold struct {
-	HoldID           int64     `json:"holdId"`
-	EventID          int64     `json:"eventId"`
-	UserID           string    `json:"userId"`
-	Status           string    `json:"status"`
-	SeatIDs          []int64   `json:"seatIds"`
-	ExpiresAt        time.Time `json:"expiresAt"`
-	PaymentReference *string   `json:"paymentReference"`
-	BookingReference *string   `json:"bookingReference"`
-}
-
 // groupQueries are the group mode's statements, schema spelled out.
 type groupQueries struct {
-	event, rows, seats string // the fixture's inserts
-	state              string // settings, the caller's live seats, candidate rows
-	lock               string // a candidate row locked, as the mode locks it
-	lockWait           string // a row locked, waiting for it
-	rowSeats           string // a row's unsold seats, each free or not
-	put                string // the hold and its seats, each re-checked free
-	free               string // free seats of the event
-	readHold           string // a hold and its row
-	confirm            string // a live hold confirmed
-	sell               string // its seats sold, and its row sold out if it is
-	remaining          string // the public event
+	state    string // settings, the caller's live seats, candidate rows
+	lock     string // a candidate row locked, as the mode locks it
+	lockWait string // a row locked, waiting for it
+	rowSeats string // a row's unsold seats, each free or not
+	put      string // the hold and its seats, each re-checked free
+	free     string // free seats of the event
+	readHold string // a hold and its row
+	confirm  string // a live hold confirmed
+	sell     string // its seats sold, and its row sold out if it is
 }
 
 // newGroupQueries builds the statements.
@@ -108,12 +77,6 @@ func newGroupQueries(schema string) groupQueries {
 	events, rows, seats, holds := q("events"), q("seat_rows"), q("seats"), q("seat_holds")
 	free := `NOT s.sold AND (s.held_until IS NULL OR s.held_until <= clock_timestamp())`
 	return groupQueries{
-		event: `INSERT INTO ` + events + ` (name, total_seats, seat_hold_seconds, max_seats_per_user) VALUES ($1, $2, $3, $4) RETURNING id`,
-		rows: `INSERT INTO ` + rows + ` (event_id, section, row_no, preference)
-			SELECT $1, s, n, p FROM unnest($2::text[], $3::int[], $4::int[]) AS r(s, n, p) RETURNING id, preference`,
-		seats: `INSERT INTO ` + seats + ` (event_id, row_id, section, row_label, row_no, pos)
-			SELECT $1, r, s, l, n, p FROM unnest($2::bigint[], $3::text[], $4::text[], $5::int[], $6::int[])
-				WITH ORDINALITY AS m(r, s, l, n, p, o) ORDER BY o`,
 		state: `SELECT e.seat_hold_seconds, e.max_seats_per_user,
 				(SELECT coalesce(sum(cardinality(h.seat_ids)), 0) FROM ` + holds + ` h WHERE h.event_id = e.id AND h.user_id = $2
 					AND (h.status = 'CONFIRMED' OR h.status = 'HELD' AND h.expires_at > clock_timestamp())),
@@ -144,97 +107,20 @@ func newGroupQueries(schema string) groupQueries {
 			UPDATE ` + rows + ` r SET sold_out = NOT EXISTS (SELECT 1 FROM ` + seats + ` x WHERE x.row_id = r.id AND NOT x.sold
 				AND x.id <> ALL(ARRAY(SELECT id FROM s)))
 			WHERE r.id = $3 RETURNING (SELECT count(*) FROM s)`,
-		remaining: `SELECT e.name, e.total_seats, (SELECT count(*) FROM ` + seats + ` s WHERE s.event_id = e.id AND ` + free + `)
-			FROM ` + events + ` e WHERE e.id = $1`,
 	}
-}
-
-func (s *Server) mountGroup() {
-	s.app.Post(EventsPath, s.createGroupEvent)
-	s.app.Post(EventsPath+"/:id/holds", s.holdGroup)
-	s.app.Post(EventsPath+"/:id/holds/:holdId/confirm", s.confirmGroup)
-	s.app.Get(PublicEventsPath+"/:id", s.publicGroupEvent)
-}
-
-// createGroupEvent creates an event and its seats from a seat map, with
-// seat ids in the map's order (sections best first, rows, positions).
-func (s *Server) createGroupEvent(c *fiber.Ctx) error {
-	var in struct {
-		Name            string         `json:"name"`
-		Sections        []GroupSection `json:"sections"`
-		SeatHoldSeconds int            `json:"seatHoldSeconds"`
-		MaxSeatsPerUser int            `json:"maxSeatsPerUser"`
-	}
-	if err := json.Unmarshal(c.Body(), &in); err != nil || in.Name == "" || len(in.Sections) == 0 {
-		return answerProblem(c, domain.Invalid("body must be {name, sections, seatHoldSeconds, maxSeatsPerUser}"))
-	}
-	in.SeatHoldSeconds, in.MaxSeatsPerUser = cmp.Or(in.SeatHoldSeconds, 600), cmp.Or(in.MaxSeatsPerUser, 6)
-	var id int64
-	total := 0
-	err := pgx.BeginFunc(c.UserContext(), s.pool, func(tx pgx.Tx) error {
-		var err error
-		id, total, err = s.insertSeatMap(c.UserContext(), tx, in.Name, in.Sections, in.SeatHoldSeconds, in.MaxSeatsPerUser)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("baseline: create event: %w", err)
-	}
-	return c.Status(http.StatusCreated).JSON(fiber.Map{"eventId": id, "name": in.Name, "totalSeats": total,
-		"seatHoldSeconds": in.SeatHoldSeconds, "maxSeatsPerUser": in.MaxSeatsPerUser})
-}
-
-func (s *Server) insertSeatMap(ctx context.Context, tx pgx.Tx, name string, m []GroupSection, holdSecs, perUser int) (int64, int, error) {
-	var sections []string
-	var rowNos, prefs []int32
-	total := 0
-	for _, sec := range m {
-		for n, r := range sec.Rows {
-			sections, rowNos, prefs = append(sections, sec.Name), append(rowNos, int32(n)), append(prefs, int32(len(prefs)+1))
-			total += r.Seats
-		}
-	}
-	var ev int64
-	if err := tx.QueryRow(ctx, s.group.event, name, total, holdSecs, perUser).Scan(&ev); err != nil {
-		return 0, 0, err
-	}
-	rows, err := tx.Query(ctx, s.group.rows, ev, sections, rowNos, prefs)
-	if err != nil {
-		return 0, 0, err
-	}
-	ids := map[int32]int64{}
-	var id int64
-	var pref int32
-	if _, err := pgx.ForEachRow(rows, []any{&id, &pref}, func() error { ids[pref] = id; return nil }); err != nil {
-		return 0, 0, err
-	}
-	var rowIDs []int64
-	var secs, labels []string
-	var nos, pos []int32
-	p := int32(0)
-	for _, sec := range m {
-		for n, r := range sec.Rows {
-			p++
-			for i := range r.Seats {
-				rowIDs, secs, labels = append(rowIDs, ids[p]), append(secs, sec.Name), append(labels, r.Label)
-				nos, pos = append(nos, int32(n)), append(pos, int32(i+1))
-			}
-		}
-	}
-	_, err = tx.Exec(ctx, s.group.seats, ev, rowIDs, secs, labels, nos, pos)
-	return ev, total, err
 }
 
 func (s *Server) holdGroup(c *fiber.Ctx) error {
-	user, p := caller(c)
-	if p != nil {
-		return answerProblem(c, p)
+	user, err := caller(c)
+	if err != nil {
+		return answer(c, 0, nil, err)
 	}
 	ev, err := strconv.ParseInt(c.Params("id"), 10, 64)
 	var in struct {
 		Quantity int `json:"quantity"`
 	}
 	if err != nil || json.Unmarshal(c.Body(), &in) != nil || in.Quantity < 1 {
-		return answerProblem(c, domain.Invalid(`body must be {"quantity": n}, under a numeric event id`))
+		return answer(c, 0, nil, domain.Invalid(`body must be {"quantity": n}, under a numeric event id`))
 	}
 	h, err := s.holdSeats(c.UserContext(), ev, user, in.Quantity)
 	return answer(c, http.StatusCreated, h, err)
@@ -245,7 +131,7 @@ func (s *Server) holdGroup(c *fiber.Ctx) error {
 // LOCKED, was being decided on by others: then it waits for them, in a
 // transaction that holds no other row (one holding a row while it waits
 // for another could deadlock with one doing the same the other way round).
-func (s *Server) holdSeats(ctx context.Context, ev int64, user string, n int) (SeatHold, error) {
+func (s *Server) holdSeats(ctx context.Context, ev int64, user string, n int) (client.SeatHold, error) {
 	lock := s.group.lock
 	for range groupAttempts {
 		h, retry, err := s.tryGroupHold(ctx, ev, user, n, lock)
@@ -254,15 +140,15 @@ func (s *Server) holdSeats(ctx context.Context, ev int64, user string, n int) (S
 		}
 		lock = s.group.lockWait
 	}
-	return SeatHold{}, domain.NewProblem(domain.CodeSeatsNotTogether, "no %d seats side by side could be held; try again", n)
+	return client.SeatHold{}, domain.NewProblem(domain.CodeSeatsNotTogether, "no %d seats side by side could be held; try again", n)
 }
 
 // tryGroupHold is one hold transaction; retry reports candidates that had
 // lost their runs, nothing done.
-func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int, lock string) (h SeatHold, retry bool, err error) {
+func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int, lock string) (h client.SeatHold, retry bool, err error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return SeatHold{}, false, fmt.Errorf("baseline: begin hold: %w", err)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: begin hold: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var holdSecs, perUser, have int
@@ -270,28 +156,28 @@ func (s *Server) tryGroupHold(ctx context.Context, ev int64, user string, n int,
 	err = tx.QueryRow(ctx, s.group.state, ev, user, n).Scan(&holdSecs, &perUser, &have, &candidates)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return SeatHold{}, false, domain.NewProblem(domain.CodeNotFound, "no such event")
+		return client.SeatHold{}, false, domain.NewProblem(domain.CodeNotFound, "no such event")
 	case err != nil:
-		return SeatHold{}, false, fmt.Errorf("baseline: read candidates: %w", err)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: read candidates: %w", err)
 	case have+n > perUser:
-		return SeatHold{}, false, domain.NewProblem(domain.CodeSeatLimit, "at most %d seats per person for this event; you hold %d", perUser, have)
+		return client.SeatHold{}, false, domain.NewProblem(domain.CodeSeatLimit, "at most %d seats per person for this event; you hold %d", perUser, have)
 	case len(candidates) == 0:
-		return SeatHold{}, false, s.noRun(ctx, tx, ev, n)
+		return client.SeatHold{}, false, s.noRun(ctx, tx, ev, n)
 	}
 	seats, err := s.lockRun(ctx, tx, candidates, n, lock)
 	if err != nil || seats == nil {
-		return SeatHold{}, err == nil, err
+		return client.SeatHold{}, err == nil, err
 	}
-	h = SeatHold{EventID: ev, UserID: user, Status: "held", SeatIDs: seats}
+	h = client.SeatHold{EventID: ev, UserID: user, Status: "held", SeatIDs: seats}
 	var marked int
 	if err := tx.QueryRow(ctx, s.group.put, ev, user, seats, holdSecs).Scan(&h.HoldID, &h.ExpiresAt, &marked); err != nil {
-		return SeatHold{}, false, fmt.Errorf("baseline: put hold: %w", err)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: put hold: %w", err)
 	}
 	if marked != n {
-		return SeatHold{}, false, fmt.Errorf("baseline: hold %d marked %d of its %d seats under its row's lock", h.HoldID, marked, n)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: hold %d marked %d of its %d seats under its row's lock", h.HoldID, marked, n)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return SeatHold{}, false, fmt.Errorf("baseline: commit hold: %w", err)
+		return client.SeatHold{}, false, fmt.Errorf("baseline: commit hold: %w", err)
 	}
 	h.ExpiresAt = h.ExpiresAt.UTC()
 	return h, false, nil
@@ -370,9 +256,9 @@ func (s *Server) noRun(ctx context.Context, tx pgx.Tx, ev int64, n int) error {
 }
 
 func (s *Server) confirmGroup(c *fiber.Ctx) error {
-	user, p := caller(c)
-	if p != nil {
-		return answerProblem(c, p)
+	user, err := caller(c)
+	if err != nil {
+		return answer(c, 0, nil, err)
 	}
 	ev, err1 := strconv.ParseInt(c.Params("id"), 10, 64)
 	hold, err2 := strconv.ParseInt(c.Params("holdId"), 10, 64)
@@ -380,7 +266,7 @@ func (s *Server) confirmGroup(c *fiber.Ctx) error {
 		PaymentReference string `json:"paymentReference"`
 	}
 	if errors.Join(err1, err2) != nil || json.Unmarshal(c.Body(), &in) != nil || in.PaymentReference == "" {
-		return answerProblem(c, domain.Invalid(`body must be {"paymentReference": "…"}, under numeric ids`))
+		return answer(c, 0, nil, domain.Invalid(`body must be {"paymentReference": "…"}, under numeric ids`))
 	}
 	h, err := s.confirmSeats(c.UserContext(), ev, hold, user, in.PaymentReference)
 	return answer(c, http.StatusOK, h, err)
@@ -388,124 +274,45 @@ func (s *Server) confirmGroup(c *fiber.Ctx) error {
 
 // confirmSeats is the confirm's transaction: the hold's row locked, the
 // hold confirmed if it is still live, its seats sold.
-func (s *Server) confirmSeats(ctx context.Context, ev, holdID int64, user, payment string) (SeatHold, error) {
+func (s *Server) confirmSeats(ctx context.Context, ev, holdID int64, user, payment string) (client.SeatHold, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: begin confirm: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: begin confirm: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	var owner string
 	var row int64
 	err = tx.QueryRow(ctx, s.group.readHold, holdID, ev).Scan(&owner, &row)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && owner != user {
-		return SeatHold{}, domain.NewProblem(domain.CodeNotFound, "no hold %d of yours for this event", holdID)
+		return client.SeatHold{}, domain.NewProblem(domain.CodeNotFound, "no hold %d of yours for this event", holdID)
 	}
 	if err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: read hold: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: read hold: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.group.lockWait, row); err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: lock row: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: lock row: %w", err)
 	}
-	h := SeatHold{HoldID: holdID, EventID: ev, UserID: user}
+	h := client.SeatHold{HoldID: holdID, EventID: ev, UserID: user}
 	var status string
 	var same bool
 	if err := tx.QueryRow(ctx, s.group.confirm, holdID, payment).Scan(&h.SeatIDs, &status, &h.ExpiresAt, &h.PaymentReference, &same); err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: confirm: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: confirm: %w", err)
 	}
 	if status != "CONFIRMED" {
-		return SeatHold{}, domain.NewProblem(domain.CodeHoldExpired, "hold %d expired at %s; hold seats again", holdID, h.ExpiresAt.UTC().Format(time.RFC3339))
+		return client.SeatHold{}, domain.NewProblem(domain.CodeHoldExpired, "hold %d expired at %s; hold seats again", holdID, h.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	if !same {
-		return SeatHold{}, domain.NewProblem(domain.CodeConflict, "hold %d is confirmed already, with another payment reference", holdID)
+		return client.SeatHold{}, domain.NewProblem(domain.CodeConflict, "hold %d is confirmed already, with another payment reference", holdID)
 	}
 	var sold int
 	if err := tx.QueryRow(ctx, s.group.sell, h.SeatIDs, holdID, row).Scan(&sold); err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: sell seats: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: sell seats: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return SeatHold{}, fmt.Errorf("baseline: commit confirm: %w", err)
+		return client.SeatHold{}, fmt.Errorf("baseline: commit confirm: %w", err)
 	}
 	h.Status, h.ExpiresAt = "confirmed", h.ExpiresAt.UTC()
 	ref := fmt.Sprintf("O-%06d", holdID)
 	h.BookingReference = &ref
 	return h, nil
-}
-
-// publicGroupEvent answers an event's remaining seats: those free now.
-func (s *Server) publicGroupEvent(c *fiber.Ctx) error {
-	ev, err := strconv.ParseInt(c.Params("id"), 10, 64)
-	if err != nil {
-		return answerProblem(c, domain.Invalid("the event id must be a number"))
-	}
-	var name string
-	var total, remaining int
-	err = s.pool.QueryRow(c.UserContext(), s.group.remaining, ev).Scan(&name, &total, &remaining)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return answerProblem(c, domain.NewProblem(domain.CodeNotFound, "no such event"))
-	}
-	if err != nil {
-		return fmt.Errorf("baseline: public event: %w", err)
-	}
-	return c.JSON(fiber.Map{"eventId": ev, "name": name, "totalSeats": total, "remainingSeats": remaining})
-}
-
-// DefaultGroupSchema is the Postgres schema of the group mode's tables.
-const DefaultGroupSchema = "group_baseline"
-
-// SetupGroup creates schema with the group mode's tables if they are
-// missing, keeping what is there (each run creates an event of its own
-// over HTTP): events; seat_rows, one per row of a map, in the map's order
-// of preference, the rows a hold locks, with sold_out once every seat of
-// the row is sold; seats, with the hold that holds or sold each and until
-// when it holds it; and seat_holds.
-func SetupGroup(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	s := pgx.Identifier{schema}.Sanitize()
-	ddl := fmt.Sprintf(`
-		CREATE SCHEMA IF NOT EXISTS %[1]s;
-		CREATE TABLE IF NOT EXISTS %[1]s.events (
-			id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-			name               text    NOT NULL,
-			total_seats        integer NOT NULL,
-			seat_hold_seconds  integer NOT NULL,
-			max_seats_per_user integer NOT NULL
-		);
-		CREATE TABLE IF NOT EXISTS %[1]s.seat_rows (
-			id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-			event_id   bigint  NOT NULL REFERENCES %[1]s.events,
-			section    text    NOT NULL,
-			row_no     integer NOT NULL,
-			preference integer NOT NULL,
-			sold_out   boolean NOT NULL DEFAULT false
-		);
-		CREATE INDEX IF NOT EXISTS seat_rows_order ON %[1]s.seat_rows (event_id, preference) WHERE NOT sold_out;
-		CREATE TABLE IF NOT EXISTS %[1]s.seats (
-			id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-			event_id   bigint  NOT NULL REFERENCES %[1]s.events,
-			row_id     bigint  NOT NULL REFERENCES %[1]s.seat_rows,
-			section    text    NOT NULL,
-			row_label  text    NOT NULL,
-			row_no     integer NOT NULL,
-			pos        integer NOT NULL,
-			hold_id    bigint,
-			held_until timestamptz,
-			sold       boolean NOT NULL DEFAULT false
-		);
-		CREATE INDEX IF NOT EXISTS seats_row_unsold ON %[1]s.seats (row_id, pos) WHERE NOT sold;
-		CREATE INDEX IF NOT EXISTS seats_unsold ON %[1]s.seats (event_id) WHERE NOT sold;
-		CREATE TABLE IF NOT EXISTS %[1]s.seat_holds (
-			id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-			event_id          bigint      NOT NULL REFERENCES %[1]s.events,
-			user_id           text        NOT NULL,
-			seat_ids          bigint[]    NOT NULL,
-			status            text        NOT NULL CHECK (status IN ('HELD', 'CONFIRMED')),
-			expires_at        timestamptz NOT NULL,
-			payment_reference text,
-			created_at        timestamptz NOT NULL,
-			updated_at        timestamptz NOT NULL
-		);
-		CREATE INDEX IF NOT EXISTS seat_holds_user ON %[1]s.seat_holds (event_id, user_id);`, s)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("baseline: setup group %s: %w", schema, err)
-	}
-	return nil
 }

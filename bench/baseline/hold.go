@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/holdfast/holdfast/domain"
 )
@@ -51,19 +49,14 @@ import (
 // for, outside any hold's transaction, so that a hold only ever locks rows
 // that exist, in date order. The caller is X-User-Id, as in the other
 // modes; answers and error codes are holdfast's (its outcomes' results,
-// answered 201 for a new hold and 200 otherwise).
+// answered 201 for a new hold and 200 otherwise). The hotel is made by
+// NewHotel, and Nights reads what the holds came to.
 
-// Hold mode paths, holdfast's: the load tool's hold-storm calls drive both.
 const (
 	// HoldsPath creates a hold (POST {roomTypeId, checkIn, checkOut,
 	// clientHoldKey}); HoldsPath+"/{holdId}/confirm" confirms it (POST) and
-	// HoldsPath+"/{holdId}" cancels it (DELETE).
+	// HoldsPath+"/{holdId}" cancels it (DELETE): holdfast's paths.
 	HoldsPath = "/api/v1/holds"
-	// HotelsPath creates a hotel (POST {name, timezone, currency});
-	// HotelsPath+"/{hotelId}/room-types" a room type (POST {name}),
-	// HotelsPath+"/{hotelId}/rooms" a room (POST {roomTypeId, number}), and
-	// HotelsPath+"/{hotelId}/availability?from&to" reads availability (GET).
-	HotelsPath = "/api/v1/hotels"
 	// DefaultHoldTTL is how long a hold lives: holdfast's HOLD_TTL default.
 	DefaultHoldTTL = 10 * time.Minute
 )
@@ -103,18 +96,6 @@ type Stay struct {
 	CreatedAt     time.Time `json:"createdAt"`
 }
 
-// Availability is one night of one room type, as holdfast's availability
-// read answers it.
-type Availability struct {
-	Date             string `json:"date"`
-	RoomTypeID       int64  `json:"roomTypeId"`
-	RoomTypeName     string `json:"roomTypeName"`
-	TotalRooms       int    `json:"totalRooms"`
-	UnavailableRooms int    `json:"unavailableRooms"`
-	HeldRooms        int    `json:"heldRooms"`
-	AvailableRooms   int    `json:"availableRooms"`
-}
-
 // holdQueries are the hold mode's statements, schema spelled out.
 type holdQueries struct {
 	ensureNights string // the stock rows of a range, created if missing
@@ -126,17 +107,13 @@ type holdQueries struct {
 	book         string // a free room, the stay, the nights' reserved counts, the hold confirmed
 	cancel       string // a live hold of the caller cancelled
 	liveOwner    string // the owner of a live hold
-	availability string // a hotel's nights by room type
-	hotel        string
-	roomType     string
-	room         string
 }
 
 // newHoldQueries builds the statements; locked false leaves the stock rows
 // unlocked, for the test that shows what the lock prevents.
 func newHoldQueries(schema string, locked bool) holdQueries {
 	q := func(table string) string { return pgx.Identifier{schema, table}.Sanitize() }
-	hotels, types, rooms, stock := q("hotels"), q("room_types"), q("rooms"), q("room_type_stock")
+	types, rooms, stock := q("room_types"), q("rooms"), q("room_type_stock")
 	holds, keys, stays := q("holds"), q("hold_keys"), q("stays")
 	forUpdate := ""
 	if locked {
@@ -193,75 +170,22 @@ func newHoldQueries(schema string, locked bool) holdQueries {
 		cancel: `UPDATE ` + holds + ` h SET status = 'CANCELLED'
 			WHERE h.id = $1 AND h.user_id = $2 AND ` + live + `statement_timestamp() RETURNING h.id`,
 		liveOwner: `SELECT h.user_id FROM ` + holds + ` h WHERE h.id = $1 AND ` + live + `statement_timestamp()`,
-		availability: `SELECT to_char(d, 'YYYY-MM-DD'), t.id, t.name,
-				(SELECT count(*) FROM ` + rooms + ` r WHERE r.room_type_id = t.id), coalesce(s.reserved, 0),
-				(SELECT count(*) FROM ` + holds + ` h WHERE h.room_type_id = t.id AND ` + live + `statement_timestamp()
-					AND h.stay @> d::date)
-			FROM ` + types + ` t CROSS JOIN generate_series($2::date, $3::date - 1, '1 day') d
-			LEFT JOIN ` + stock + ` s ON s.room_type_id = t.id AND s.stay_date = d::date
-			WHERE t.hotel_id = $1 ORDER BY d, t.id`,
-		hotel:    `INSERT INTO ` + hotels + ` (name, timezone, currency) VALUES ($1, $2, $3) RETURNING id`,
-		roomType: `INSERT INTO ` + types + ` (hotel_id, name) VALUES ($1, $2) RETURNING id`,
-		room: `INSERT INTO ` + rooms + ` (hotel_id, room_type_id, number)
-			SELECT t.hotel_id, t.id, $3 FROM ` + types + ` t WHERE t.id = $2 AND t.hotel_id = $1 RETURNING id`,
 	}
-}
-
-func (s *Server) mountHold() {
-	s.app.Post(HoldsPath, s.createHold)
-	s.app.Post(HoldsPath+"/:holdId/confirm", s.confirmHold)
-	s.app.Delete(HoldsPath+"/:holdId", s.cancelHold)
-	s.app.Post(HotelsPath, s.createHotel)
-	s.app.Post(HotelsPath+"/:hotelId/room-types", s.createRoomType)
-	s.app.Post(HotelsPath+"/:hotelId/rooms", s.createRoom)
-	s.app.Get(HotelsPath+"/:hotelId/availability", s.availability)
-}
-
-// answerProblem answers p in holdfast's error envelope.
-func answerProblem(c *fiber.Ctx, p *domain.Problem) error {
-	return c.Status(p.HTTPStatus).JSON(fiber.Map{"error": p})
-}
-
-// answer sends v with status, or the refusal err carries; other errors go
-// to the error handler.
-func answer(c *fiber.Ctx, status int, v any, err error) error {
-	var p *domain.Problem
-	if errors.As(err, &p) {
-		return answerProblem(c, p)
-	}
-	if err != nil {
-		return err
-	}
-	return c.Status(status).JSON(v)
-}
-
-// caller is the request's X-User-Id, required.
-func caller(c *fiber.Ctx) (string, *domain.Problem) {
-	user := strings.Clone(c.Get(UserHeader))
-	if user == "" {
-		return "", domain.Invalid("%s header is required", UserHeader)
-	}
-	return user, nil
 }
 
 func (s *Server) createHold(c *fiber.Ctx) error {
-	user, p := caller(c)
-	if p != nil {
-		return answerProblem(c, p)
-	}
+	user, err := caller(c)
 	var req HoldRequest
-	if err := json.Unmarshal(c.Body(), &req); err != nil || req.RoomTypeID <= 0 {
-		return answerProblem(c, domain.Invalid(`body must be {"roomTypeId": 1, "checkIn": "YYYY-MM-DD", "checkOut": "YYYY-MM-DD", "clientHoldKey": "<uuid>"}`))
+	var dr domain.DateRange
+	switch {
+	case err != nil:
+	case json.Unmarshal(c.Body(), &req) != nil || req.RoomTypeID <= 0:
+		err = domain.Invalid(`body must be {"roomTypeId": 1, "checkIn": "YYYY-MM-DD", "checkOut": "YYYY-MM-DD", "clientHoldKey": "<uuid>"}`)
+	default:
+		dr, err = readStay(req)
 	}
-	dr, err := domain.ParseDateRange(req.CheckIn, req.CheckOut)
 	if err != nil {
 		return answer(c, 0, nil, err)
-	}
-	if dr.From.Before(time.Now().UTC().AddDate(0, 0, -1).Truncate(24 * time.Hour)) {
-		return answerProblem(c, domain.NewProblem(domain.CodeInvalidDateRange, "checkIn is in the past"))
-	}
-	if _, err := uuid.Parse(req.ClientHoldKey); err != nil || len(req.ClientHoldKey) != 36 {
-		return answerProblem(c, domain.Invalid("clientHoldKey must be a UUID"))
 	}
 	h, err := s.hold(c.UserContext(), user, req, dr.Nights())
 	status := http.StatusCreated
@@ -269,6 +193,20 @@ func (s *Server) createHold(c *fiber.Ctx) error {
 		status = http.StatusOK
 	}
 	return answer(c, status, h, err)
+}
+
+// readStay is a hold's dates, refused when they are not a valid stay
+// starting from yesterday on, or its key is not a UUID.
+func readStay(req HoldRequest) (domain.DateRange, error) {
+	dr, err := domain.ParseDateRange(req.CheckIn, req.CheckOut)
+	switch {
+	case err != nil:
+	case dr.From.Before(time.Now().UTC().AddDate(0, 0, -1).Truncate(24 * time.Hour)):
+		err = domain.NewProblem(domain.CodeInvalidDateRange, "checkIn is in the past")
+	case len(req.ClientHoldKey) != 36 || uuid.Validate(req.ClientHoldKey) != nil:
+		err = domain.Invalid("clientHoldKey must be a UUID")
+	}
+	return dr, err
 }
 
 // hold runs the create's transaction; the first time a night of the room
@@ -366,9 +304,9 @@ func fits(checkIn string, reserved []int, held []int64, rooms int) *domain.Probl
 }
 
 func (s *Server) confirmHold(c *fiber.Ctx) error {
-	user, p := caller(c)
-	if p != nil {
-		return answerProblem(c, p)
+	user, err := caller(c)
+	if err != nil {
+		return answer(c, 0, nil, err)
 	}
 	st, err := s.confirm(c.UserContext(), user, strings.Clone(c.Params("holdId")))
 	return answer(c, http.StatusOK, st, err)
@@ -455,116 +393,25 @@ func cmpErr(err error, refusal *domain.Problem) error {
 // nothing left to release: cancelled, confirmed or expired, the cancel
 // succeeds; only someone else's live hold is FORBIDDEN.
 func (s *Server) cancelHold(c *fiber.Ctx) error {
-	user, p := caller(c)
-	if p != nil {
-		return answerProblem(c, p)
-	}
-	id := strings.Clone(c.Params("holdId"))
-	ctx := c.UserContext()
-	tag, err := s.pool.Exec(ctx, s.holds.cancel, id, user)
+	user, err := caller(c)
 	if err != nil {
-		return fmt.Errorf("baseline: cancel: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		var owner string
-		err := s.pool.QueryRow(ctx, s.holds.liveOwner, id).Scan(&owner)
-		switch {
-		case err == nil && owner != user:
-			return answerProblem(c, domain.NewProblem(domain.CodeForbidden, "this hold belongs to another user"))
-		case err != nil && !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("baseline: cancel: %w", err)
-		}
-	}
-	return c.JSON(fiber.Map{"holdId": id, "cancelled": true})
-}
-
-// availability answers GET …/availability?from&to: per night and room type,
-// the rooms, the reserved (seed 000's RoomTypeStock) and the live holds.
-func (s *Server) availability(c *fiber.Ctx) error {
-	hotel, err := strconv.ParseInt(c.Params("hotelId"), 10, 64)
-	if err != nil {
-		return answerProblem(c, domain.Invalid("the hotel id must be a number"))
-	}
-	if _, err := domain.ParseDateRange(c.Query("from"), c.Query("to")); err != nil {
 		return answer(c, 0, nil, err)
 	}
-	rows, err := s.pool.Query(c.UserContext(), s.holds.availability, hotel, c.Query("from"), c.Query("to"))
-	if err != nil {
-		return fmt.Errorf("baseline: availability: %w", err)
+	id := strings.Clone(c.Params("holdId"))
+	return answer(c, http.StatusOK, fiber.Map{"holdId": id, "cancelled": true}, s.cancel(c.UserContext(), user, id))
+}
+
+func (s *Server) cancel(ctx context.Context, user, id string) error {
+	tag, err := s.pool.Exec(ctx, s.holds.cancel, id, user)
+	if err != nil || tag.RowsAffected() > 0 {
+		return wrap("cancel", err)
 	}
-	items := []Availability{}
-	var a Availability
-	if _, err := pgx.ForEachRow(rows, []any{&a.Date, &a.RoomTypeID, &a.RoomTypeName, &a.TotalRooms, &a.UnavailableRooms, &a.HeldRooms}, func() error {
-		a.AvailableRooms = max(0, a.TotalRooms-a.UnavailableRooms-a.HeldRooms)
-		items = append(items, a)
+	var owner string
+	switch err := s.pool.QueryRow(ctx, s.holds.liveOwner, id).Scan(&owner); {
+	case err == nil && owner != user:
+		return domain.NewProblem(domain.CodeForbidden, "this hold belongs to another user")
+	case errors.Is(err, pgx.ErrNoRows):
 		return nil
-	}); err != nil {
-		return fmt.Errorf("baseline: availability: %w", err)
 	}
-	return c.JSON(fiber.Map{"items": items})
-}
-
-// createHotel, createRoomType and createRoom are the fixture's calls, with
-// holdfast's paths and shapes.
-func (s *Server) createHotel(c *fiber.Ctx) error {
-	var in struct{ Name, Timezone, Currency string }
-	if err := json.Unmarshal(c.Body(), &in); err != nil || in.Name == "" || in.Timezone == "" || len(in.Currency) != 3 {
-		return answerProblem(c, domain.Invalid("body must be {name, timezone, currency}"))
-	}
-	var id int64
-	if err := s.pool.QueryRow(c.UserContext(), s.holds.hotel, in.Name, in.Timezone, in.Currency).Scan(&id); err != nil {
-		return fmt.Errorf("baseline: create hotel: %w", err)
-	}
-	return c.Status(http.StatusCreated).JSON(fiber.Map{"hotelId": id, "name": in.Name, "timezone": in.Timezone, "currency": in.Currency, "status": "Active"})
-}
-
-func (s *Server) createRoomType(c *fiber.Ctx) error {
-	hotel, err := strconv.ParseInt(c.Params("hotelId"), 10, 64)
-	var in struct{ Name string }
-	if err != nil || json.Unmarshal(c.Body(), &in) != nil || in.Name == "" {
-		return answerProblem(c, domain.Invalid("body must be {name}, under a numeric hotel id"))
-	}
-	var id int64
-	err = s.pool.QueryRow(c.UserContext(), s.holds.roomType, hotel, in.Name).Scan(&id)
-	if p := catalogRefusal(err, "hotel"); p != nil {
-		return answerProblem(c, p)
-	}
-	if err != nil {
-		return fmt.Errorf("baseline: create room type: %w", err)
-	}
-	return c.Status(http.StatusCreated).JSON(fiber.Map{"roomTypeId": id, "hotelId": hotel, "name": in.Name, "status": "Active"})
-}
-
-func (s *Server) createRoom(c *fiber.Ctx) error {
-	hotel, err := strconv.ParseInt(c.Params("hotelId"), 10, 64)
-	var in struct {
-		RoomTypeID int64  `json:"roomTypeId"`
-		Number     string `json:"number"`
-	}
-	if err != nil || json.Unmarshal(c.Body(), &in) != nil || in.RoomTypeID <= 0 || in.Number == "" {
-		return answerProblem(c, domain.Invalid("body must be {roomTypeId, number}, under a numeric hotel id"))
-	}
-	var id int64
-	err = s.pool.QueryRow(c.UserContext(), s.holds.room, hotel, in.RoomTypeID, in.Number).Scan(&id)
-	if p := catalogRefusal(err, "room type of the hotel"); p != nil {
-		return answerProblem(c, p)
-	}
-	if err != nil {
-		return fmt.Errorf("baseline: create room: %w", err)
-	}
-	return c.Status(http.StatusCreated).JSON(fiber.Map{"roomId": id, "roomTypeId": in.RoomTypeID, "number": in.Number})
-}
-
-// catalogRefusal is the refusal of a fixture write that names a parent
-// that does not exist (NOT_FOUND) or a name taken (CONFLICT); nil for
-// anything else.
-func catalogRefusal(err error, parent string) *domain.Problem {
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && pgErr.Code == "23503":
-		return domain.NewProblem(domain.CodeNotFound, "no such %s", parent)
-	case isUniqueViolation(err):
-		return domain.NewProblem(domain.CodeConflict, "the name or number is taken")
-	}
-	return nil
+	return wrap("cancel", err)
 }

@@ -100,15 +100,12 @@ func holdServer(t *testing.T, locked bool) (*Server, string, int64) {
 	pool, err := storage.OpenPostgres(ctx, pgURL+"&application_name="+schema, 6)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	require.NoError(t, SetupHold(ctx, pool, schema))
+	require.NoError(t, Setup(ctx, pool, Holds, schema, 0))
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
 	s, err := New(pool, Options{Mode: Holds, Schema: schema})
 	require.NoError(t, err)
 	s.holds = newHoldQueries(schema, locked)
-	var roomType int64
-	require.NoError(t, pool.QueryRow(ctx, `WITH h AS (INSERT INTO `+schema+`.hotels (name, timezone, currency) VALUES ('inn', 'UTC', 'KRW') RETURNING id),
-		t AS (INSERT INTO `+schema+`.room_types (hotel_id, name) SELECT id, 'single' FROM h RETURNING id, hotel_id),
-		r AS (INSERT INTO `+schema+`.rooms (hotel_id, room_type_id, number) SELECT hotel_id, id, '101' FROM t)
-		SELECT id FROM t`).Scan(&roomType))
-	return s, schema, roomType
+	_, types, err := NewHotel(ctx, pool, schema, 1, 1)
+	require.NoError(t, err)
+	return s, schema, types[0]
 }

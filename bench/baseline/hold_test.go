@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/bench/baseline"
+	"github.com/holdfast/holdfast/client"
 )
 
 // holdAnswer is what a hold call answered: the status, and the error's
@@ -93,18 +93,10 @@ type hotelFixture struct {
 
 func newHotel(t *testing.T, rooms int) hotelFixture {
 	t.Helper()
-	sys := start(t, baseline.Holds, 0)
-	f := hotelFixture{sys: sys}
-	var h struct{ HotelID int64 }
-	call(t, sys, http.MethodPost, baseline.HotelsPath, "", map[string]string{"name": "test hotel", "timezone": "Asia/Seoul", "currency": "KRW"}).decode(t, &h)
-	f.hotel = h.HotelID
-	var rt struct{ RoomTypeID int64 }
-	call(t, sys, http.MethodPost, fmt.Sprintf("%s/%d/room-types", baseline.HotelsPath, f.hotel), "", map[string]string{"name": "double"}).decode(t, &rt)
-	f.roomType = rt.RoomTypeID
-	for i := range rooms {
-		a := call(t, sys, http.MethodPost, fmt.Sprintf("%s/%d/rooms", baseline.HotelsPath, f.hotel), "", map[string]any{"roomTypeId": f.roomType, "number": fmt.Sprint(101 + i)})
-		require.Equal(t, http.StatusCreated, a.status, string(a.body))
-	}
+	f := hotelFixture{sys: start(t, baseline.Holds, 0)}
+	hotel, types, err := baseline.NewHotel(context.Background(), f.sys.pool, f.sys.schema, 1, rooms)
+	require.NoError(t, err)
+	f.hotel, f.roomType = hotel, types[0]
 	return f
 }
 
@@ -130,16 +122,15 @@ func (f hotelFixture) cancel(t *testing.T, user, holdID string) holdAnswer {
 }
 
 // nights reads the room type's availability of [from, to).
-func (f hotelFixture) nights(t *testing.T, from, to int) []baseline.Availability {
+func (f hotelFixture) nights(t *testing.T, from, to int) []client.Availability {
 	t.Helper()
-	var out struct{ Items []baseline.Availability }
-	call(t, f.sys, http.MethodGet, fmt.Sprintf("%s/%d/availability?from=%s&to=%s", baseline.HotelsPath, f.hotel, night(from), night(to)), "", nil).decode(t, &out)
-	require.Len(t, out.Items, to-from)
-	for _, it := range out.Items {
+	items, err := baseline.Nights(context.Background(), f.sys.pool, f.sys.schema, f.hotel, night(from), night(to))
+	require.NoError(t, err)
+	require.Len(t, items, to-from)
+	for _, it := range items {
 		require.Equal(t, f.roomType, it.RoomTypeID)
-		require.Equal(t, max(0, it.TotalRooms-it.UnavailableRooms-it.HeldRooms), it.AvailableRooms)
 	}
-	return out.Items
+	return items
 }
 
 // counts are a night's reserved and held rooms.
@@ -382,9 +373,4 @@ func TestHoldBadRequests(t *testing.T) {
 	}
 	require.Equal(t, []counts{{0, 0}}, f.counts(t, 1, 2))
 	require.Equal(t, "INVALID_INPUT", call(t, f.sys, http.MethodPost, baseline.HoldsPath+"/x/confirm", "", nil).code)
-	taken := call(t, f.sys, http.MethodPost, fmt.Sprintf("%s/%d/rooms", baseline.HotelsPath, f.hotel), "", map[string]any{"roomTypeId": f.roomType, "number": "101"})
-	require.Equal(t, "CONFLICT", taken.code)
-	orphan := call(t, f.sys, http.MethodPost, fmt.Sprintf("%s/%d/room-types", baseline.HotelsPath, int64(1)<<40), "", map[string]string{"name": "x"})
-	require.Equal(t, "NOT_FOUND", orphan.code)
-	require.True(t, strings.HasPrefix(string(call(t, f.sys, http.MethodGet, fmt.Sprintf("%s/%d/availability?from=x", baseline.HotelsPath, f.hotel), "", nil).code), "INVALID_DATE_RANGE"))
 }

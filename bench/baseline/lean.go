@@ -22,7 +22,45 @@ import (
 // another request holds is about to be reserved by it, unless that request
 // is a second one of a user who already holds a seat (the unique index then
 // rolls it back), so a user who sends twice at once can make another see
-// sold out early; the bench sends one request a user.
+// sold out early; the bench sends one request a user. Its seats are made by
+// Setup.
+
+// ReservePath is the seed's endpoint.
+const ReservePath = "/api/v1/seats/reservation/fcfs"
+
+// Reason says why a reservation did not succeed (seed §6).
+type Reason string
+
+// The seed's reason codes.
+const (
+	SoldOut         Reason = "sold_out"
+	AlreadyReserved Reason = "already_reserved"
+)
+
+// Reply is the seed's §5 answer, always sent with 200.
+type Reply struct {
+	Success    bool    `json:"success"`
+	SeatID     *int64  `json:"seat_id"`
+	ReservedBy *string `json:"reserved_by"`
+	Reason     *Reason `json:"reason"`
+}
+
+// queries are the lean mode's statements, with the schema spelled out so
+// that they do not depend on the connection's search_path.
+type queries struct {
+	seatOf string // the seat a user holds
+	take   string // the first free seat no one else holds, reserved
+}
+
+func newQueries(schema string) queries {
+	seats := pgx.Identifier{schema, "seats"}.Sanitize()
+	return queries{
+		seatOf: `SELECT id FROM ` + seats + ` WHERE reserved_by = $1 AND status`,
+		take: `UPDATE ` + seats + ` SET status = true, reserved_by = $1, phone = $2, updated_at = now()
+			WHERE id = (SELECT id FROM ` + seats + ` WHERE status = false ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+			AND status = false RETURNING id`,
+	}
+}
 
 // leanMux serves the lean mode's routes: the seed's reservation endpoint,
 // /healthz, and /metrics.
@@ -85,6 +123,26 @@ func (s *Server) leanTake(ctx context.Context, user string, phone *string) (Repl
 		return alreadyReserved(held, user), nil
 	}
 	return Reply{}, fmt.Errorf("baseline: take seat: %w", err)
+}
+
+// seatOf returns the seat the user holds, or nil.
+func (s *Server) seatOf(ctx context.Context, user string) (*int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, s.sql.seatOf, user).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("baseline: find user's seat: %w", err)
+	}
+	return &id, nil
+}
+
+// alreadyReserved answers with the user's seat; seat_id is null if a unique
+// violation left no seat to show (not expected: the violation waits for the
+// winning transaction to commit).
+func alreadyReserved(seat *int64, user string) Reply {
+	return Reply{SeatID: seat, ReservedBy: &user, Reason: ptr(AlreadyReserved)}
 }
 
 func leanError(w http.ResponseWriter, status int, code, msg string) {

@@ -8,20 +8,56 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultSchema is the Postgres schema the baseline keeps its seats in.
-const DefaultSchema = "fcfs_baseline"
+// DefaultSchema is the Postgres schema of mode's tables unless
+// Options.Schema says otherwise: fcfs_baseline, cart_baseline,
+// hold_baseline or group_baseline.
+func DefaultSchema(mode Mode) string {
+	if mode == Lean {
+		return "fcfs_baseline"
+	}
+	return string(mode) + "_baseline"
+}
 
-// Setup drops and recreates schema with the seed's seats table holding
-// seats free seats, one-seat-per-user as a unique index, and a partial index
-// on the free seats: the one holdfast's seats table has (seats_free), so the
-// comparison is between designs, not between indexes. Without it every
-// allocation walks past all the seats already taken.
-func Setup(ctx context.Context, pool *pgxpool.Pool, schema string, seats int) error {
+// Setup makes mode's tables in schema. The lean mode's are made afresh,
+// holding seats free seats; the others' are created if missing and keep
+// what is there, so runs can share them (each writes a fixture of its own,
+// fixtures.go).
+//
+//   - lean: the seed's seats table, one-seat-per-user as a unique index, and
+//     a partial index on the free seats: the one holdfast's seats table has
+//     (seats_free), so the comparison is between designs, not between
+//     indexes. Without it every allocation walks past all the seats taken.
+//   - cart: products, their options (each with its stock_quantity and
+//     is_active), and seed 002's INVENTORY_RESERVATION with the seed's three
+//     indexes (§4). Options hold their stock themselves; the seed's separate
+//     INVENTORY row would be one more row to lock per line.
+//   - hold: hotels, room types and rooms; seed 000's RoomTypeStock, one row
+//     per room type and night with its reserved count, the rows a hold
+//     locks; holds, with their clientHoldKey bindings (seed 000's
+//     hold:snapshot); and stays, where an exclusion constraint keeps a room
+//     from being booked twice on a night, as holdfast's stay_reservations
+//     does.
+//   - group: events; seat_rows, one per row of a map, in the map's order of
+//     preference, the rows a hold locks, with sold_out once every seat of
+//     the row is sold; seats, with the hold that holds or sold each and
+//     until when it holds it; and seat_holds.
+func Setup(ctx context.Context, pool *pgxpool.Pool, mode Mode, schema string, seats int) error {
 	if seats < 0 {
 		return fmt.Errorf("baseline: setup: negative seat count %d", seats)
 	}
-	s := pgx.Identifier{schema}.Sanitize()
-	ddl := fmt.Sprintf(`
+	ddl, ok := map[Mode]string{Lean: leanDDL, Cart: cartDDL, Holds: holdDDL, Group: groupDDL}[mode]
+	if !ok {
+		return fmt.Errorf("baseline: setup: unknown mode %q", mode)
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(ddl, pgx.Identifier{schema}.Sanitize(), seats)); err != nil {
+		return fmt.Errorf("baseline: setup %s %s: %w", mode, schema, err)
+	}
+	return nil
+}
+
+// The modes' DDL: %[1]s is the schema, %[2]d the lean mode's seats.
+const (
+	leanDDL = `
 		DROP SCHEMA IF EXISTS %[1]s CASCADE;
 		CREATE SCHEMA %[1]s;
 		CREATE TABLE %[1]s.seats (
@@ -33,26 +69,8 @@ func Setup(ctx context.Context, pool *pgxpool.Pool, schema string, seats int) er
 		);
 		CREATE UNIQUE INDEX seats_one_per_user ON %[1]s.seats (reserved_by) WHERE status;
 		CREATE INDEX seats_free ON %[1]s.seats (id) WHERE NOT status;
-		INSERT INTO %[1]s.seats (status) SELECT false FROM generate_series(1, %[2]d);`, s, seats)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("baseline: setup %s: %w", schema, err)
-	}
-	return nil
-}
-
-// DefaultCartSchema is the Postgres schema of the cart mode's tables.
-const DefaultCartSchema = "cart_baseline"
-
-// SetupCart creates schema with the cart mode's tables if they are missing:
-// products, their options (each with its stock_quantity and is_active), and
-// seed 002's INVENTORY_RESERVATION with the seed's three indexes (§4). It
-// keeps what is there: each run creates options of its own (POST
-// CartProductsPath), so runs can share the tables. Options hold their
-// stock themselves; the seed's separate INVENTORY row would be one more
-// row to lock per line.
-func SetupCart(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	s := pgx.Identifier{schema}.Sanitize()
-	ddl := fmt.Sprintf(`
+		INSERT INTO %[1]s.seats (status) SELECT false FROM generate_series(1, %[2]d);`
+	cartDDL = `
 		CREATE SCHEMA IF NOT EXISTS %[1]s;
 		CREATE TABLE IF NOT EXISTS %[1]s.products (
 			id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -81,33 +99,13 @@ func SetupCart(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		CREATE INDEX IF NOT EXISTS idx_inventory_reservation_user_status_expires
 			ON %[1]s.inventory_reservations (user_id, status, expires_at);
 		CREATE INDEX IF NOT EXISTS idx_inventory_reservation_expires_at
-			ON %[1]s.inventory_reservations (expires_at);`, s)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("baseline: setup cart %s: %w", schema, err)
-	}
-	return nil
-}
-
-// DefaultHoldSchema is the Postgres schema of the hold mode's tables.
-const DefaultHoldSchema = "hold_baseline"
-
-// SetupHold creates schema with the hold mode's tables if they are missing,
-// keeping what is there (each run creates a hotel of its own over HTTP):
-// hotels, room types and rooms; seed 000's RoomTypeStock, one row per room
-// type and night with its reserved count, the rows a hold locks; holds, with
-// their clientHoldKey bindings (seed 000's hold:snapshot); and stays, where
-// an exclusion constraint keeps a room from being booked twice on a night,
-// as holdfast's stay_reservations does.
-func SetupHold(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	s := pgx.Identifier{schema}.Sanitize()
-	ddl := fmt.Sprintf(`
+			ON %[1]s.inventory_reservations (expires_at);`
+	holdDDL = `
 		CREATE EXTENSION IF NOT EXISTS btree_gist;
 		CREATE SCHEMA IF NOT EXISTS %[1]s;
 		CREATE TABLE IF NOT EXISTS %[1]s.hotels (
 			id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-			name     text NOT NULL,
-			timezone text NOT NULL,
-			currency text NOT NULL
+			name text NOT NULL
 		);
 		CREATE TABLE IF NOT EXISTS %[1]s.room_types (
 			id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -164,9 +162,49 @@ func SetupHold(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 			status       text        NOT NULL CHECK (status = 'Confirmed'),
 			created_at   timestamptz NOT NULL DEFAULT now(),
 			CONSTRAINT stays_no_double_booking EXCLUDE USING gist (room_id WITH =, stay WITH &&)
-		);`, s)
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("baseline: setup hold %s: %w", schema, err)
-	}
-	return nil
-}
+		);`
+	groupDDL = `
+		CREATE SCHEMA IF NOT EXISTS %[1]s;
+		CREATE TABLE IF NOT EXISTS %[1]s.events (
+			id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			name               text    NOT NULL,
+			total_seats        integer NOT NULL,
+			seat_hold_seconds  integer NOT NULL,
+			max_seats_per_user integer NOT NULL
+		);
+		CREATE TABLE IF NOT EXISTS %[1]s.seat_rows (
+			id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			event_id   bigint  NOT NULL REFERENCES %[1]s.events,
+			section    text    NOT NULL,
+			row_no     integer NOT NULL,
+			preference integer NOT NULL,
+			sold_out   boolean NOT NULL DEFAULT false
+		);
+		CREATE INDEX IF NOT EXISTS seat_rows_order ON %[1]s.seat_rows (event_id, preference) WHERE NOT sold_out;
+		CREATE TABLE IF NOT EXISTS %[1]s.seats (
+			id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			event_id   bigint  NOT NULL REFERENCES %[1]s.events,
+			row_id     bigint  NOT NULL REFERENCES %[1]s.seat_rows,
+			section    text    NOT NULL,
+			row_label  text    NOT NULL,
+			row_no     integer NOT NULL,
+			pos        integer NOT NULL,
+			hold_id    bigint,
+			held_until timestamptz,
+			sold       boolean NOT NULL DEFAULT false
+		);
+		CREATE INDEX IF NOT EXISTS seats_row_unsold ON %[1]s.seats (row_id, pos) WHERE NOT sold;
+		CREATE INDEX IF NOT EXISTS seats_unsold ON %[1]s.seats (event_id) WHERE NOT sold;
+		CREATE TABLE IF NOT EXISTS %[1]s.seat_holds (
+			id                bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+			event_id          bigint      NOT NULL REFERENCES %[1]s.events,
+			user_id           text        NOT NULL,
+			seat_ids          bigint[]    NOT NULL,
+			status            text        NOT NULL CHECK (status IN ('HELD', 'CONFIRMED')),
+			expires_at        timestamptz NOT NULL,
+			payment_reference text,
+			created_at        timestamptz NOT NULL,
+			updated_at        timestamptz NOT NULL
+		);
+		CREATE INDEX IF NOT EXISTS seat_holds_user ON %[1]s.seat_holds (event_id, user_id);`
+)

@@ -5,6 +5,7 @@
 package floor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -33,33 +34,15 @@ type Options struct {
 	Concurrency int    // Asynq server concurrency; default 64
 	Enqueuers   int    // goroutines enqueueing; default 32
 	Queue       string // queue name prefix; a random suffix makes each run's queue fresh; default "bench-floor"
-	// OnProcessed, if set, is called by the handler with the task's sequence
-	// number (0 to Tasks-1) on every delivery, duplicates included. For tests;
-	// it must be cheap and safe for concurrent use.
-	OnProcessed func(seq int)
 	// Log receives Asynq's warnings and errors; nil discards them.
 	Log *slog.Logger
 }
 
 func (o Options) withDefaults() Options {
-	if o.RedisURL == "" {
-		o.RedisURL = "redis://127.0.0.1:6379/0"
-	}
-	if o.Tasks <= 0 {
-		o.Tasks = 40000
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 64
-	}
-	if o.Enqueuers <= 0 {
-		o.Enqueuers = 32
-	}
-	if o.Queue == "" {
-		o.Queue = "bench-floor"
-	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	o.RedisURL = cmp.Or(o.RedisURL, "redis://127.0.0.1:6379/0")
+	o.Tasks, o.Concurrency, o.Enqueuers = cmp.Or(max(o.Tasks, 0), 40000), cmp.Or(max(o.Concurrency, 0), 64), cmp.Or(max(o.Enqueuers, 0), 32)
+	o.Queue = cmp.Or(o.Queue, "bench-floor")
+	o.Log = cmp.Or(o.Log, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	return o
 }
 
@@ -118,11 +101,7 @@ func Run(ctx context.Context, opt Options) (Result, error) {
 		if len(p) != 8 || binary.BigEndian.Uint64(p) >= uint64(opt.Tasks) {
 			return fmt.Errorf("floor: bad payload %x: %w", p, asynq.SkipRetry)
 		}
-		seq := int(binary.BigEndian.Uint64(p))
-		if opt.OnProcessed != nil {
-			opt.OnProcessed(seq)
-		}
-		if seen[seq].Add(1) > 1 {
+		if seen[binary.BigEndian.Uint64(p)].Add(1) > 1 {
 			dups.Add(1)
 			return nil
 		}

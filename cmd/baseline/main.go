@@ -5,9 +5,9 @@
 // reserve (-mode cart, schema cart_baseline), seed 000's locked hold flow
 // (-mode hold, schema hold_baseline) and best-available seat holds for
 // groups (-mode group, schema group_baseline); the cart, hold and group
-// tables are created if missing, and the load tool creates their products,
-// hotel or event over HTTP. It is not part of holdfast and never runs in
-// production.
+// tables are created if missing, and the load tool writes its products,
+// hotel or event into them (its -database-url). It is not part of holdfast
+// and never runs in production.
 //
 // Settings are flags; each defaults to the environment variable named in
 // its usage (baseline -h), else to a local default:
@@ -26,11 +26,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/storage"
@@ -44,27 +40,21 @@ func main() {
 }
 
 func run(args []string) error {
-	defSeats, err := envInt("BASELINE_SEATS", 0)
-	if err != nil {
-		return err
-	}
-	defConns, err := envInt("PG_MAX_CONNS", 20)
-	if err != nil {
-		return err
-	}
-	defTTL := baseline.DefaultHoldTTL
-	if v := os.Getenv("HOLD_TTL"); v != "" {
-		if defTTL, err = time.ParseDuration(v); err != nil {
-			return fmt.Errorf("HOLD_TTL: %w", err)
+	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
+	modeName := fs.String("mode", "lean", "lean, cart, hold or group (BASELINE_MODE)")
+	addr := fs.String("addr", "127.0.0.1:8090", "listen address (BASELINE_ADDR)")
+	dbURL := fs.String("database-url", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable", "Postgres URL (DATABASE_URL)")
+	seats := fs.Int("seats", 0, "lean mode: recreate the schema with this many free seats at start; 0 keeps it (BASELINE_SEATS)")
+	maxConns := fs.Int("pg-max-conns", 20, "Postgres pool size (PG_MAX_CONNS)")
+	holdTTL := fs.Duration("hold-ttl", baseline.DefaultHoldTTL, "hold mode: how long a hold lives (HOLD_TTL, holdfast's)")
+	for name, env := range map[string]string{"mode": "BASELINE_MODE", "addr": "BASELINE_ADDR", "database-url": "DATABASE_URL",
+		"seats": "BASELINE_SEATS", "pg-max-conns": "PG_MAX_CONNS", "hold-ttl": "HOLD_TTL"} {
+		if v := os.Getenv(env); v != "" {
+			if err := fs.Set(name, v); err != nil { // a default, which the flag overrides
+				return fmt.Errorf("%s: %w", env, err)
+			}
 		}
 	}
-	fs := flag.NewFlagSet("baseline", flag.ContinueOnError)
-	modeName := fs.String("mode", env("BASELINE_MODE", "lean"), "lean, cart, hold or group (BASELINE_MODE)")
-	addr := fs.String("addr", env("BASELINE_ADDR", "127.0.0.1:8090"), "listen address (BASELINE_ADDR)")
-	dbURL := fs.String("database-url", env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/holdfast?sslmode=disable"), "Postgres URL (DATABASE_URL)")
-	seats := fs.Int("seats", defSeats, "lean mode: recreate the schema with this many free seats at start; 0 keeps it (BASELINE_SEATS)")
-	maxConns := fs.Int("pg-max-conns", defConns, "Postgres pool size (PG_MAX_CONNS)")
-	holdTTL := fs.Duration("hold-ttl", defTTL, "hold mode: how long a hold lives (HOLD_TTL, holdfast's)")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -87,8 +77,10 @@ func run(args []string) error {
 		return err
 	}
 	defer pool.Close()
-	if err := setupSchema(ctx, pool, mode, *seats); err != nil {
-		return err
+	if mode != baseline.Lean || *seats > 0 { // the lean mode's seats are made afresh, or kept
+		if err := baseline.Setup(ctx, pool, mode, baseline.DefaultSchema(mode), *seats); err != nil {
+			return err
+		}
 	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -102,40 +94,4 @@ func run(args []string) error {
 	}
 	fmt.Printf("baseline listening on %s mode=%s\n", ln.Addr(), mode)
 	return srv.Serve(ctx, ln)
-}
-
-// setupSchema prepares the mode's tables: the cart, hold and group modes'
-// are created if missing, the lean mode's seats recreated when seats > 0.
-func setupSchema(ctx context.Context, pool *pgxpool.Pool, mode baseline.Mode, seats int) error {
-	switch mode {
-	case baseline.Cart:
-		return baseline.SetupCart(ctx, pool, baseline.DefaultCartSchema)
-	case baseline.Holds:
-		return baseline.SetupHold(ctx, pool, baseline.DefaultHoldSchema)
-	case baseline.Group:
-		return baseline.SetupGroup(ctx, pool, baseline.DefaultGroupSchema)
-	}
-	if seats > 0 {
-		return baseline.Setup(ctx, pool, baseline.DefaultSchema, seats)
-	}
-	return nil
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) (int, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	return n, nil
 }

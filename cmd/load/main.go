@@ -73,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) (int, error) {
 	fs.DurationVar(&opt.WarmUp, "warm-up", 0, "soak: memory must hold from this far into the writes on (0: a fifth of -duration)")
 	fs.DurationVar(&opt.Idle, "idle", 0, "soak: keep sampling this long after the last write, then check Redis against its baseline")
 	fs.DurationVar(&opt.Retention, "retention", 0, "soak: the system's REQUEST_RETENTION, to check the requests rows against (0: not checked)")
-	fs.StringVar(&opt.DatabaseURL, "database-url", "", "soak: holdfast's Postgres, to sample its table sizes ('' to skip); group-rush, baseline-group-rush: the design's Postgres, for the checks (required)")
+	fs.StringVar(&opt.DatabaseURL, "database-url", "", "soak: holdfast's Postgres, to sample its table sizes ('' to skip); group-rush, baseline-cart, baseline-hold-storm, baseline-group-rush: the design's Postgres, for the checks and a baseline's fixture, its search_path the mode's schema (required)")
 	fs.DurationVar(&opt.PreferWait, "prefer-wait", 10*time.Second, "writes ask for their outcome in the answer (Prefer: wait=N): one HTTP exchange a write; 0 submits, then polls")
 	fs.BoolVar(&opt.Intake, "intake", false, "fcfs-rush: submit everything first, then follow the outcomes (measures intake)")
 	fs.IntVar(&opt.Keys, "keys", 0, "isolation: other events its other clients write on (0: 10); recovery: events its writes spread over (0: 100)")
