@@ -165,7 +165,11 @@ manifests: ## Write deploy/kubernetes/base/generated/ (PrometheusRule, Grafana d
 	cd deploy && $(GO) run ./cmd/manifests
 
 test-deploy: ## The deploy module's tests: the images built and read back (deploy/image), every kustomization built and checked (deploy/manifests)
-	cd deploy && $(GO) test -race -count=1 ./...
+	@# deploy/image builds the binaries four ways (static, with cgo, without
+	@# a commit, without time-zone data): on a machine whose Go cache has
+	@# none of them, beside make test's packages, it took 600 s,
+	@# go test's default limit; warm, about 190 s.
+	cd deploy && $(GO) test -race -count=1 -timeout 20m ./...
 
 clean: ## Remove build output
 	rm -rf bin
