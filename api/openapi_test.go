@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/api"
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/apispec"
-	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/metrics"
 )
 

@@ -1,6 +1,6 @@
 package api
 
-// The serving parts the composition root (internal/wiring) starts: the
+// The serving parts the composition root (cmd/wiring) starts: the
 // private listeners, and the public one.
 
 import (

@@ -1,7 +1,7 @@
 // Package api is holdfast's HTTP API (Fiber v2): authentication, the error
 // envelope, durable intake of writes answered 202, request status polling,
 // health, metrics and the Asynqmon UI. The composition root
-// (internal/wiring) builds it and mounts the verticals' routes on it,
+// (cmd/wiring) builds it and mounts the verticals' routes on it,
 // handing each only the parts it uses (Writes, Limits, V1, ...).
 package api
 

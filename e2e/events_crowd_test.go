@@ -24,11 +24,11 @@ import (
 	"github.com/holdfast/holdfast/api"
 	"github.com/holdfast/holdfast/auth"
 	"github.com/holdfast/holdfast/client"
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/events/draw"
 	"github.com/holdfast/holdfast/internal/systest"
-	"github.com/holdfast/holdfast/internal/wiring"
 )
 
 // The waiting room for real crowds (SPEC §6.1): liveness when the head of

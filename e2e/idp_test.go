@@ -18,10 +18,10 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
 	"github.com/holdfast/holdfast/internal/testenv"
-	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/probe"
 )
 

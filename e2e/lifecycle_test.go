@@ -13,9 +13,9 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/systest"
-	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/probe"
 	"github.com/holdfast/holdfast/requests"
 	"github.com/holdfast/holdfast/tasks"

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/internal/systest"
-	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/storage"
 	"github.com/holdfast/holdfast/tasks"
 	"github.com/holdfast/holdfast/worker"

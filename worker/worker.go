@@ -1,7 +1,7 @@
 // Package worker is the serving side of the worker binary: the Asynq
 // servers that apply writes through the keyed engine, the scheduler of the
 // reconciler and the periodic tasks, and /healthz, /readyz and /metrics on
-// WORKER_ADDR. The composition root (internal/wiring.Worker) builds the
+// WORKER_ADDR. The composition root (cmd/wiring.Worker) builds the
 // engine and the modules and starts these.
 package worker
 

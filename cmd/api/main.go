@@ -1,6 +1,6 @@
 // Command api is holdfast's HTTP API. Subcommands:
 //
-//	api                       serve (HTTP_ADDR): the API internal/wiring.API builds
+//	api                       serve (HTTP_ADDR): the API cmd/wiring.API builds
 //	api --version             print the build: version, VCS revision, Go version
 //	api token -sub 42 -role user [-ttl 24h]   print a dev JWT signed with JWT_SECRET
 //	api migrate               apply migrations and exit
@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/events"
 	"github.com/holdfast/holdfast/internal/buildinfo"
-	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/shop"
 	"github.com/holdfast/holdfast/stays"
 	"github.com/holdfast/holdfast/storage"

@@ -1,5 +1,5 @@
 // Command worker applies holdfast's writes: it loads the configuration and
-// runs the worker internal/wiring.Worker builds from it (the composition
+// runs the worker cmd/wiring.Worker builds from it (the composition
 // root, which the tests start too); worker --version prints the build.
 package main
 
@@ -10,9 +10,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/internal/buildinfo"
-	"github.com/holdfast/holdfast/internal/wiring"
 )
 
 func main() {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/config"
-	"github.com/holdfast/holdfast/internal/wiring"
 )
 
 // EnvServeProcess is set in a re-executed test binary that must serve as

@@ -22,10 +22,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/holdfast/holdfast/auth"
+	"github.com/holdfast/holdfast/cmd/wiring"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/domain"
 	"github.com/holdfast/holdfast/internal/testenv"
-	"github.com/holdfast/holdfast/internal/wiring"
 	"github.com/holdfast/holdfast/keyed"
 	"github.com/holdfast/holdfast/storage"
 	"github.com/holdfast/holdfast/worker"

@@ -7,11 +7,12 @@
 // opened, in order (the API drains first), so there is no Close to call:
 // main and a test each make one call for the process's whole life.
 //
-// It is a package of its own rather than code in package main, and not
-// under cmd/internal, because the end-to-end tests start the very same
-// assembly in process (internal/systest): a test cannot import a main
-// package, and nothing outside cmd/ can import cmd/internal. Nothing but
-// the binaries and tests imports it (.golangci.yml).
+// It lives in cmd beside the two mains, as a package of its own rather
+// than code in package main (and not under cmd/internal), because the
+// end-to-end tests start the very same assembly in process
+// (internal/systest): a test cannot import a main package, and nothing
+// outside cmd/ can import cmd/internal. Nothing but the binaries and tests
+// imports it (.golangci.yml).
 package wiring
 
 import (
