@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/holdfast/holdfast/bench/baseline"
 	"github.com/holdfast/holdfast/client"
 )
 
@@ -80,7 +81,7 @@ func (w syncWriter) write(ctx context.Context, kind, method, path string, body a
 	kind += ".sync"
 	start := time.Now()
 	var raw json.RawMessage
-	err := w.e.base.Do(ctx, method, path, body, &raw, client.Header("X-User-Id", w.user))
+	err := w.e.base.Do(ctx, method, path, body, &raw, client.Header(baseline.UserHeader, w.user))
 	took := time.Since(start)
 	var out client.Outcome
 	var ce *client.Error
@@ -112,7 +113,7 @@ func plainPost(ctx context.Context, e *Env, path, user string, body any) (int, [
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-User-Id", user)
+	req.Header.Set(baseline.UserHeader, user)
 	resp, err := e.hc.Do(req)
 	if err != nil {
 		return 0, nil, err

@@ -29,9 +29,8 @@ type backlog struct {
 	seen   func(client.Outcome)
 }
 
-// hold pauses holdfast's queues on the run's Redis until Finish, and
-// creates n events named name for grabs grabs, grab i on event i mod n,
-// each with a seat for every grab it gets.
+// hold pauses holdfast's queues on the run's Redis until Finish, then
+// creates the backlog's events (seatedEvents).
 func (b *backlog) hold(ctx context.Context, e *Env, scenario, name string, n, grabs int) error {
 	if e.Opt.RedisURL == "" {
 		return fmt.Errorf("%s holds the workers back while it submits its backlog: give it holdfast's Redis (-redis)", scenario)
