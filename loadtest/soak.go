@@ -88,8 +88,17 @@ var soakTables = []string{"requests", "key_fences", "key_progress"}
 // soakColumns are the parts a sample reads, in order: each process's
 // memory, Redis' INFO memory used_memory and DBSIZE, and each table's
 // rows and size.
-var soakColumns = []string{"api rss", "api heap", "worker rss", "worker heap", "redis MiB", "redis keys",
-	"requests rows", "requests MiB", "key_fences rows", "key_fences MiB", "key_progress rows", "key_progress MiB"}
+var soakColumns = func() []string {
+	var cols []string
+	for _, p := range soakProcesses {
+		cols = append(cols, p+" rss", p+" heap")
+	}
+	cols = append(cols, "redis MiB", "redis keys")
+	for _, t := range soakTables {
+		cols = append(cols, t+" rows", t+" MiB")
+	}
+	return cols
+}()
 
 func (s *soak) Setup(ctx context.Context, e *Env) (int, error) {
 	s.rate, s.duration, s.every = orDefault(e.Opt.Rate, 300), cmp.Or(max(e.Opt.Duration, 0), 5*time.Minute), cmp.Or(max(e.Opt.SampleEvery, 0), 30*time.Second)
