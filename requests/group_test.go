@@ -248,12 +248,22 @@ func TestReplayOfADeletedRequestIsAConflict(t *testing.T) {
 // API processes, a client sending two writes through both) deadlock in
 // Postgres, which rolls one statement back. That batch is stored again, not
 // failed: its writes are replays of the other's now. The other batch is a
-// transaction the test holds open, set never to give up first.
+// transaction the test holds open, set never to give up first. The batch
+// talks through a proxy that holds what it sends after the deadlock until
+// the other transaction has its row: sent at once, the batch's retry could
+// take k1 before the other's waiting INSERT did, and deadlock again (on a
+// busy machine it did, three times in a row).
 func TestBatchThatLosesADeadlockIsStoredAgain(t *testing.T) {
 	t.Parallel()
-	_, pool := testenv.Postgres(t)
-	s := NewStore(pool)
+	url, pool := testenv.Postgres(t)
 	ctx := context.Background()
+	proxy := newHeldProxy(t, pool.Config().ConnConfig)
+	through, err := storage.OpenPostgres(ctx, url, 3, func(c *pgxpool.Config) {
+		c.ConnConfig.Host, c.ConnConfig.Port = proxy.host, proxy.port
+	})
+	require.NoError(t, err)
+	t.Cleanup(through.Close)
+	s := NewStore(through)
 	batch := pendingBatch(t, 3, `{}`)
 	for i, key := range []string{"k1", "k2"} {
 		batch[i].sub.Route, batch[i].sub.IdempotencyKey, batch[i].sub.Fingerprint = "POST /t", key, []byte("same")
@@ -286,7 +296,9 @@ func TestBatchThatLosesADeadlockIsStoredAgain(t *testing.T) {
 			otherPID).Scan(&waiting))
 		return waiting
 	}, 10*time.Second, 10*time.Millisecond, "the batch waits for k2")
-	insert(batch[0]) // k1: a deadlock, and the batch's statement is the one rolled back
+	proxy.pauseSending() // the batch's INSERT is in; its retry waits in the proxy
+	insert(batch[0])     // k1: a deadlock, and the batch's statement is the one rolled back
+	proxy.resumeSending()
 	require.NoError(t, other.Commit(ctx))
 	<-stored
 
@@ -360,7 +372,8 @@ type heldProxy struct {
 	host string
 	port uint16
 	mu   sync.Mutex
-	gate chan struct{}
+	gate chan struct{} // new connections wait for it (hold, open)
+	send chan struct{} // what clients send waits for it (pauseSending, resumeSending)
 }
 
 func newHeldProxy(t *testing.T, to *pgx.ConnConfig) *heldProxy {
@@ -389,7 +402,7 @@ func newHeldProxy(t *testing.T, to *pgx.ConnConfig) *heldProxy {
 					return
 				}
 				defer s.Close()
-				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+				go func() { p.forward(s, c); _ = s.Close() }()
 				_, _ = io.Copy(c, s)
 			}()
 		}
@@ -398,6 +411,40 @@ func newHeldProxy(t *testing.T, to *pgx.ConnConfig) *heldProxy {
 }
 
 func (p *heldProxy) hold() { p.mu.Lock(); p.gate = make(chan struct{}); p.mu.Unlock() }
+
+// forward copies what a client sends to the server, each read held while
+// sending is paused.
+func (p *heldProxy) forward(server io.Writer, client io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			paused := p.send
+			p.mu.Unlock()
+			if paused != nil {
+				<-paused
+			}
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *heldProxy) pauseSending() { p.mu.Lock(); p.send = make(chan struct{}); p.mu.Unlock() }
+
+func (p *heldProxy) resumeSending() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.send != nil {
+		close(p.send)
+		p.send = nil
+	}
+}
 
 func (p *heldProxy) open() {
 	p.mu.Lock()
